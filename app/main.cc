@@ -1,0 +1,50 @@
+// kdedup: Kafka deduplication service. Dispatches to the subcommands that
+// app/cmd_*.cc register.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "command.h"
+
+namespace kdedup::app {
+std::vector<Command>& commands() {
+  static std::vector<Command> registry;
+  return registry;
+}
+}  // namespace kdedup::app
+
+namespace {
+
+void print_usage(std::FILE* out) {
+  auto cmds = kdedup::app::commands();
+  std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  std::fprintf(out, "usage: kdedup <command> [options]\n\ncommands:\n");
+  for (const auto& c : cmds) std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+  std::fprintf(out, "\n'kdedup <command> --help' describes a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("kdedup %s\n", KDEDUP_VERSION);
+    return 0;
+  }
+  for (const auto& c : kdedup::app::commands()) {
+    if (c.name == argv[1]) {
+      std::string name = std::string("kdedup ") + argv[1];
+      argv[1] = name.data();
+      return c.main(argc - 1, argv + 1);
+    }
+  }
+  std::fprintf(stderr, "kdedup: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,50 @@
+#pragma once
+// ExactFilter: salted 128-bit fingerprint -> tick of the last delivery,
+// expired in time order. No false positives beyond 128-bit collisions and no
+// false negatives; memory grows with the number of distinct identities in the
+// window (about 48 bytes each plus hash-table overhead).
+//
+// It is the oracle for tests and benchmarks of the probabilistic filters and
+// a real option for small windows. Same threading rules as SlidingFilter.
+
+#include <deque>
+#include <unordered_map>
+
+#include "kdedup/filter/sliding_filter.h"
+
+namespace kdedup::filter {
+
+class ExactFilter final : public SlidingFilter {
+ public:
+  /// `config` must be normalized (see normalize()).
+  explicit ExactFilter(const FilterConfig& config);
+
+  FilterType type() const noexcept override { return FilterType::kExact; }
+  const FilterConfig& config() const noexcept override { return config_; }
+  Decision test_and_insert(const Fingerprint& fp, Tick now) override;
+  void advance(Tick now) override;
+  FilterStats stats() const override;
+  std::string serialize() const override;
+
+  /// Payload of an envelope of kind kExact (called by restore_filter).
+  static Result<std::unique_ptr<SlidingFilter>> restore(std::string_view payload,
+                                                        std::uint16_t version);
+
+  /// True if `fp` is alive at `now` without inserting it (for auditing).
+  [[nodiscard]] bool contains(const Fingerprint& fp, Tick now) const;
+
+ private:
+  struct Entry {
+    Tick tick;
+    Fingerprint fp;
+  };
+  void expire(Tick now);
+
+  FilterConfig config_;
+  std::unordered_map<Fingerprint, Tick, FingerprintHash> last_;
+  std::deque<Entry> order_;  // insertion order == tick order
+  Tick clock_ = 0;
+  std::uint64_t insertions_ = 0;
+};
+
+}  // namespace kdedup::filter

@@ -1,0 +1,46 @@
+#pragma once
+// Fingerprint: the salted 128-bit hash of a record's dedup identity.
+//
+// The salt is a secret from config. XXH3-128 is keyed with a secret derived
+// from it (XXH3_generateSecret), so without the salt nobody can craft two
+// identities that collide and suppress someone else's events. Every filter
+// derives its probe positions from the two 64-bit halves.
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace kdedup::filter {
+
+struct Fingerprint {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  friend bool operator==(const Fingerprint&, const Fingerprint&) = default;
+};
+
+struct FingerprintHash {
+  std::size_t operator()(const Fingerprint& f) const noexcept {
+    return f.lo ^ (f.hi * 0x9E3779B97F4A7C15ULL);
+  }
+};
+
+/// Hashes identities with one salt. Immutable after construction, so one
+/// instance may be shared by every thread.
+class Fingerprinter {
+ public:
+  /// An empty salt is allowed (tests, offline runs) but gives no protection.
+  explicit Fingerprinter(std::string_view salt);
+
+  [[nodiscard]] Fingerprint operator()(std::string_view identity) const noexcept;
+
+  /// Stable 64-bit digest of the salt, stored with persisted state so that a
+  /// salt change is detected (the salt itself is never written out).
+  [[nodiscard]] std::uint64_t salt_digest() const noexcept { return salt_digest_; }
+
+ private:
+  static constexpr std::size_t kSecretSize = 192;  // >= XXH3_SECRET_SIZE_MIN
+  alignas(64) std::array<unsigned char, kSecretSize> secret_{};
+  std::uint64_t salt_digest_ = 0;
+};
+
+}  // namespace kdedup::filter

@@ -1,0 +1,112 @@
+#pragma once
+// The interface every sliding-window duplicate filter implements.
+//
+// Time is measured in ticks: window / ticks_per_window. An entry inserted at
+// tick t is alive at tick `now` iff now - t <= ticks_per_window. With ticks
+// of length L = window / W this gives the documented guarantee: an identity
+// delivered at time t is remembered for at least `window` and at most
+// `window + L` (floor(t/L) loses less than one tick on either side).
+//
+// Decisions follow first-test-then-set (seed 000 §4): a fingerprint is
+// inserted only when the filter judges it distinct, so duplicates never
+// extend their own lifetime.
+//
+// Threading: a filter instance is owned by one thread (the worker that owns
+// its Slice). No method is thread-safe; stats() and serialize() must be
+// called from the owning thread too.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kdedup/common/result.h"
+#include "kdedup/filter/fingerprint.h"
+
+namespace kdedup::filter {
+
+using Tick = std::uint64_t;
+
+enum class Decision : std::uint8_t { kDistinct = 0, kDuplicate = 1 };
+
+enum class FilterType : std::uint8_t { kTimer = 1, kAging = 2, kExact = 3 };
+
+/// How the timer filter decides to grow (seed 000 §5).
+enum class Growth : std::uint8_t {
+  kDensity = 0,      ///< seal when the share of live cells passes fpp^(1/k)
+  kCardinality = 1,  ///< seal when inserted count passes the capacity for fpp
+};
+
+/// Everything that shapes a filter's decisions. Two filters built from equal
+/// configs make the same decisions for the same input. Which fields a filter
+/// type uses is documented on the field.
+struct FilterConfig {
+  FilterType type = FilterType::kTimer;
+  std::uint32_t ticks_per_window = 0;  ///< W; 0 = the type's default
+  double fpp = 0.01;                   ///< target false-positive probability
+  std::uint64_t capacity = 100'000;    ///< expected distinct ids per window (initial size)
+  // timer filter
+  std::uint8_t timer_bits = 8;    ///< 4, 8 or 16
+  std::uint8_t equal_timers = 0;  ///< k' of the equal-timers heuristic; 0 = off
+  Growth growth = Growth::kDensity;
+  std::uint64_t min_bytes = 64 * 1024;      ///< smallest new sub-filter
+  std::uint64_t max_bytes = 1024ULL << 20;  ///< largest new sub-filter
+};
+
+/// Counters and sizes a filter reports; cheap to compute.
+struct FilterStats {
+  std::uint64_t bytes = 0;        ///< memory held by filter state
+  std::uint64_t cells = 0;        ///< cells (timer) / bits (aging) / entries (exact)
+  std::uint64_t live_cells = 0;   ///< cells currently non-empty
+  std::uint32_t subfilters = 0;   ///< sub-filters (timer) or slices (aging)
+  std::uint64_t insertions = 0;   ///< distinct decisions since creation
+  double fpp_estimate = 0.0;      ///< estimated false-positive probability now
+  std::uint64_t slice0_bits = 0;  ///< aging: size of the newest slice; 0 otherwise
+};
+
+class SlidingFilter {
+ public:
+  virtual ~SlidingFilter() = default;
+
+  [[nodiscard]] virtual FilterType type() const noexcept = 0;
+  [[nodiscard]] virtual const FilterConfig& config() const noexcept = 0;
+
+  /// Tests `fp` at tick `now`; inserts it when distinct. `now` must not go
+  /// backwards across calls (the partition clock is monotonic).
+  virtual Decision test_and_insert(const Fingerprint& fp, Tick now) = 0;
+
+  /// Same decisions, in order, as calling test_and_insert on each element;
+  /// ticks[i] is the clock for fps[i] and must be non-decreasing.
+  /// `out` must be as long as `fps`. Implementations may prefetch ahead.
+  virtual void test_and_insert_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                                     std::span<Decision> out);
+
+  /// Moves the clock to `now` without a record (idle partitions still expire).
+  virtual void advance(Tick now) = 0;
+
+  [[nodiscard]] virtual FilterStats stats() const = 0;
+
+  /// Full state in a versioned, checksummed envelope (kdedup/common/bytes.h).
+  [[nodiscard]] virtual std::string serialize() const = 0;
+};
+
+/// Fills in defaults (ticks_per_window by type) and checks ranges; the error
+/// names the offending field.
+[[nodiscard]] Result<FilterConfig> normalize(FilterConfig config);
+
+/// Builds an empty filter of config.type.
+[[nodiscard]] Result<std::unique_ptr<SlidingFilter>> make_filter(const FilterConfig& config);
+
+/// Rebuilds a filter from serialize() output. Rejects truncated or corrupted
+/// input and state of another type or config with an error.
+[[nodiscard]] Result<std::unique_ptr<SlidingFilter>> restore_filter(std::string_view blob);
+
+/// Stable 64-bit digest of every config field that shapes decisions; stored
+/// with snapshots to detect a changed filter configuration.
+[[nodiscard]] std::uint64_t config_fingerprint(const FilterConfig& config);
+
+[[nodiscard]] const char* to_string(FilterType type) noexcept;
+[[nodiscard]] Result<FilterType> parse_filter_type(std::string_view name);
+
+}  // namespace kdedup::filter

@@ -1,0 +1,106 @@
+#include "kdedup/filter/exact_filter.h"
+
+#include "kdedup/common/bytes.h"
+#include "kdedup/filter/config_codec.h"
+
+namespace kdedup::filter {
+namespace {
+constexpr std::uint16_t kVersion = 1;
+}
+
+ExactFilter::ExactFilter(const FilterConfig& config) : config_(config) {}
+
+void ExactFilter::expire(Tick now) {
+  const Tick w = config_.ticks_per_window;
+  while (!order_.empty() && now - order_.front().tick > w) {
+    const Entry& e = order_.front();
+    auto it = last_.find(e.fp);
+    // A later re-insertion of the same fingerprint owns the map entry now.
+    if (it != last_.end() && it->second == e.tick) last_.erase(it);
+    order_.pop_front();
+  }
+}
+
+void ExactFilter::advance(Tick now) {
+  if (now > clock_) clock_ = now;
+  expire(clock_);
+}
+
+bool ExactFilter::contains(const Fingerprint& fp, Tick now) const {
+  auto it = last_.find(fp);
+  return it != last_.end() && now - it->second <= config_.ticks_per_window;
+}
+
+Decision ExactFilter::test_and_insert(const Fingerprint& fp, Tick now) {
+  advance(now);
+  auto [it, inserted] = last_.try_emplace(fp, clock_);
+  if (!inserted) {
+    if (clock_ - it->second <= config_.ticks_per_window) return Decision::kDuplicate;
+    it->second = clock_;
+  }
+  order_.push_back(Entry{clock_, fp});
+  ++insertions_;
+  return Decision::kDistinct;
+}
+
+FilterStats ExactFilter::stats() const {
+  FilterStats s;
+  // Node-based map: key + value + next pointer + cached hash, plus buckets.
+  constexpr std::uint64_t kNodeBytes = sizeof(Fingerprint) + sizeof(Tick) + 2 * sizeof(void*);
+  s.bytes = last_.size() * kNodeBytes + last_.bucket_count() * sizeof(void*) +
+            order_.size() * sizeof(Entry);
+  s.cells = last_.size();
+  s.live_cells = last_.size();
+  s.subfilters = 1;
+  s.insertions = insertions_;
+  s.fpp_estimate = 0.0;
+  return s;
+}
+
+std::string ExactFilter::serialize() const {
+  std::string payload;
+  ByteWriter w(payload);
+  write_config(w, config_);
+  w.put<Tick>(clock_);
+  w.put<std::uint64_t>(insertions_);
+  w.put<std::uint64_t>(order_.size());
+  for (const Entry& e : order_) {
+    w.put<Tick>(e.tick);
+    w.put<std::uint64_t>(e.fp.lo);
+    w.put<std::uint64_t>(e.fp.hi);
+  }
+  return seal_envelope(static_cast<std::uint16_t>(FilterType::kExact), kVersion, payload);
+}
+
+Result<std::unique_ptr<SlidingFilter>> ExactFilter::restore(std::string_view payload,
+                                                            std::uint16_t version) {
+  if (version != kVersion) {
+    return fail("exact filter state: unsupported format version " + std::to_string(version));
+  }
+  ByteReader r(payload);
+  auto config = read_config(r);
+  if (!config) return tl::unexpected(config.error());
+  if (config->type != FilterType::kExact) return fail("exact filter state: wrong filter type");
+  auto f = std::make_unique<ExactFilter>(*config);
+  auto clock = r.get<Tick>("clock");
+  auto insertions = r.get<std::uint64_t>("insertions");
+  auto count = r.get<std::uint64_t>("entry count");
+  if (!clock || !insertions || !count) return fail("exact filter state: truncated header");
+  if (*count > r.remaining() / 24) return fail("exact filter state: entry count exceeds input");
+  f->clock_ = *clock;
+  f->insertions_ = *insertions;
+  Tick previous = 0;
+  for (std::uint64_t i = 0; i < *count; ++i) {
+    Entry e{*r.get<Tick>("tick"), {*r.get<std::uint64_t>("fp"), *r.get<std::uint64_t>("fp")}};
+    if (e.tick < previous || e.tick > f->clock_) {
+      return fail("exact filter state: entries out of time order");
+    }
+    previous = e.tick;
+    f->order_.push_back(e);
+    f->last_[e.fp] = e.tick;
+  }
+  if (auto end = r.expect_end("exact filter state"); !end) return tl::unexpected(end.error());
+  return std::unique_ptr<SlidingFilter>(std::move(f));
+}
+
+}  // namespace kdedup::filter

@@ -1,0 +1,144 @@
+// Shared parts of the filter family: config validation and encoding, the
+// default batch loop, and the factory that maps FilterType to a class.
+
+#include "kdedup/filter/sliding_filter.h"
+
+#include <cmath>
+
+#include "kdedup/common/bytes.h"
+#include "kdedup/filter/config_codec.h"
+#include "kdedup/filter/exact_filter.h"
+
+namespace kdedup::filter {
+
+void SlidingFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
+                                          std::span<const Tick> ticks, std::span<Decision> out) {
+  for (std::size_t i = 0; i < fps.size(); ++i) out[i] = test_and_insert(fps[i], ticks[i]);
+}
+
+const char* to_string(FilterType type) noexcept {
+  switch (type) {
+    case FilterType::kTimer:
+      return "timer";
+    case FilterType::kAging:
+      return "aging";
+    case FilterType::kExact:
+      return "exact";
+  }
+  return "unknown";
+}
+
+Result<FilterType> parse_filter_type(std::string_view name) {
+  if (name == "timer") return FilterType::kTimer;
+  if (name == "aging") return FilterType::kAging;
+  if (name == "exact") return FilterType::kExact;
+  return fail("unknown filter type '" + std::string(name) + "' (use timer, aging or exact)");
+}
+
+Result<FilterConfig> normalize(FilterConfig c) {
+  if (!(c.fpp > 0.0 && c.fpp < 0.5)) {
+    return fail("fpp must be in (0, 0.5), got " + std::to_string(c.fpp));
+  }
+  if (c.capacity == 0) return fail("capacity must be at least 1");
+  switch (c.type) {
+    case FilterType::kTimer:
+      if (c.timer_bits != 4 && c.timer_bits != 8 && c.timer_bits != 16) {
+        return fail("timer_bits must be 4, 8 or 16, got " + std::to_string(c.timer_bits));
+      }
+      break;
+    case FilterType::kAging:
+    case FilterType::kExact:
+      break;
+    default:
+      return fail("unknown filter type " + std::to_string(static_cast<int>(c.type)));
+  }
+  if (c.ticks_per_window == 0) {
+    // Timer filters: leave room under the wrapping clock for the scrub
+    // (see timer_filter.h); the others default to the 8-bit timer's precision.
+    if (c.type == FilterType::kTimer) {
+      c.ticks_per_window = c.timer_bits == 4 ? 8 : c.timer_bits == 8 ? 192 : 4096;
+    } else {
+      c.ticks_per_window = 192;
+    }
+  }
+  if (c.min_bytes == 0 || c.max_bytes < c.min_bytes) {
+    return fail("max_bytes must be >= min_bytes > 0");
+  }
+  return c;
+}
+
+void write_config(ByteWriter& w, const FilterConfig& c) {
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(c.type));
+  w.put<std::uint32_t>(c.ticks_per_window);
+  w.put<double>(c.fpp);
+  w.put<std::uint64_t>(c.capacity);
+  w.put<std::uint8_t>(c.timer_bits);
+  w.put<std::uint8_t>(c.equal_timers);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(c.growth));
+  w.put<std::uint64_t>(c.min_bytes);
+  w.put<std::uint64_t>(c.max_bytes);
+}
+
+Result<FilterConfig> read_config(ByteReader& r) {
+  FilterConfig c;
+  auto type = r.get<std::uint8_t>("config.type");
+  auto ticks = r.get<std::uint32_t>("config.ticks_per_window");
+  auto fpp = r.get<double>("config.fpp");
+  auto capacity = r.get<std::uint64_t>("config.capacity");
+  auto bits = r.get<std::uint8_t>("config.timer_bits");
+  auto equal = r.get<std::uint8_t>("config.equal_timers");
+  auto growth = r.get<std::uint8_t>("config.growth");
+  auto min_bytes = r.get<std::uint64_t>("config.min_bytes");
+  auto max_bytes = r.get<std::uint64_t>("config.max_bytes");
+  if (!type || !ticks || !fpp || !capacity || !bits || !equal || !growth || !min_bytes ||
+      !max_bytes) {
+    return fail("filter state: truncated config");
+  }
+  if (*growth > 1) return fail("filter state: bad growth mode");
+  c.type = static_cast<FilterType>(*type);
+  c.ticks_per_window = *ticks;
+  c.fpp = *fpp;
+  c.capacity = *capacity;
+  c.timer_bits = *bits;
+  c.equal_timers = *equal;
+  c.growth = static_cast<Growth>(*growth);
+  c.min_bytes = *min_bytes;
+  c.max_bytes = *max_bytes;
+  if (c.ticks_per_window == 0) return fail("filter state: ticks_per_window is 0");
+  auto normalized = normalize(c);
+  if (!normalized) return fail("filter state: " + normalized.error().message);
+  return normalized;
+}
+
+std::uint64_t config_fingerprint(const FilterConfig& config) {
+  std::string bytes;
+  ByteWriter w(bytes);
+  write_config(w, config);
+  return hash64(bytes, 0x636f6e666967ULL);
+}
+
+Result<std::unique_ptr<SlidingFilter>> make_filter(const FilterConfig& raw) {
+  auto config = normalize(raw);
+  if (!config) return tl::unexpected(config.error());
+  switch (config->type) {
+    case FilterType::kExact:
+      return std::unique_ptr<SlidingFilter>(std::make_unique<ExactFilter>(*config));
+    default:
+      break;
+  }
+  return fail(std::string("filter type '") + to_string(config->type) + "' is not available");
+}
+
+Result<std::unique_ptr<SlidingFilter>> restore_filter(std::string_view blob) {
+  auto env = open_envelope(blob, "filter state");
+  if (!env) return tl::unexpected(env.error());
+  switch (static_cast<FilterType>(env->kind)) {
+    case FilterType::kExact:
+      return ExactFilter::restore(env->payload, env->version);
+    default:
+      break;
+  }
+  return fail("filter state: unknown filter kind " + std::to_string(env->kind));
+}
+
+}  // namespace kdedup::filter
