@@ -1,0 +1,153 @@
+#include "streams.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "kdedup/filter/exact_filter.h"
+
+namespace kdedup::testing {
+namespace {
+
+// SplitMix64's finalizer: a bijection on 64-bit values with good avalanche.
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+double rate_at(const StreamSpec& spec, std::uint64_t i) {
+  const std::uint64_t third = spec.ticks / 3;
+  const bool in_burst = i >= third && i < 2 * third;
+  return in_burst ? spec.base_rate * spec.burst_factor : spec.base_rate;
+}
+
+Fingerprint identity_fingerprint(std::uint64_t id, std::uint64_t seed) {
+  const std::uint64_t lo = mix64(id ^ mix64(seed + 0x9E3779B97F4A7C15ULL));
+  return Fingerprint{lo, mix64(lo + 0x6A09E667F3BCC909ULL)};
+}
+
+EventStream::EventStream(const StreamSpec& spec) : spec_(spec), rng_(spec.seed) {
+  if (spec_.domain == 0) spec_.domain = 1;
+  if (spec_.distribution == Distribution::kZipf) {
+    // Inverse-CDF table: P(rank r) proportional to 1 / r^alpha.
+    zipf_cdf_.resize(spec_.domain);
+    double sum = 0.0;
+    for (std::uint64_t r = 0; r < spec_.domain; ++r) {
+      sum += 1.0 / std::pow(static_cast<double>(r + 1), spec_.zipf_alpha);
+      zipf_cdf_[r] = sum;
+    }
+    for (double& c : zipf_cdf_) c /= sum;
+  }
+}
+
+std::uint64_t EventStream::draw_identity() {
+  if (spec_.distribution == Distribution::kUniform) {
+    return std::uniform_int_distribution<std::uint64_t>(0, spec_.domain - 1)(rng_);
+  }
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  auto it = std::lower_bound(zipf_cdf_.begin(), zipf_cdf_.end(), u);
+  if (it == zipf_cdf_.end()) --it;
+  return static_cast<std::uint64_t>(it - zipf_cdf_.begin());
+}
+
+bool EventStream::next(Event& out) {
+  if (started_) {
+    if (left_in_tick_ == 0) ++tick_index_;
+  } else {
+    started_ = true;
+  }
+  // Skip ticks that receive no event (fractional rates).
+  while (left_in_tick_ == 0) {
+    if (tick_index_ >= spec_.ticks) return false;
+    carry_ += rate_at(spec_, tick_index_);
+    const double whole = std::floor(carry_);
+    left_in_tick_ = static_cast<std::uint64_t>(whole);
+    carry_ -= whole;
+    if (left_in_tick_ == 0) ++tick_index_;
+  }
+  --left_in_tick_;
+  out.tick = spec_.first_tick + tick_index_;
+  out.fp = identity_fingerprint(draw_identity(), spec_.seed);
+  return true;
+}
+
+std::vector<Event> generate_stream(const StreamSpec& spec) {
+  std::vector<Event> events;
+  double expected = 0.0;
+  for (std::uint64_t i = 0; i < spec.ticks; ++i) expected += rate_at(spec, i);
+  events.reserve(static_cast<std::size_t>(expected) + 1);
+  EventStream stream(spec);
+  Event e;
+  while (stream.next(e)) events.push_back(e);
+  return events;
+}
+
+double OracleCounts::fp_rate() const {
+  const std::uint64_t not_delivered = true_negatives + false_positives;
+  return not_delivered == 0
+             ? 0.0
+             : static_cast<double>(false_positives) / static_cast<double>(not_delivered);
+}
+
+OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event> events,
+                                std::size_t batch, const OracleObserver& observer) {
+  filter::FilterConfig oracle_config;
+  oracle_config.type = filter::FilterType::kExact;
+  oracle_config.ticks_per_window = f.config().ticks_per_window;
+  filter::ExactFilter oracle(oracle_config);
+  const Tick window = oracle_config.ticks_per_window;
+  // Re-deliveries after a false negative: ExactFilter keeps the first tick.
+  std::unordered_map<Fingerprint, Tick, filter::FingerprintHash> redelivered;
+
+  OracleCounts counts;
+  if (batch == 0) batch = 1;
+  std::vector<Fingerprint> fps;
+  std::vector<Tick> ticks;
+  std::vector<filter::Decision> decisions;
+  for (std::size_t start = 0; start < events.size(); start += batch) {
+    const std::size_t n = std::min(batch, events.size() - start);
+    decisions.resize(n);
+    if (n == 1 && batch == 1) {
+      decisions[0] = f.test_and_insert(events[start].fp, events[start].tick);
+    } else {
+      fps.resize(n);
+      ticks.resize(n);
+      for (std::size_t j = 0; j < n; ++j) {
+        fps[j] = events[start + j].fp;
+        ticks[j] = events[start + j].tick;
+      }
+      f.test_and_insert_batch(fps, ticks, decisions);
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      const Event& e = events[start + j];
+      bool delivered = oracle.contains(e.fp, e.tick);
+      if (!delivered && !redelivered.empty()) {
+        auto it = redelivered.find(e.fp);
+        delivered = it != redelivered.end() && e.tick - it->second <= window;
+      }
+      const bool duplicate = decisions[j] == filter::Decision::kDuplicate;
+      ++counts.events;
+      if (duplicate) {
+        delivered ? ++counts.true_positives : ++counts.false_positives;
+      } else {
+        if (delivered) {
+          ++counts.false_negatives;
+          redelivered[e.fp] = e.tick;
+        } else {
+          ++counts.true_negatives;
+        }
+        (void)oracle.test_and_insert(e.fp, e.tick);
+      }
+      if (observer) observer(start + j, e, decisions[j], delivered);
+    }
+  }
+  return counts;
+}
+
+}  // namespace kdedup::testing

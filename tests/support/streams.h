@@ -1,0 +1,116 @@
+#pragma once
+// Deterministic event streams for filter tests and benchmarks, and a runner
+// that scores a SlidingFilter against an exact oracle.
+//
+// Streams follow the synthetic workloads of seed 000 §7: identities drawn
+// uniformly or Zipf(alpha = 1.0) from a domain of a given size (a smaller
+// domain means more duplicates), a base arrival rate per tick, and optional
+// bursts of 2x or 5x that rate during the middle third of the stream. The
+// same StreamSpec (seed included) always yields the same events.
+//
+// Not thread-safe; each test builds its own streams.
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "kdedup/filter/fingerprint.h"
+#include "kdedup/filter/sliding_filter.h"
+
+namespace kdedup::testing {
+
+using filter::Fingerprint;
+using filter::Tick;
+
+enum class Distribution : std::uint8_t { kUniform, kZipf };
+
+/// Shape of a synthetic stream (seed 000 §7).
+struct StreamSpec {
+  Distribution distribution = Distribution::kUniform;
+  double zipf_alpha = 1.0;        ///< skew of kZipf draws
+  std::uint64_t domain = 10'000;  ///< number of distinct identities drawn from
+  double base_rate = 100.0;       ///< events per tick outside the burst (fractions accumulate)
+  std::uint64_t ticks = 1'000;    ///< stream length in ticks
+  double burst_factor = 1.0;      ///< rate multiplier in the middle third (1 = steady, 2, 5)
+  Tick first_tick = 0;            ///< tick of the first event
+  std::uint64_t seed = 1;         ///< RNG seed and identity salt
+};
+
+struct Event {
+  Fingerprint fp;
+  Tick tick = 0;
+};
+
+/// Events per tick at stream-relative tick `i` (0-based): base_rate, times
+/// burst_factor for i in [ticks/3, 2*ticks/3).
+[[nodiscard]] double rate_at(const StreamSpec& spec, std::uint64_t i);
+
+/// The fingerprint of identity number `id` of the domain salted by `seed`:
+/// a fixed bijective mix, so identities never collide within a domain.
+[[nodiscard]] Fingerprint identity_fingerprint(std::uint64_t id, std::uint64_t seed);
+
+/// Yields the events of a StreamSpec one at a time without storing them
+/// (benchmarks stream hundreds of millions of events).
+class EventStream {
+ public:
+  explicit EventStream(const StreamSpec& spec);
+
+  /// Writes the next event and returns true, or returns false at the end.
+  bool next(Event& out);
+
+  /// Draws one identity number in [0, domain) from the configured distribution.
+  std::uint64_t draw_identity();
+
+ private:
+  StreamSpec spec_;
+  std::mt19937_64 rng_;
+  std::vector<double> zipf_cdf_;  // cumulative weights of ranks 1..domain (kZipf only)
+  std::uint64_t tick_index_ = 0;  // stream-relative tick being emitted
+  std::uint64_t left_in_tick_ = 0;
+  double carry_ = 0.0;  // fractional events carried to the next tick
+  bool started_ = false;
+};
+
+/// All events of a stream, in order.
+[[nodiscard]] std::vector<Event> generate_stream(const StreamSpec& spec);
+
+/// Outcome of scoring a filter against the oracle. "Delivered" means the
+/// filter under test emitted the identity as distinct within the window.
+struct OracleCounts {
+  std::uint64_t events = 0;
+  std::uint64_t true_positives = 0;   ///< duplicate, and delivered within the window
+  std::uint64_t true_negatives = 0;   ///< distinct, and not delivered within the window
+  std::uint64_t false_positives = 0;  ///< duplicate, but not delivered within the window
+  std::uint64_t false_negatives = 0;  ///< distinct, but delivered within the window
+  /// FP / (events whose truth is "not delivered"); 0 when there were none.
+  [[nodiscard]] double fp_rate() const;
+};
+
+/// Called after each event: index in the stream, the event, the filter's
+/// decision and the oracle's truth (true = delivered within the window).
+using OracleObserver = std::function<void(std::size_t index, const Event& event,
+                                          filter::Decision decision, bool delivered)>;
+
+/// Runs `filter` over `events` next to an exact oracle (seed 000 Definition 4:
+/// an event is a duplicate iff it was *delivered* within the window).
+///
+/// The oracle is an ExactFilter with the filter's ticks_per_window holding
+/// exactly what the filter under test delivered. For each event, in order:
+///   truth    = oracle.contains(fp, tick)          (ExactFilter::contains)
+///   decision = filter.test_and_insert(fp, tick)
+///   if decision is distinct: insert into the oracle too.
+/// FP = decided duplicate while truth says not delivered; FN = decided
+/// distinct while truth says delivered; fp_rate() = FP / (events whose truth
+/// is "not delivered"). An ExactFilter never refreshes a live entry, so after
+/// a false negative (a re-delivery) the runner also remembers the re-delivery
+/// tick itself; truth is "delivered" if either says so.
+///
+/// batch > 1 feeds the filter through test_and_insert_batch in chunks of that
+/// size; truth is still evaluated event by event in order, which is exact
+/// because the oracle only changes on the filter's own decisions.
+OracleCounts run_against_oracle(filter::SlidingFilter& filter, std::span<const Event> events,
+                                std::size_t batch = 1, const OracleObserver& observer = {});
+
+}  // namespace kdedup::testing
