@@ -1,0 +1,564 @@
+// `kdedup filter`: the service's sliding-window filters over newline-delimited
+// records (files or pipes, no Kafka). Wires the identity extractor, the
+// salted fingerprinter and make_filter() together; the decisions are the ones
+// the Kafka pipeline makes for one partition.
+//
+// Time: with `--time json:/ptr` the stream clock is the largest timestamp
+// seen so far (event time, max-so-far), like a partition clock; a record
+// older than the clock is judged at the clock. With `--time arrival` (the
+// default) the clock is the wall clock when the record is read. A clock in
+// milliseconds becomes tick floor(clock * W / window), W = ticks_per_window
+// of the normalized filter config, so the window is exact to one tick.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "command.h"
+#include "kdedup/common/duration.h"
+#include "kdedup/filter/fingerprint.h"
+#include "kdedup/filter/sliding_filter.h"
+#include "kdedup/identity/extractor.h"
+
+namespace kdedup::app {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr std::size_t kBatch = 4096;           // records per test_and_insert_batch
+constexpr std::size_t kReadChunk = 1 << 20;    // bytes per read(2)
+constexpr std::size_t kWriteBuffer = 1 << 20;  // bytes buffered per output
+constexpr std::uint64_t kInvalidReportCap = 20;
+
+void print_error(const std::string& message) {
+  std::fprintf(stderr, "kdedup filter: %s\n", message.c_str());
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+/// Buffered line output to a file descriptor. A disabled sink (no path given
+/// for an optional output) discards nothing because nothing is routed to it.
+/// Remembers the first write error for flush() to report. One thread.
+class LineSink {
+ public:
+  LineSink() = default;
+  LineSink(int fd, bool owned, std::string name) : fd_(fd), owned_(owned), name_(std::move(name)) {
+    buffer_.reserve(kWriteBuffer + 4096);
+  }
+  LineSink(LineSink&& o) noexcept { *this = std::move(o); }
+  LineSink& operator=(LineSink&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    std::swap(owned_, o.owned_);
+    std::swap(name_, o.name_);
+    std::swap(buffer_, o.buffer_);
+    std::swap(error_, o.error_);
+    return *this;
+  }
+  ~LineSink() {
+    if (owned_ && fd_ >= 0) ::close(fd_);
+  }
+
+  bool enabled() const { return fd_ >= 0; }
+
+  void write_line(std::string_view line) {
+    buffer_.append(line);
+    buffer_.push_back('\n');
+    if (buffer_.size() >= kWriteBuffer) drain();
+  }
+
+  [[nodiscard]] Status flush() {
+    drain();
+    if (error_ != 0) return fail("writing " + name_ + ": " + errno_text(error_));
+    return {};
+  }
+
+ private:
+  void drain() {
+    std::size_t done = 0;
+    while (done < buffer_.size() && error_ == 0) {
+      ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        error_ = errno;
+        break;
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    buffer_.clear();
+  }
+
+  int fd_ = -1;
+  bool owned_ = false;
+  std::string name_;
+  std::string buffer_;
+  int error_ = 0;
+};
+
+/// Splits a byte stream into lines, a large read at a time. The views handed
+/// out stay valid until the next call. A final line without '\n' is still a
+/// record. One thread.
+class LineSource {
+ public:
+  LineSource(int fd, bool owned, std::string name)
+      : fd_(fd), owned_(owned), name_(std::move(name)), buffer_(kReadChunk) {}
+  ~LineSource() {
+    if (owned_ && fd_ >= 0) ::close(fd_);
+  }
+  LineSource(const LineSource&) = delete;
+  LineSource& operator=(const LineSource&) = delete;
+
+  /// Replaces `lines` with the next complete lines (without '\n'). Returns
+  /// false at the end of input.
+  [[nodiscard]] Result<bool> next(std::vector<std::string_view>& lines) {
+    lines.clear();
+    // Keep the unfinished tail of the previous read at the front.
+    if (begin_ > 0) {
+      std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    std::size_t scanned = 0;
+    while (true) {
+      if (eof_) {
+        if (end_ == 0) return false;
+        lines.emplace_back(buffer_.data(), end_);  // last line, no newline
+        begin_ = end_;
+        return true;
+      }
+      if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);  // a very long line
+      ssize_t n = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return fail("reading " + name_ + ": " + errno_text(errno));
+      }
+      if (n == 0) {
+        eof_ = true;
+        continue;
+      }
+      end_ += static_cast<std::size_t>(n);
+      const char* base = buffer_.data();
+      const char* last_newline =
+          static_cast<const char*>(memrchr(base + scanned, '\n', end_ - scanned));
+      if (!last_newline) {
+        scanned = end_;
+        continue;
+      }
+      const std::size_t stop = static_cast<std::size_t>(last_newline - base);
+      std::size_t pos = 0;
+      while (pos <= stop) {
+        const char* nl = static_cast<const char*>(std::memchr(base + pos, '\n', stop + 1 - pos));
+        const std::size_t len = static_cast<std::size_t>(nl - (base + pos));
+        lines.emplace_back(base + pos, len);
+        pos += len + 1;
+      }
+      begin_ = stop + 1;
+      return true;
+    }
+  }
+
+ private:
+  int fd_;
+  bool owned_;
+  std::string name_;
+  std::vector<char> buffer_;
+  std::size_t begin_ = 0, end_ = 0;
+  bool eof_ = false;
+};
+
+/// The stream clock: the largest timestamp seen (event time, max-so-far), in
+/// milliseconds, mapped to filter ticks. One thread.
+class StreamClock {
+ public:
+  StreamClock(std::int64_t window_ms, std::uint32_t ticks_per_window)
+      : window_ms_(window_ms), ticks_per_window_(ticks_per_window) {}
+
+  /// Observes a timestamp and returns the tick of the (monotonic) clock.
+  filter::Tick observe(std::int64_t time_ms) {
+    if (time_ms > clock_ms_) clock_ms_ = time_ms;
+    __extension__ using Wide = unsigned __int128;  // clock * W overflows 64 bits for long windows
+    return static_cast<filter::Tick>(static_cast<Wide>(clock_ms_) * ticks_per_window_ /
+                                     static_cast<Wide>(window_ms_));
+  }
+
+ private:
+  std::int64_t window_ms_;
+  std::uint32_t ticks_per_window_;
+  std::int64_t clock_ms_ = 0;
+};
+
+struct Options {
+  std::string input = "-";
+  std::string output = "-";
+  std::string duplicates;
+  std::string invalid;
+  std::string key;
+  std::string time = "arrival";
+  std::string window;
+  double fpp = 0.01;
+  std::string filter = "timer";
+  int timer_bits = 8;
+  int equal_timers = 0;
+  std::uint64_t capacity = 100'000;
+  std::uint32_t ticks_per_window = 0;
+  std::string growth = "density";
+  std::string salt;
+  std::string stats;
+  bool strict = false;
+};
+
+struct Counters {
+  std::uint64_t records_in = 0;
+  std::uint64_t distinct = 0;
+  std::uint64_t duplicates = 0;
+  std::uint64_t invalid = 0;
+  std::uint64_t bytes_peak = 0;
+  std::uint32_t subfilters_peak = 0;
+};
+
+/// Everything one run needs, checked and opened; built by prepare().
+struct Run {
+  std::int64_t window_ms = 0;
+  filter::FilterConfig config;
+  std::unique_ptr<filter::SlidingFilter> filter;
+  std::optional<identity::IdentityExtractor> extractor;
+  bool arrival_time = true;
+  std::unique_ptr<LineSource> source;
+  LineSink out, duplicates, invalid;
+};
+
+// Translates `--key` into an identity spec: `line` is the whole value; JSON
+// pointers pass through. Keys and headers do not exist for lines.
+Result<std::string> identity_spec_for_key(const std::string& key) {
+  if (key == "line") return std::string("value");
+  auto spec = identity::parse_identity_spec(key);
+  if (!spec) return tl::unexpected(spec.error());
+  for (const auto& part : spec->parts) {
+    if (part.kind != identity::PartKind::kJson) {
+      return fail("'" + key + "': lines have only `line` or json:/pointer[,json:/pointer...]");
+    }
+  }
+  return key;
+}
+
+Result<int> open_for_read(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail("cannot open '" + path + "': " + errno_text(errno));
+  return fd;
+}
+
+Result<LineSink> open_sink(const std::string& path, const char* flag, const struct stat* input) {
+  if (path == "-") return LineSink(STDOUT_FILENO, false, "standard output");
+  struct stat st {};
+  if (input && ::stat(path.c_str(), &st) == 0 && st.st_dev == input->st_dev &&
+      st.st_ino == input->st_ino && S_ISREG(st.st_mode)) {
+    return fail(std::string(flag) + ": '" + path + "' is the input file; it would be overwritten");
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(std::string(flag) + ": cannot open '" + path + "': " + errno_text(errno));
+  return LineSink(fd, true, "'" + path + "'");
+}
+
+// Checks every flag value and opens every file. Errors name the flag.
+Result<Run> prepare(const Options& o) {
+  Run run;
+  auto window = parse_duration_ms(o.window);
+  if (!window) return fail("--window: " + window.error().message);
+  run.window_ms = *window;
+
+  auto key_spec = identity_spec_for_key(o.key);
+  if (!key_spec) return fail("--key: " + key_spec.error().message);
+  std::string time_spec;
+  if (o.time != "arrival") {
+    auto parsed = identity::parse_time_spec(o.time);
+    if (!parsed) return fail("--time: " + parsed.error().message + " or arrival");
+    time_spec = o.time;
+    run.arrival_time = false;
+  }
+  auto extractor = identity::IdentityExtractor::create(*key_spec, time_spec);
+  if (!extractor) return fail("--key: " + extractor.error().message);
+  run.extractor.emplace(std::move(*extractor));
+
+  auto type = filter::parse_filter_type(o.filter);
+  if (!type) return fail("--filter: " + type.error().message);
+  if (!(o.fpp > 0.0 && o.fpp < 0.5)) {
+    return fail("--fpp: must be in (0, 0.5), got " + fmt::format("{}", o.fpp));
+  }
+  if (o.growth != "density" && o.growth != "cardinality") {
+    return fail("--growth: '" + o.growth + "' is not density or cardinality");
+  }
+  filter::FilterConfig config;
+  config.type = *type;
+  config.fpp = o.fpp;
+  config.capacity = o.capacity;
+  config.timer_bits = static_cast<std::uint8_t>(o.timer_bits);
+  config.equal_timers = static_cast<std::uint8_t>(o.equal_timers);
+  config.ticks_per_window = o.ticks_per_window;
+  config.growth = o.growth == "density" ? filter::Growth::kDensity : filter::Growth::kCardinality;
+  auto normalized = filter::normalize(config);
+  if (!normalized) return fail("filter options: " + normalized.error().message);
+  run.config = *normalized;
+  auto made = filter::make_filter(run.config);
+  if (!made) return fail("--filter: " + made.error().message);
+  run.filter = std::move(*made);
+
+  struct stat input_stat {};
+  const struct stat* input = nullptr;
+  if (o.input == "-") {
+    run.source = std::make_unique<LineSource>(STDIN_FILENO, false, "standard input");
+  } else {
+    auto fd = open_for_read(o.input);
+    if (!fd) return fail("--input: " + fd.error().message);
+    run.source = std::make_unique<LineSource>(*fd, true, "'" + o.input + "'");
+    if (::fstat(*fd, &input_stat) == 0) input = &input_stat;
+  }
+  auto out = open_sink(o.output, "--output", input);
+  if (!out) return tl::unexpected(out.error());
+  run.out = std::move(*out);
+  if (!o.duplicates.empty()) {
+    auto sink = open_sink(o.duplicates, "--duplicates", input);
+    if (!sink) return tl::unexpected(sink.error());
+    run.duplicates = std::move(*sink);
+  }
+  if (!o.invalid.empty()) {
+    auto sink = open_sink(o.invalid, "--invalid", input);
+    if (!sink) return tl::unexpected(sink.error());
+    run.invalid = std::move(*sink);
+  }
+  return run;
+}
+
+std::int64_t wall_clock_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < (1 << 20)) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  if (bytes < (1ULL << 30)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
+}
+
+Status write_stats(const std::string& path, const Counters& c, double elapsed_s,
+                   const filter::SlidingFilter& f) {
+  const filter::FilterStats s = f.stats();
+  const std::string json = fmt::format(
+      "{{\"records_in\":{},\"distinct\":{},\"duplicates\":{},\"invalid\":{},\"elapsed_s\":{:.6f},"
+      "\"filter\":{{\"type\":\"{}\",\"bytes_peak\":{},\"bytes_final\":{},\"subfilters_peak\":{},"
+      "\"fpp_estimate\":{}}}}}\n",
+      c.records_in, c.distinct, c.duplicates, c.invalid, elapsed_s, filter::to_string(f.type()),
+      std::max(c.bytes_peak, s.bytes), s.bytes, std::max(c.subfilters_peak, s.subfilters),
+      s.fpp_estimate);
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (!file) return fail("--stats: cannot open '" + path + "': " + errno_text(errno));
+  const bool ok = std::fwrite(json.data(), 1, json.size(), file) == json.size();
+  const bool closed = std::fclose(file) == 0;
+  if (!ok || !closed) return fail("--stats: writing '" + path + "' failed");
+  return {};
+}
+
+int run_filter(const Options& o) {
+  auto prepared = prepare(o);
+  if (!prepared) {
+    print_error(prepared.error().message);
+    return kExitUsage;
+  }
+  Run& run = *prepared;
+  const auto started = std::chrono::steady_clock::now();
+  const bool progress = ::isatty(STDERR_FILENO) == 1;
+  auto last_progress = started;
+  bool progress_shown = false;
+
+  filter::Fingerprinter fingerprinter(o.salt);
+  StreamClock clock(run.window_ms, run.config.ticks_per_window);
+  Counters c;
+  std::vector<std::string_view> lines;
+  std::vector<filter::Fingerprint> fps;
+  std::vector<filter::Tick> ticks;
+  std::vector<filter::Decision> decisions;
+  std::vector<bool> valid;
+  fps.reserve(kBatch);
+  ticks.reserve(kBatch);
+  decisions.resize(kBatch);
+  valid.reserve(kBatch);
+  bool strict_failed = false;
+  int exit_code = kExitOk;
+
+  while (!strict_failed) {
+    auto more = run.source->next(lines);
+    if (!more) {
+      print_error(more.error().message);
+      exit_code = kExitFailure;
+      break;
+    }
+    if (!*more) break;
+    for (std::size_t first = 0; first < lines.size() && !strict_failed; first += kBatch) {
+      const std::size_t count = std::min(kBatch, lines.size() - first);
+      const std::int64_t arrival_ms = run.arrival_time ? wall_clock_ms() : 0;
+      fps.clear();
+      ticks.clear();
+      valid.assign(count, false);
+      std::size_t processed = count;
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint64_t line_no = c.records_in + 1;
+        ++c.records_in;
+        const identity::RecordView record{std::nullopt, lines[first + i], {}};
+        auto got = run.extractor->extract(record);
+        if (!got) {
+          ++c.invalid;
+          if (o.strict || c.invalid <= kInvalidReportCap) {
+            print_error(fmt::format("line {}: {}: {}", line_no,
+                                    identity::to_string(got.error().reason), got.error().message));
+          }
+          if (o.strict) {
+            print_error(fmt::format("line {} is invalid and --strict is set; stopping", line_no));
+            processed = i + 1;
+            strict_failed = true;
+            break;
+          }
+          continue;
+        }
+        valid[i] = true;
+        fps.push_back(fingerprinter(got->identity));
+        ticks.push_back(clock.observe(run.arrival_time ? arrival_ms : *got->time_ms));
+      }
+      run.filter->test_and_insert_batch(fps, ticks, std::span(decisions.data(), fps.size()));
+      std::size_t d = 0;
+      for (std::size_t i = 0; i < processed; ++i) {
+        const std::string_view line = lines[first + i];
+        if (!valid[i]) {
+          if (run.invalid.enabled()) run.invalid.write_line(line);
+          continue;
+        }
+        if (decisions[d++] == filter::Decision::kDistinct) {
+          ++c.distinct;
+          run.out.write_line(line);
+        } else {
+          ++c.duplicates;
+          if (run.duplicates.enabled()) run.duplicates.write_line(line);
+        }
+      }
+      const filter::FilterStats s = run.filter->stats();
+      c.bytes_peak = std::max(c.bytes_peak, s.bytes);
+      c.subfilters_peak = std::max(c.subfilters_peak, s.subfilters);
+    }
+    if (progress) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_progress >= std::chrono::seconds(1)) {
+        last_progress = now;
+        progress_shown = true;
+        std::fprintf(stderr, "\r%llu records, %llu distinct, %llu duplicates, %llu invalid ",
+                     static_cast<unsigned long long>(c.records_in),
+                     static_cast<unsigned long long>(c.distinct),
+                     static_cast<unsigned long long>(c.duplicates),
+                     static_cast<unsigned long long>(c.invalid));
+      }
+    }
+  }
+  if (progress_shown) std::fputc('\n', stderr);
+
+  for (LineSink* sink : {&run.out, &run.duplicates, &run.invalid}) {
+    if (!sink->enabled()) continue;
+    if (auto flushed = sink->flush(); !flushed) {
+      print_error(flushed.error().message);
+      exit_code = kExitFailure;
+    }
+  }
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (c.invalid > kInvalidReportCap && !o.strict) {
+    print_error(fmt::format("{} more invalid lines not shown", c.invalid - kInvalidReportCap));
+  }
+  const filter::FilterStats s = run.filter->stats();
+  std::fprintf(
+      stderr,
+      "kdedup filter: %llu records in, %llu distinct, %llu duplicates, %llu invalid in "
+      "%.3f s; %s filter %s (peak %s)\n",
+      static_cast<unsigned long long>(c.records_in), static_cast<unsigned long long>(c.distinct),
+      static_cast<unsigned long long>(c.duplicates), static_cast<unsigned long long>(c.invalid),
+      elapsed_s, filter::to_string(run.filter->type()), human_bytes(s.bytes).c_str(),
+      human_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
+  if (!o.stats.empty()) {
+    if (auto written = write_stats(o.stats, c, elapsed_s, *run.filter); !written) {
+      print_error(written.error().message);
+      exit_code = kExitFailure;
+    }
+  }
+  if (strict_failed) return kExitUsage;
+  return exit_code;
+}
+
+int filter_main(int argc, char** argv) {
+  CLI::App app{
+      "Drop duplicate lines within a sliding time window, with the same filters as the "
+      "Kafka service. Distinct lines go to the output unchanged and in input order.",
+      "kdedup filter"};
+  Options o;
+  app.add_option("--input", o.input, "Input file of newline-delimited records ('-' = stdin)")
+      ->capture_default_str();
+  app.add_option("--output", o.output, "Where distinct lines go ('-' = stdout)")
+      ->capture_default_str();
+  app.add_option("--duplicates", o.duplicates, "Write duplicate lines to this file");
+  app.add_option("--invalid", o.invalid,
+                 "Write lines whose identity or time cannot be read to this file");
+  app.add_option("--key", o.key,
+                 "Identity: 'line' (the whole line) or json:/ptr[,json:/ptr...] (RFC 6901 "
+                 "pointers into a JSON object per line)")
+      ->required();
+  app.add_option("--time", o.time,
+                 "Event time: json:/ptr (integer epoch milliseconds; the clock is the largest "
+                 "time seen) or 'arrival' (wall clock when read)")
+      ->capture_default_str();
+  app.add_option("--window", o.window, "Sliding window, e.g. 500ms, 30s, 10m, 24h")->required();
+  app.add_option("--fpp", o.fpp, "Target false-positive probability")->capture_default_str();
+  app.add_option("--filter", o.filter, "Filter type: timer, exact or aging")->capture_default_str();
+  app.add_option("--timer-bits", o.timer_bits, "Timer filter: bits per cell")
+      ->check(CLI::IsMember({4, 8, 16}))
+      ->capture_default_str();
+  app.add_option("--equal-timers", o.equal_timers,
+                 "Timer filter: duplicate only if K of the k timers are equal (0 = off)")
+      ->check(CLI::Range(0, 255))
+      ->capture_default_str();
+  app.add_option("--capacity", o.capacity, "Expected distinct identities per window")
+      ->check(CLI::Range(std::uint64_t{1}, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
+  app.add_option("--ticks-per-window", o.ticks_per_window,
+                 "Window precision in ticks (default: the filter type's)")
+      ->check(CLI::Range(std::uint32_t{1}, std::numeric_limits<std::uint32_t>::max()));
+  app.add_option("--growth", o.growth, "Timer filter growth: density or cardinality")
+      ->capture_default_str();
+  app.add_option("--salt", o.salt, "Secret salt for identity hashing")->envname("KDEDUP_SALT");
+  app.add_option("--stats", o.stats, "Write run statistics as one JSON object to this file");
+  app.add_flag("--strict", o.strict, "Stop with exit code 2 at the first invalid line");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  return run_filter(o);
+}
+
+const CommandRegistration kRegistration{
+    "filter", "deduplicate newline-delimited records from files or stdin (no Kafka)", filter_main};
+
+}  // namespace
+}  // namespace kdedup::app
