@@ -1,0 +1,318 @@
+// The `kdedup filter` contract, checked by running the binary as a user does.
+
+#include <gtest/gtest.h>
+
+#include <simdjson.h>
+
+#include <string>
+#include <vector>
+
+#include "process.h"
+
+namespace kdedup::testing {
+namespace {
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::vector<std::string> base_args(std::vector<std::string> extra) {
+  std::vector<std::string> args{"filter", "--filter", "exact"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::size_t count_of(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(FilterCli, LineKeyWritesDistinctLinesUnchangedAndInOrder) {
+  const std::string input = "b\na\n  spaced line \nb\n\na\nc\r\nc\r\n\nlast-without-newline";
+  auto r = run_kdedup(base_args({"--key", "line", "--window", "1h"}), input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "b\na\n  spaced line \n\nc\r\nlast-without-newline\n");
+  EXPECT_NE(r.err.find("10 records in, 6 distinct, 4 duplicates, 0 invalid"), std::string::npos)
+      << r.err;
+}
+
+TEST(FilterCli, DuplicatesFileGetsEveryDuplicateInOrder) {
+  TempDir dir;
+  const std::string input = join_lines({"x", "y", "x", "z", "y", "x"});
+  auto r = run_kdedup(
+      base_args({"--key", "line", "--window", "30s", "--duplicates", dir.file("dups.txt")}), input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "x\ny\nz\n");
+  EXPECT_EQ(read_file(dir.file("dups.txt")), "x\ny\nx\n");
+}
+
+TEST(FilterCli, InputAndOutputFiles) {
+  TempDir dir;
+  write_file(dir.file("in.txt"), join_lines({"1", "2", "1", "3"}));
+  auto r = run_kdedup(base_args({"--key", "line", "--window", "10m", "--input", dir.file("in.txt"),
+                                 "--output", dir.file("out.txt")}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(read_file(dir.file("out.txt")), "1\n2\n3\n");
+  // Writing over the input would destroy it: refused, naming the flag.
+  r = run_kdedup(base_args({"--key", "line", "--window", "10m", "--input", dir.file("in.txt"),
+                            "--output", dir.file("in.txt")}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--output"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(dir.file("in.txt")), "1\n2\n1\n3\n");
+}
+
+TEST(FilterCli, JsonKeyRoutesInvalidLinesWithLineNumbers) {
+  TempDir dir;
+  const std::vector<std::string> lines{
+      R"({"id":"a","n":1})",  // 1 distinct
+      R"({"id":"b"})",        // 2 distinct
+      "not json at all",      // 3 not_json
+      R"({"id":"a","n":2})",  // 4 duplicate
+      R"([1,2,3])",           // 5 not_object
+      R"({"other":1})",       // 6 missing_field
+      R"({"id":null})",       // 7 null_field
+      R"({"id":7})",          // 8 distinct
+      "{\"id\":\"\xff\"}",    // 9 not_json (invalid UTF-8)
+  };
+  auto r = run_kdedup(base_args({"--key", "json:/id", "--window", "1h", "--invalid",
+                                 dir.file("invalid.txt"), "--duplicates", dir.file("dups.txt")}),
+                      join_lines(lines));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({lines[0], lines[1], lines[7]}));
+  EXPECT_EQ(read_file(dir.file("dups.txt")), join_lines({lines[3]}));
+  EXPECT_EQ(read_file(dir.file("invalid.txt")),
+            join_lines({lines[2], lines[4], lines[5], lines[6], lines[8]}));
+  EXPECT_NE(r.err.find("line 3: not_json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 5: not_object"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 6: missing_field: field /id is missing"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 7: null_field: field /id is null"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 9: not_json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("9 records in, 3 distinct, 1 duplicates, 5 invalid"), std::string::npos)
+      << r.err;
+}
+
+TEST(FilterCli, InvalidLineReportsAreCappedButAllCounted) {
+  std::string input;
+  for (int i = 0; i < 50; ++i) input += "bad " + std::to_string(i) + "\n";
+  input += "{\"id\":1}\n";
+  auto r = run_kdedup(base_args({"--key", "json:/id", "--window", "1h"}), input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"id\":1}\n");
+  EXPECT_EQ(count_of(r.err, ": not_json:"), 20u) << r.err;
+  EXPECT_NE(r.err.find("line 20: not_json"), std::string::npos);
+  EXPECT_EQ(r.err.find("line 21: not_json"), std::string::npos);
+  EXPECT_NE(r.err.find("30 more invalid lines not shown"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("50 invalid"), std::string::npos) << r.err;
+}
+
+TEST(FilterCli, StrictStopsAtTheFirstInvalidLineWithExitTwo) {
+  const std::string input =
+      join_lines({R"({"id":1})", R"({"id":2})", R"({"id":1})", R"({"nope":3})", R"({"id":4})"});
+  auto r = run_kdedup(base_args({"--key", "json:/id", "--window", "1h", "--strict"}), input);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("line 4: missing_field"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--strict"), std::string::npos) << r.err;
+  // Lines before the invalid one were decided and written; nothing after it.
+  EXPECT_EQ(r.out, join_lines({R"({"id":1})", R"({"id":2})"}));
+  // Without --strict the same input succeeds.
+  r = run_kdedup(base_args({"--key", "json:/id", "--window", "1h"}), input);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({R"({"id":1})", R"({"id":2})", R"({"id":4})"}));
+}
+
+TEST(FilterCli, BadFlagsExitTwoNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  const std::vector<Case> cases{
+      {{"--key", "line", "--window", "10x"}, "--window: '10x' has an unknown unit"},
+      {{"--key", "line", "--window", "0s"}, "--window"},
+      {{"--key", "line", "--window", "ten"}, "--window"},
+      {{"--key", "line"}, "--window"},
+      {{"--window", "1s"}, "--key"},
+      {{"--key", "header:x", "--window", "1s"}, "--key"},
+      {{"--key", "json:id", "--window", "1s"}, "--key"},
+      {{"--key", "json:/a,", "--window", "1s"}, "--key"},
+      {{"--key", "line", "--window", "1s", "--time", "header:ts"}, "--time"},
+      {{"--key", "line", "--window", "1s", "--fpp", "0.7"}, "--fpp"},
+      {{"--key", "line", "--window", "1s", "--fpp", "abc"}, "--fpp"},
+      {{"--key", "line", "--window", "1s", "--filter", "bloom"}, "--filter"},
+      {{"--key", "line", "--window", "1s", "--timer-bits", "3"}, "--timer-bits"},
+      {{"--key", "line", "--window", "1s", "--capacity", "0"}, "--capacity"},
+      {{"--key", "line", "--window", "1s", "--ticks-per-window", "0"}, "--ticks-per-window"},
+      {{"--key", "line", "--window", "1s", "--growth", "fast"}, "--growth"},
+      {{"--key", "line", "--window", "1s", "--input", "/nonexistent/in.txt"}, "--input"},
+      {{"--key", "line", "--window", "1s", "--output", "/nonexistent/dir/out.txt"}, "--output"},
+      {{"--key", "line", "--window", "1s", "--bogus"}, "--bogus"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{"filter", "--filter", "exact"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = run_kdedup(args, "a\n");
+    std::string shown;
+    for (const auto& a : c.args) shown += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << shown << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << shown << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << shown;
+  }
+}
+
+TEST(FilterCli, HelpExitsZeroAndListsTheFlags) {
+  auto r = run_kdedup({"filter", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* flag : {"--key", "--time", "--window", "--fpp", "--filter", "--timer-bits",
+                           "--equal-timers", "--capacity", "--salt", "--stats", "--strict",
+                           "--duplicates", "--invalid", "--ticks-per-window", "--growth"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(FilterCli, StatsFileHasTheDocumentedFields) {
+  TempDir dir;
+  std::string input;
+  for (int i = 0; i < 1000; ++i) input += "{\"id\":" + std::to_string(i % 400) + "}\n";
+  input += "garbage\n";
+  auto r = run_kdedup(
+      base_args({"--key", "json:/id", "--window", "1h", "--stats", dir.file("stats.json")}), input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string text = read_file(dir.file("stats.json"));
+  simdjson::dom::parser parser;
+  auto doc = parser.parse(text);
+  ASSERT_FALSE(doc.error()) << text;
+  simdjson::dom::element root = doc.value();
+  EXPECT_EQ(root["records_in"].get_uint64().value(), 1001u) << text;
+  EXPECT_EQ(root["distinct"].get_uint64().value(), 400u);
+  EXPECT_EQ(root["duplicates"].get_uint64().value(), 600u);
+  EXPECT_EQ(root["invalid"].get_uint64().value(), 1u);
+  EXPECT_GE(root["elapsed_s"].get_double().value(), 0.0);
+  simdjson::dom::element f = root["filter"].value();
+  EXPECT_EQ(std::string_view(f["type"].get_string().value()), "exact");
+  const std::uint64_t peak = f["bytes_peak"].get_uint64().value();
+  const std::uint64_t final_bytes = f["bytes_final"].get_uint64().value();
+  EXPECT_GT(final_bytes, 0u);
+  EXPECT_GE(peak, final_bytes);
+  EXPECT_EQ(f["subfilters_peak"].get_uint64().value(), 1u);
+  EXPECT_EQ(f["fpp_estimate"].get_double().value(), 0.0);
+}
+
+TEST(FilterCli, EventTimeWindowExpiresAndUsesTheMaxSoFarClock) {
+  // window 10s: "a" at 0 is remembered until at least 10s and at most one tick
+  // (10s / ticks_per_window) later.
+  const std::vector<std::string> lines{
+      R"({"id":"a","ts":0})",      // distinct
+      R"({"id":"a","ts":9000})",   // duplicate: inside the window
+      R"({"id":"a","ts":25000})",  // distinct: window expired (clock 25s)
+      R"({"id":"b","ts":1000})",   // distinct, judged at the clock (25s), not at 1s
+      R"({"id":"b","ts":34000})",  // duplicate: b counts from 25s, so still alive
+      R"({"id":"b","ts":36000})",  // distinct: 36s - 25s > 10s + one tick
+      R"({"id":"a","ts":30000})",  // distinct: judged at the clock (36s), 11s after a's
+                                   // delivery at 25s, although its own time is only 5s later
+  };
+  TempDir dir;
+  auto r = run_kdedup(base_args({"--key", "json:/id", "--time", "json:/ts", "--window", "10s",
+                                 "--duplicates", dir.file("dups.txt")}),
+                      join_lines(lines));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({lines[0], lines[2], lines[3], lines[5], lines[6]}));
+  EXPECT_EQ(read_file(dir.file("dups.txt")), join_lines({lines[1], lines[4]}));
+}
+
+TEST(FilterCli, WindowPrecisionIsOneTick) {
+  // ticks_per_window 10 on a 10s window: ticks of 1s. "a" at 0 is alive while
+  // the clock's tick is <= 10 (clock < 11s) and gone from 11s on.
+  const std::string input = join_lines({R"({"id":"a","t":0})", R"({"id":"a","t":10999})",
+                                        R"({"id":"b","t":11000})", R"({"id":"a","t":11000})"});
+  auto r = run_kdedup(base_args({"--key", "json:/id", "--time", "json:/t", "--window", "10s",
+                                 "--ticks-per-window", "10"}),
+                      input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({R"({"id":"a","t":0})", R"({"id":"b","t":11000})",
+                               R"({"id":"a","t":11000})"}));
+}
+
+TEST(FilterCli, BadTimeIsInvalid) {
+  const std::vector<std::string> lines{R"({"id":1,"ts":"yesterday"})", R"({"id":2,"ts":-5})",
+                                       R"({"id":3,"ts":1.5})", R"({"id":4})", R"({"id":5,"ts":7})"};
+  auto r = run_kdedup(base_args({"--key", "json:/id", "--time", "json:/ts", "--window", "1m"}),
+                      join_lines(lines));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({lines[4]}));
+  EXPECT_NE(r.err.find("line 1: bad_time"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 2: bad_time"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 3: bad_time"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("line 4: missing_field: time field /ts is missing"), std::string::npos)
+      << r.err;
+}
+
+TEST(FilterCli, CompositeKeysAreUnambiguous) {
+  const std::vector<std::string> lines{
+      R"({"a":"ab","b":"c","x":1})",  // distinct
+      R"({"a":"a","b":"bc","x":2})",  // distinct: not the same pair
+      R"({"b":"c","a":"ab","x":3})",  // duplicate of line 1 (field order is irrelevant)
+      R"({"a":"ab","b":"d"})",        // distinct
+      R"({"a":"ab"})",                // invalid: /b missing
+  };
+  auto r = run_kdedup(base_args({"--key", "json:/a,json:/b", "--window", "1h"}), join_lines(lines));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({lines[0], lines[1], lines[3]}));
+  EXPECT_NE(r.err.find("line 5: missing_field: field /b is missing"), std::string::npos) << r.err;
+}
+
+TEST(FilterCli, JsonIdentityIgnoresFormattingButLineIdentityDoesNot) {
+  const std::string input = join_lines({R"({"id":{"k":1}})", R"({ "id" : { "k" : 1 } })"});
+  auto json = run_kdedup(base_args({"--key", "json:/id", "--window", "1h"}), input);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(json.out, join_lines({R"({"id":{"k":1}})"}));
+  auto line = run_kdedup(base_args({"--key", "line", "--window", "1h"}), input);
+  ASSERT_EQ(line.exit_code, 0) << line.err;
+  EXPECT_EQ(line.out, input);
+}
+
+TEST(FilterCli, LongLinesAndManyRecords) {
+  // A 3 MiB line spans several reads; 200k short lines span many batches.
+  std::string big = R"({"id":"big","pad":")" + std::string(3 << 20, 'p') + "\"}";
+  std::string input = big + "\n";
+  for (int i = 0; i < 200'000; ++i) input += "{\"id\":" + std::to_string(i % 50'000) + "}\n";
+  input += big + "\n";
+  auto r = run_kdedup(base_args({"--key", "json:/id", "--window", "1h"}), input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("200002 records in, 50001 distinct, 150001 duplicates, 0 invalid"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.substr(0, big.size() + 1), big + "\n");
+  EXPECT_EQ(count_of(r.out, "\n"), 50'001u);
+}
+
+TEST(FilterCli, ArrivalTimeIsTheDefault) {
+  auto r = run_kdedup(base_args({"--key", "line", "--window", "1h"}), "a\na\nb\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "a\nb\n");
+}
+
+TEST(FilterCli, SaltChangesHashesNotDecisions) {
+  std::string input;
+  for (int i = 0; i < 5000; ++i) input += std::to_string(i * 7 % 3001) + "\n";
+  auto a = run_kdedup(base_args({"--key", "line", "--window", "1h", "--salt", "one"}), input);
+  auto b = run_kdedup(base_args({"--key", "line", "--window", "1h", "--salt", "two"}), input);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(count_of(a.out, "\n"), 3001u);
+}
+
+TEST(FilterCli, EmptyInput) {
+  auto r = run_kdedup(base_args({"--key", "line", "--window", "1h"}), "");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("0 records in"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kdedup::testing
