@@ -1,0 +1,85 @@
+#pragma once
+// Pipeline counters and the read-only snapshot other modules (metrics, logs,
+// tests) read them through.
+//
+// Every counter is a relaxed atomic written by the one thread that owns the
+// event (the worker that owns the partition's Slice, or the delivery thread
+// for delivery reports) and read by anyone. Readers see each counter
+// individually up to date, not a consistent cut across counters; that is what
+// Prometheus scrapes expect. The per-record path only does relaxed
+// fetch_add on counters of its own partition: no locks.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kdedup::pipeline {
+
+/// Live counters of one assigned partition. Shared (std::shared_ptr) by its
+/// Slice, the delivery reports in flight and the Pipeline's registry.
+struct PartitionCounters {
+  std::atomic<std::uint64_t> records_in{0};
+  std::atomic<std::uint64_t> distinct{0};         ///< judged distinct (or passed through)
+  std::atomic<std::uint64_t> duplicates{0};       ///< judged duplicate (dropped or routed)
+  std::atomic<std::uint64_t> invalid{0};          ///< identity could not be extracted
+  std::atomic<std::uint64_t> dead_lettered{0};    ///< invalid records sent to the DLQ
+  std::atomic<std::uint64_t> invalid_dropped{0};  ///< invalid records dropped (on_invalid: drop)
+  std::atomic<std::uint64_t> invalid_passed{0};   ///< invalid records emitted (on_invalid: pass)
+  std::atomic<std::uint64_t> produced{0};         ///< outputs acknowledged by the broker
+  std::atomic<std::uint64_t> delivery_errors{0};  ///< outputs the broker refused for good
+  std::atomic<std::uint64_t> clock_capped{0};  ///< timestamps beyond wall clock + max_future_skew
+  std::atomic<std::uint64_t> no_timestamp{0};  ///< timestamps missing, zero or negative
+  std::atomic<std::int64_t> clock_ms{0};       ///< partition clock (event time)
+  std::atomic<std::int64_t> next_offset{-1};   ///< one past the last processed offset
+  std::atomic<std::uint64_t> batches{0};
+  std::atomic<std::uint64_t> batch_nanos{0};  ///< total processing time of this partition's batches
+  // Filter statistics, refreshed by the owning worker after each batch.
+  std::atomic<std::uint64_t> filter_bytes{0};
+  std::atomic<std::uint32_t> filter_subfilters{0};
+  std::atomic<double> filter_fpp_estimate{0.0};
+
+  /// Invalid records by failure reason (stable short names from the identity
+  /// module). Invalid records are the cold path, so a mutex is fine here.
+  void count_invalid_reason(const std::string& reason);
+  [[nodiscard]] std::map<std::string, std::uint64_t> invalid_reasons() const;
+
+ private:
+  mutable std::mutex reasons_mu_;
+  std::map<std::string, std::uint64_t> reasons_;
+};
+
+/// A copy of one partition's counters at the time of the call.
+struct PartitionStats {
+  std::string topic;
+  std::int32_t partition = 0;
+  std::uint32_t worker = 0;
+  std::uint64_t records_in = 0, distinct = 0, duplicates = 0, invalid = 0;
+  std::uint64_t dead_lettered = 0, invalid_dropped = 0, invalid_passed = 0;
+  std::uint64_t produced = 0, delivery_errors = 0;
+  std::uint64_t clock_capped = 0, no_timestamp = 0;
+  std::int64_t clock_ms = 0;
+  std::int64_t next_offset = -1;
+  std::int64_t committed_offset = -1;  ///< last offset committed by this process; -1 = none yet
+  std::uint64_t in_flight = 0;         ///< outputs awaiting delivery reports
+  std::uint64_t batches = 0, batch_nanos = 0;
+  std::map<std::string, std::uint64_t> invalid_reasons;
+  // Filter statistics, refreshed by the owning worker after each batch.
+  std::uint64_t filter_bytes = 0;
+  std::uint32_t filter_subfilters = 0;
+  double filter_fpp_estimate = 0.0;
+};
+
+/// A copy of the whole pipeline's counters.
+struct PipelineStats {
+  std::vector<PartitionStats> partitions;  ///< currently assigned partitions
+  std::uint64_t rebalances = 0;            ///< assignment changes seen by this member
+  std::uint64_t assigned_partitions = 0;
+  std::vector<std::uint64_t> worker_busy_nanos;  ///< per worker thread
+  bool ready = false;                            ///< joined the group and processing
+};
+
+}  // namespace kdedup::pipeline

@@ -1,0 +1,1058 @@
+// The consumer loop, worker threads, producer and delivery reports of
+// `kdedup run`. See pipeline.h for the thread model; the invariants kept here:
+// - a partition's records are processed by exactly one worker, in offset
+//   order, and its Slice is touched only by that worker;
+// - an offset is registered with its OffsetTracker before any of its outputs
+//   is produced, so no delivery report can overtake the registration;
+// - a revoked partition is released only after its queued records were
+//   processed, their outputs delivered and the position committed.
+
+#include "kdedup/pipeline/pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <librdkafka/rdkafkacpp.h>
+
+#include "kafka_errors.h"
+#include "kdedup/filter/fingerprint.h"
+#include "kdedup/identity/extractor.h"
+
+namespace kdedup::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using MessagePtr = std::unique_ptr<RdKafka::Message>;
+
+constexpr const char* kSourceTopicHeader = "kdedup-source-topic";
+constexpr const char* kSourcePartitionHeader = "kdedup-source-partition";
+constexpr const char* kSourceOffsetHeader = "kdedup-source-offset";
+constexpr const char* kErrorHeader = "kdedup-error";
+constexpr const char* kErrorMessageHeader = "kdedup-error-message";
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string join_partitions(const std::vector<PartitionId>& ids) {
+  std::string out;
+  for (const auto& id : ids) {
+    if (!out.empty()) out += ", ";
+    out += id.str();
+  }
+  return out.empty() ? "(none)" : out;
+}
+
+/// Applies librdkafka properties; the error names the property.
+Status apply_properties(RdKafka::Conf& conf, const config::KafkaProperties& props,
+                        const char* section) {
+  for (const auto& [key, value] : props) {
+    std::string err;
+    if (conf.set(key, value, err) != RdKafka::Conf::CONF_OK) {
+      return fail(std::string(section) + " property '" + key + "': " + err);
+    }
+  }
+  return {};
+}
+
+/// What the first fatal problem was; later ones are only logged.
+class FatalError {
+ public:
+  void set(std::string message) {
+    std::lock_guard lock(mu_);
+    if (!message_) {
+      spdlog::error("{}", message);
+      message_ = std::move(message);
+      raised_.store(true, std::memory_order_release);
+    }
+  }
+  [[nodiscard]] bool raised() const noexcept { return raised_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::string message() const {
+    std::lock_guard lock(mu_);
+    return message_.value_or("");
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::optional<std::string> message_;
+  std::atomic<bool> raised_{false};
+};
+
+/// Travels with one produced record as its msg_opaque and comes back in the
+/// delivery report. Holds shared ownership so a report arriving after the
+/// partition was released still has somewhere to go.
+struct DeliveryTag {
+  std::shared_ptr<OffsetTracker> tracker;
+  std::shared_ptr<PartitionCounters> counters;
+  std::int64_t offset;
+  std::string source;       // "topic[partition]@offset" for error messages
+  const char* destination;  // "output", "duplicates" or "dead-letter"
+};
+
+class DeliveryReports final : public RdKafka::DeliveryReportCb {
+ public:
+  explicit DeliveryReports(FatalError& fatal) : fatal_(fatal) {}
+  void dr_cb(RdKafka::Message& message) override {
+    std::unique_ptr<DeliveryTag> tag(static_cast<DeliveryTag*>(message.msg_opaque()));
+    if (!tag) return;
+    if (message.err() == RdKafka::ERR_NO_ERROR) {
+      tag->counters->produced.fetch_add(1, std::memory_order_relaxed);
+      tag->tracker->delivered(tag->offset);
+      return;
+    }
+    // librdkafka has already retried what was retriable (idempotent
+    // producer): this failure is permanent. Never skip, never commit past.
+    tag->counters->delivery_errors.fetch_add(1, std::memory_order_relaxed);
+    std::string reason = "could not deliver the " + std::string(tag->destination) +
+                         " record for input " + tag->source + " to topic '" + message.topic_name() +
+                         "': " + describe_kafka_error(message.err());
+    tag->tracker->failed(tag->offset, reason);
+    fatal_.set(std::move(reason));
+  }
+
+ private:
+  FatalError& fatal_;
+};
+
+/// Client-level events: fatal errors stop the service; the rest are logged.
+class ClientEvents final : public RdKafka::EventCb {
+ public:
+  ClientEvents(FatalError& fatal, const char* client) : fatal_(fatal), client_(client) {}
+  void event_cb(RdKafka::Event& event) override {
+    if (event.type() != RdKafka::Event::EVENT_ERROR) return;
+    if (event.fatal()) {
+      fatal_.set(std::string(client_) + " fatal error: " + describe_kafka_error(event.err()) +
+                 " (" + event.str() + ")");
+      return;
+    }
+    // Transient (broker down, transport): librdkafka retries on its own.
+    auto now = Clock::now();
+    if (now - last_log_ < std::chrono::seconds(5) && event.err() == last_err_) return;
+    last_log_ = now;
+    last_err_ = event.err();
+    spdlog::warn("{}: {} ({})", client_, describe_kafka_error(event.err()), event.str());
+  }
+
+ private:
+  FatalError& fatal_;
+  const char* client_;
+  Clock::time_point last_log_{};
+  RdKafka::ErrorCode last_err_ = RdKafka::ERR_NO_ERROR;
+};
+
+/// A unit of work for a worker, processed strictly in queue order.
+struct Work {
+  enum class Kind : std::uint8_t { kRecords, kAdopt, kBarrier, kRelease, kStop };
+  Kind kind = Kind::kRecords;
+  std::vector<MessagePtr> records;
+  std::unique_ptr<Slice> slice;              // kAdopt
+  std::vector<PartitionId> partitions;       // kRelease
+  std::shared_ptr<std::promise<void>> done;  // kBarrier, kRelease
+};
+
+/// What the worker threads share (read-only after start, or thread-safe).
+struct Shared {
+  const config::Config& config;
+  RdKafka::Producer& producer;
+  FatalError& fatal;
+  filter::Fingerprinter fingerprinter;
+  SliceHooks& hooks;
+};
+
+/// One worker thread and its queue. The queue is the only thing shared with
+/// the consumer thread; the slices are the worker's alone.
+class Worker {
+ public:
+  Worker(std::uint32_t index, Shared& shared, identity::IdentityExtractor extractor)
+      : index_(index), shared_(shared), extractor_(std::move(extractor)) {}
+
+  void start() {
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  /// Consumer thread: enqueue work.
+  void push(Work work) {
+    if (work.kind == Work::Kind::kRecords) {
+      queued_records_.fetch_add(work.records.size(), std::memory_order_relaxed);
+    }
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(work));
+    }
+    cv_.notify_one();
+  }
+
+  /// Consumer thread: returns once everything queued before has been processed.
+  void barrier(Work::Kind kind = Work::Kind::kBarrier, std::vector<PartitionId> partitions = {}) {
+    Work w;
+    w.kind = kind;
+    w.partitions = std::move(partitions);
+    w.done = std::make_shared<std::promise<void>>();
+    auto fut = w.done->get_future();
+    push(std::move(w));
+    fut.wait();
+  }
+
+  [[nodiscard]] std::size_t queued_records() const noexcept {
+    return queued_records_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t busy_nanos() const noexcept {
+    return busy_nanos_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      Work work;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        work = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      switch (work.kind) {
+        case Work::Kind::kRecords: {
+          auto started = Clock::now();
+          if (!failed_) process(work.records);
+          queued_records_.fetch_sub(work.records.size(), std::memory_order_relaxed);
+          busy_nanos_.fetch_add(static_cast<std::uint64_t>((Clock::now() - started).count()),
+                                std::memory_order_relaxed);
+          break;
+        }
+        case Work::Kind::kAdopt: {
+          PartitionId id = work.slice->id();
+          slices_[id] = std::move(work.slice);
+          break;
+        }
+        case Work::Kind::kRelease:
+          for (const auto& id : work.partitions) {
+            auto it = slices_.find(id);
+            if (it == slices_.end()) continue;
+            if (shared_.hooks.on_release) shared_.hooks.on_release(*it->second);
+            slices_.erase(it);
+          }
+          work.done->set_value();
+          break;
+        case Work::Kind::kBarrier:
+          work.done->set_value();
+          break;
+        case Work::Kind::kStop:
+          return;
+      }
+    }
+  }
+
+  /// Processes one batch: records are grouped by partition (keeping each
+  /// partition's order) and each group goes through its Slice.
+  void process(std::vector<MessagePtr>& records) {
+    std::size_t begin = 0;
+    while (begin < records.size()) {
+      // Consecutive records of one partition form a group; the consumer hands
+      // out records per partition in runs, so groups are usually long.
+      const auto& first = *records[begin];
+      std::size_t end = begin + 1;
+      while (end < records.size() && records[end]->partition() == first.partition() &&
+             records[end]->topic_name() == first.topic_name()) {
+        ++end;
+      }
+      PartitionId id{first.topic_name(), first.partition()};
+      auto it = slices_.find(id);
+      if (it == slices_.end()) {
+        // Revoked between fetch and processing: not committed, so the new
+        // owner reads it again.
+        spdlog::debug("worker {}: skipping {} records of unowned partition {}", index_, end - begin,
+                      id.str());
+      } else {
+        process_partition(*it->second, std::span(records).subspan(begin, end - begin));
+        if (failed_) return;
+      }
+      begin = end;
+    }
+  }
+
+  enum class Action : std::uint8_t { kOutput, kDuplicate, kDeadLetter, kDrop };
+
+  void process_partition(Slice& slice, std::span<MessagePtr> records) {
+    auto started = Clock::now();
+    const auto& cfg = shared_.config;
+    auto& counters = *slice.counters();
+    const std::int64_t now_wall = wall_ms();
+    const std::size_t n = records.size();
+
+    actions_.assign(n, Action::kOutput);
+    reasons_.assign(n, {});
+    fps_.clear();
+    ticks_.clear();
+    valid_index_.clear();
+    std::size_t stop_at = n;  // first record not processed (on_invalid: fail)
+
+    for (std::size_t i = 0; i < n; ++i) {
+      RdKafka::Message& m = *records[i];
+      auto ts = m.timestamp();
+      const std::int64_t ts_ms =
+          ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
+      const filter::Tick tick = slice.observe(ts_ms, now_wall);
+
+      // Header values are only viewed; names are copied because librdkafka's
+      // C++ Header returns them by value.
+      header_copies_.clear();
+      header_names_.clear();
+      header_views_.clear();
+      if (const RdKafka::Headers* hs = m.headers(); hs != nullptr && hs->size() > 0) {
+        header_copies_ = hs->get_all();
+        for (const auto& h : header_copies_) header_names_.push_back(h.key());
+        for (std::size_t h = 0; h < header_copies_.size(); ++h) {
+          identity::RecordHeader rh{};
+          rh.name = header_names_[h];
+          if (header_copies_[h].value() != nullptr) {
+            rh.value = std::string_view(static_cast<const char*>(header_copies_[h].value()),
+                                        header_copies_[h].value_size());
+          }
+          header_views_.push_back(rh);
+        }
+      }
+      identity::RecordView view;
+      if (m.key_pointer() != nullptr) {
+        view.key = std::string_view(static_cast<const char*>(m.key_pointer()), m.key_len());
+      }
+      if (m.payload() != nullptr) {
+        view.value = std::string_view(static_cast<const char*>(m.payload()), m.len());
+      }
+      view.headers = header_views_;
+      auto extracted = extractor_.extract(view);
+      if (extracted) {
+        if (cfg.filter_enabled) {
+          fps_.push_back(shared_.fingerprinter(extracted->identity));
+          ticks_.push_back(tick);
+          valid_index_.push_back(i);
+        }
+        continue;
+      }
+      counters.invalid.fetch_add(1, std::memory_order_relaxed);
+      counters.count_invalid_reason(identity::to_string(extracted.error().reason));
+      reasons_[i] = std::move(extracted.error());
+      switch (cfg.on_invalid) {
+        case config::OnInvalid::kDlq:
+          actions_[i] = Action::kDeadLetter;
+          break;
+        case config::OnInvalid::kPass:
+          counters.invalid_passed.fetch_add(1, std::memory_order_relaxed);
+          actions_[i] = Action::kOutput;  // distinct, never inserted in the filter
+          break;
+        case config::OnInvalid::kDrop:
+          counters.invalid_dropped.fetch_add(1, std::memory_order_relaxed);
+          actions_[i] = Action::kDrop;
+          break;
+        case config::OnInvalid::kFail:
+          shared_.fatal.set("on_invalid is 'fail' and the record at " + slice.id().str() + "@" +
+                            std::to_string(m.offset()) + " has no identity: " +
+                            reasons_[i]->message + " (" + identity::to_string(reasons_[i]->reason) +
+                            "); its offset is not committed. Fix the record or choose "
+                            "on_invalid: dlq | pass | drop");
+          failed_ = true;
+          stop_at = i;
+          break;
+      }
+      if (stop_at != n) break;
+    }
+
+    if (cfg.filter_enabled && !fps_.empty()) {
+      // Fingerprints of records after a fail stop were never collected, so
+      // the filter only learns records that are processed.
+      decisions_.resize(fps_.size());
+      slice.decide(fps_, ticks_, decisions_);
+      for (std::size_t v = 0; v < valid_index_.size(); ++v) {
+        if (decisions_[v] == filter::Decision::kDuplicate)
+          actions_[valid_index_[v]] = Action::kDuplicate;
+      }
+    }
+
+    // Register every processed record before producing anything.
+    processed_.clear();
+    const bool route_duplicates = !cfg.duplicates_topic.empty();
+    std::uint64_t distinct = 0, duplicates = 0, dead = 0;
+    for (std::size_t i = 0; i < stop_at; ++i) {
+      std::uint32_t outputs = 0;
+      switch (actions_[i]) {
+        case Action::kOutput:
+          outputs = 1;
+          if (!reasons_[i]) ++distinct;
+          break;
+        case Action::kDuplicate:
+          ++duplicates;
+          outputs = route_duplicates ? 1 : 0;
+          break;
+        case Action::kDeadLetter:
+          ++dead;
+          outputs = 1;
+          break;
+        case Action::kDrop:
+          break;
+      }
+      processed_.push_back({records[i]->offset(), outputs});
+    }
+    counters.records_in.fetch_add(stop_at, std::memory_order_relaxed);
+    counters.distinct.fetch_add(distinct, std::memory_order_relaxed);
+    counters.duplicates.fetch_add(duplicates, std::memory_order_relaxed);
+    counters.dead_lettered.fetch_add(dead, std::memory_order_relaxed);
+    if (!slice.tracker()->add(processed_)) {
+      shared_.fatal.set("internal error: offsets of " + slice.id().str() +
+                        " went backwards; stopping without committing them");
+      failed_ = true;
+      return;
+    }
+    if (stop_at > 0) slice.set_processed(records[stop_at - 1]->offset());
+
+    for (std::size_t i = 0; i < stop_at && !shared_.fatal.raised(); ++i) {
+      switch (actions_[i]) {
+        case Action::kOutput: {
+          const std::int32_t partition = cfg.output.partitioning == config::Partitioning::kInput
+                                             ? records[i]->partition()
+                                             : RdKafka::Topic::PARTITION_UA;
+          produce(slice, *records[i], cfg.output.topic, partition, "output", nullptr);
+          break;
+        }
+        case Action::kDuplicate:
+          if (route_duplicates) {
+            produce(slice, *records[i], cfg.duplicates_topic, RdKafka::Topic::PARTITION_UA,
+                    "duplicates", nullptr);
+          }
+          break;
+        case Action::kDeadLetter:
+          produce(slice, *records[i], cfg.dlq_topic, RdKafka::Topic::PARTITION_UA, "dead-letter",
+                  &*reasons_[i]);
+          break;
+        case Action::kDrop:
+          break;
+      }
+    }
+
+    if (const auto* f = slice.filter()) {
+      auto fs = f->stats();
+      counters.filter_bytes.store(fs.bytes, std::memory_order_relaxed);
+      counters.filter_subfilters.store(fs.subfilters, std::memory_order_relaxed);
+      counters.filter_fpp_estimate.store(fs.fpp_estimate, std::memory_order_relaxed);
+    }
+    counters.batches.fetch_add(1, std::memory_order_relaxed);
+    counters.batch_nanos.fetch_add(static_cast<std::uint64_t>((Clock::now() - started).count()),
+                                   std::memory_order_relaxed);
+  }
+
+  /// Produces a copy of `m` (key, value, headers, timestamp) plus provenance
+  /// headers, and for dead letters the error headers.
+  void produce(Slice& slice, RdKafka::Message& m, const std::string& topic, std::int32_t partition,
+               const char* destination, const identity::ExtractError* error) {
+    RdKafka::Headers* headers = nullptr;
+    if (const RdKafka::Headers* hs = m.headers(); hs != nullptr && hs->size() > 0) {
+      headers = RdKafka::Headers::create(hs->get_all());
+    } else {
+      headers = RdKafka::Headers::create();
+    }
+    std::unique_ptr<RdKafka::Headers> owned_headers(headers);
+    const std::string offset_text = std::to_string(m.offset());
+    headers->add(kSourceTopicHeader, m.topic_name());
+    headers->add(kSourcePartitionHeader, std::to_string(m.partition()));
+    headers->add(kSourceOffsetHeader, offset_text);
+    if (error != nullptr) {
+      headers->add(kErrorHeader, identity::to_string(error->reason));
+      headers->add(kErrorMessageHeader, error->message);
+    }
+    // Timestamps <= 0 cannot be produced as such (0 asks the producer for
+    // "now"); they leave with the time of production.
+    auto ts = m.timestamp();
+    const std::int64_t out_ts =
+        ts.type != RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE && ts.timestamp > 0
+            ? ts.timestamp
+            : 0;
+    auto tag = std::make_unique<DeliveryTag>(
+        DeliveryTag{slice.tracker(), slice.counters(), m.offset(),
+                    slice.id().str() + "@" + offset_text, destination});
+    for (;;) {
+      RdKafka::ErrorCode err = shared_.producer.produce(
+          topic, partition, RdKafka::Producer::RK_MSG_COPY, m.payload(), m.len(), m.key_pointer(),
+          m.key_pointer() ? m.key_len() : 0, out_ts, headers, tag.get());
+      if (err == RdKafka::ERR_NO_ERROR) {
+        owned_headers.release();  // librdkafka owns them now
+        tag.release();            // comes back in the delivery report
+        return;
+      }
+      if (err == RdKafka::ERR__QUEUE_FULL && !shared_.fatal.raised()) {
+        // The delivery thread drains the queue; wait for room.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      std::string reason = "could not produce the " + std::string(destination) +
+                           " record for input " + slice.id().str() + "@" + offset_text +
+                           " to topic '" + topic + "': " + describe_kafka_error(err);
+      slice.counters()->delivery_errors.fetch_add(1, std::memory_order_relaxed);
+      slice.tracker()->failed(m.offset(), reason);
+      shared_.fatal.set(std::move(reason));
+      failed_ = true;
+      return;
+    }
+  }
+
+  std::uint32_t index_;
+  Shared& shared_;
+  identity::IdentityExtractor extractor_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Work> queue_;
+  std::atomic<std::size_t> queued_records_{0};
+  std::atomic<std::uint64_t> busy_nanos_{0};
+  bool failed_ = false;  // stop processing after a fatal record-level error
+
+  // Worker-thread state, only touched by loop().
+  std::map<PartitionId, std::unique_ptr<Slice>> slices_;
+  std::vector<Action> actions_;
+  std::vector<std::optional<identity::ExtractError>> reasons_;
+  std::vector<filter::Fingerprint> fps_;
+  std::vector<filter::Tick> ticks_;
+  std::vector<filter::Decision> decisions_;
+  std::vector<std::size_t> valid_index_;
+  std::vector<OffsetTracker::Processed> processed_;
+  std::vector<RdKafka::Headers::Header> header_copies_;
+  std::vector<std::string> header_names_;
+  std::vector<identity::RecordHeader> header_views_;
+};
+
+}  // namespace
+
+/// The consumer thread's view of one assigned partition.
+struct Assigned {
+  std::uint32_t worker = 0;
+  std::shared_ptr<OffsetTracker> tracker;
+  std::shared_ptr<PartitionCounters> counters;
+  std::int64_t committed = -1;  // last offset this process committed
+};
+
+struct Pipeline::Impl final : public RdKafka::RebalanceCb {
+  config::Config config;
+  SliceHooks hooks;
+  SliceOptions options;
+  FatalError fatal;
+  DeliveryReports reports{fatal};
+  ClientEvents producer_events{fatal, "producer"};
+  ClientEvents consumer_events{fatal, "consumer"};
+  std::unique_ptr<RdKafka::Producer> producer;
+  std::unique_ptr<RdKafka::KafkaConsumer> consumer;
+  std::unique_ptr<Shared> shared;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<std::uint32_t> slices_per_worker;
+
+  // Consumer-thread state. `assigned` is also read by stats() under
+  // registry_mu; the consumer thread writes it only under that lock.
+  mutable std::mutex registry_mu;
+  std::map<PartitionId, Assigned> assigned;
+  std::atomic<std::uint64_t> rebalances{0};
+  std::atomic<bool> ready{false};
+  std::vector<std::vector<MessagePtr>> pending;  // per worker, not yet pushed
+  Clock::time_point first_pending{};
+
+  std::thread delivery_thread;
+  std::atomic<bool> delivery_stop{false};
+
+  bool ran = false;
+  bool closed = false;
+  bool threads_stopped = false;
+
+  explicit Impl(const config::Config& c, SliceHooks h)
+      : config(c), hooks(std::move(h)), options(slice_options(c)) {}
+
+  ~Impl() override {
+    // Leave the group before the workers go away (close() may call back).
+    if (consumer && !closed) consumer->close();
+    stop_threads();
+  }
+
+  Status build_clients();
+  Status check_topics();
+  Status run(const std::atomic<bool>& stop);
+  void rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode err,
+                    std::vector<RdKafka::TopicPartition*>& partitions) override;
+  void assign(std::vector<RdKafka::TopicPartition*>& partitions);
+  void revoke(std::vector<RdKafka::TopicPartition*>& partitions);
+  void dispatch(MessagePtr message);
+  void flush_pending();
+  [[nodiscard]] std::size_t queued_records() const;
+  void wait_delivered(const std::vector<PartitionId>& ids, Clock::time_point deadline);
+  void commit(const std::vector<PartitionId>& ids, bool log_success);
+  [[nodiscard]] std::vector<PartitionId> assigned_ids() const;
+  void stop_threads();
+};
+
+SliceOptions slice_options(const config::Config& config) {
+  SliceOptions o;
+  o.window_ms = config.window_ms();
+  o.max_future_skew_ms = config.max_future_skew.count();
+  o.filter_enabled = config.filter_enabled;
+  o.filter = config.filter;
+  return o;
+}
+
+Status Pipeline::Impl::build_clients() {
+  if (config.delivery == config::Delivery::kTransactional) {
+    return fail("delivery: transactional is not available yet; use delivery: idempotent");
+  }
+  std::string err;
+
+  // Producer: kdedup's defaults, then the user's, then the forced keys.
+  std::unique_ptr<RdKafka::Conf> pconf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  config::KafkaProperties pprops{{"linger.ms", "5"}, {"message.max.bytes", "16777216"}};
+  for (auto& [k, v] : config::producer_properties(config)) pprops[k] = v;
+  pprops["enable.idempotence"] = "true";
+  if (auto s = apply_properties(*pconf, pprops, "producer"); !s) return s;
+  if (pconf->set("dr_cb", &reports, err) != RdKafka::Conf::CONF_OK ||
+      pconf->set("event_cb", &producer_events, err) != RdKafka::Conf::CONF_OK) {
+    return fail("producer: " + err);
+  }
+  producer.reset(RdKafka::Producer::create(pconf.get(), err));
+  if (!producer) return fail("cannot create the Kafka producer: " + err);
+
+  std::unique_ptr<RdKafka::Conf> cconf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  // Without a committed offset, start from the beginning: a dedup service
+  // should not skip records that were already waiting.
+  config::KafkaProperties cprops{{"auto.offset.reset", "earliest"}};
+  for (auto& [k, v] : config::consumer_properties(config)) cprops[k] = v;
+  cprops["group.id"] = config.group_id;
+  cprops["enable.auto.commit"] = "false";
+  cprops["enable.auto.offset.store"] = "false";
+  if (auto s = apply_properties(*cconf, cprops, "consumer"); !s) return s;
+  if (cconf->set("rebalance_cb", static_cast<RdKafka::RebalanceCb*>(this), err) !=
+          RdKafka::Conf::CONF_OK ||
+      cconf->set("event_cb", &consumer_events, err) != RdKafka::Conf::CONF_OK) {
+    return fail("consumer: " + err);
+  }
+  consumer.reset(RdKafka::KafkaConsumer::create(cconf.get(), err));
+  if (!consumer) return fail("cannot create the Kafka consumer: " + err);
+
+  shared = std::make_unique<Shared>(
+      Shared{config, *producer, fatal, filter::Fingerprinter(config.identity.salt), hooks});
+  const std::uint32_t threads = std::max<std::uint32_t>(1, config.threads);
+  for (std::uint32_t i = 0; i < threads; ++i) {
+    auto extractor = identity::IdentityExtractor::create(config.identity.extractor);
+    if (!extractor) return fail("identity.extractor: " + extractor.error().message);
+    workers.push_back(std::make_unique<Worker>(i, *shared, std::move(*extractor)));
+  }
+  slices_per_worker.assign(threads, 0);
+  pending.resize(threads);
+  return {};
+}
+
+Status Pipeline::Impl::check_topics() {
+  std::map<std::string, int> partitions;  // topic -> count
+  auto lookup = [&](const std::string& topic) -> Result<int> {
+    std::string topic_err;
+    std::unique_ptr<RdKafka::Topic> handle(
+        RdKafka::Topic::create(consumer.get(), topic, nullptr, topic_err));
+    if (!handle) return fail("topic '" + topic + "': " + topic_err);
+    RdKafka::Metadata* raw = nullptr;
+    RdKafka::ErrorCode err = consumer->metadata(false, handle.get(), &raw, 10'000);
+    std::unique_ptr<RdKafka::Metadata> md(raw);
+    if (err != RdKafka::ERR_NO_ERROR) {
+      return fail("cannot read metadata of topic '" + topic + "': " + describe_kafka_error(err));
+    }
+    for (const auto* t : *md->topics()) {
+      if (t->topic() != topic) continue;
+      if (t->err() != RdKafka::ERR_NO_ERROR) {
+        return fail("topic '" + topic + "': " + describe_kafka_error(t->err()));
+      }
+      return static_cast<int>(t->partitions()->size());
+    }
+    return fail("topic '" + topic + "' is missing from the cluster metadata");
+  };
+  std::vector<std::string> errors;
+  int max_input = 0;
+  std::string widest;
+  for (const auto& topic : config.input.topics) {
+    auto n = lookup(topic);
+    if (!n) {
+      errors.push_back("input.topics: " + n.error().message);
+      continue;
+    }
+    if (*n > max_input) {
+      max_input = *n;
+      widest = topic;
+    }
+    spdlog::info("input topic '{}': {} partitions", topic, *n);
+  }
+  auto out = lookup(config.output.topic);
+  if (!out) {
+    errors.push_back("output.topic: " + out.error().message);
+  } else if (config.output.partitioning == config::Partitioning::kInput && *out < max_input) {
+    errors.push_back("output.topic: '" + config.output.topic + "' has " + std::to_string(*out) +
+                     " partitions but input topic '" + widest + "' has " +
+                     std::to_string(max_input) +
+                     "; with output.partitioning: input every input partition needs the output "
+                     "partition of the same number. Add partitions to the output topic or set "
+                     "output.partitioning: key");
+  }
+  if (config.on_invalid == config::OnInvalid::kDlq) {
+    if (auto d = lookup(config.dlq_topic); !d) errors.push_back("dlq_topic: " + d.error().message);
+  }
+  if (!config.duplicates_topic.empty()) {
+    if (auto d = lookup(config.duplicates_topic); !d) {
+      errors.push_back("duplicates_topic: " + d.error().message);
+    }
+  }
+  if (errors.empty()) return {};
+  std::string joined;
+  for (const auto& e : errors) joined += (joined.empty() ? "" : "\n") + e;
+  return fail(joined);
+}
+
+void Pipeline::Impl::dispatch(MessagePtr message) {
+  PartitionId id{message->topic_name(), message->partition()};
+  auto it = assigned.find(id);
+  if (it == assigned.end()) return;  // not ours (any more): not committed, re-read by the owner
+  auto& batch = pending[it->second.worker];
+  if (batch.empty() &&
+      std::all_of(pending.begin(), pending.end(), [](const auto& p) { return p.empty(); })) {
+    first_pending = Clock::now();
+  }
+  batch.push_back(std::move(message));
+  if (batch.size() >= config.batch_size) {
+    Work w;
+    w.records = std::move(batch);
+    batch.clear();
+    workers[it->second.worker]->push(std::move(w));
+  }
+}
+
+void Pipeline::Impl::flush_pending() {
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    if (pending[i].empty()) continue;
+    Work w;
+    w.records = std::move(pending[i]);
+    pending[i].clear();
+    workers[i]->push(std::move(w));
+  }
+}
+
+std::size_t Pipeline::Impl::queued_records() const {
+  std::size_t total = 0;
+  for (const auto& w : workers) total += w->queued_records();
+  return total;
+}
+
+std::vector<PartitionId> Pipeline::Impl::assigned_ids() const {
+  std::vector<PartitionId> ids;
+  for (const auto& [id, a] : assigned) ids.push_back(id);
+  return ids;
+}
+
+void Pipeline::Impl::wait_delivered(const std::vector<PartitionId>& ids,
+                                    Clock::time_point deadline) {
+  for (;;) {
+    std::uint64_t in_flight = 0;
+    for (const auto& id : ids) {
+      if (auto it = assigned.find(id); it != assigned.end()) {
+        in_flight += it->second.tracker->in_flight();
+      }
+    }
+    if (in_flight == 0 || fatal.raised()) return;
+    if (Clock::now() >= deadline) {
+      spdlog::warn(
+          "{} outputs still undelivered after shutdown_timeout; their input offsets "
+          "stay uncommitted and will be read again",
+          in_flight);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void Pipeline::Impl::commit(const std::vector<PartitionId>& ids, bool log_success) {
+  std::vector<RdKafka::TopicPartition*> offsets;
+  std::vector<std::pair<Assigned*, std::int64_t>> updates;
+  for (const auto& id : ids) {
+    auto it = assigned.find(id);
+    if (it == assigned.end()) continue;
+    auto pos = it->second.tracker->committable();
+    if (!pos || *pos <= it->second.committed) continue;
+    offsets.push_back(RdKafka::TopicPartition::create(id.topic, id.partition, *pos));
+    updates.emplace_back(&it->second, *pos);
+  }
+  if (offsets.empty()) return;
+  RdKafka::ErrorCode err = consumer->commitSync(offsets);
+  std::string committed;
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    auto* tp = offsets[i];
+    if (err == RdKafka::ERR_NO_ERROR && tp->err() == RdKafka::ERR_NO_ERROR) {
+      {
+        std::lock_guard lock(registry_mu);
+        updates[i].first->committed = updates[i].second;
+      }
+      if (log_success) {
+        committed += (committed.empty() ? "" : ", ") + tp->topic() + "[" +
+                     std::to_string(tp->partition()) + "]@" + std::to_string(tp->offset());
+      }
+    } else {
+      spdlog::warn(
+          "commit of {}[{}] at offset {} failed: {}; records after the last commit "
+          "will be read again",
+          tp->topic(), tp->partition(), updates[i].second,
+          describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err()));
+    }
+  }
+  RdKafka::TopicPartition::destroy(offsets);
+  if (!committed.empty()) spdlog::info("committed {}", committed);
+}
+
+void Pipeline::Impl::rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode err,
+                                  std::vector<RdKafka::TopicPartition*>& partitions) {
+  rebalances.fetch_add(1, std::memory_order_relaxed);
+  if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
+    assign(partitions);
+    return;
+  }
+  if (err == RdKafka::ERR__REVOKE_PARTITIONS) {
+    revoke(partitions);
+    return;
+  }
+  fatal.set("consumer group rebalance failed: " + describe_kafka_error(err));
+  if (c->rebalance_protocol() == "COOPERATIVE") {
+    std::unique_ptr<RdKafka::Error> e(c->incremental_unassign(partitions));
+  } else {
+    c->unassign();
+  }
+}
+
+void Pipeline::Impl::assign(std::vector<RdKafka::TopicPartition*>& partitions) {
+  std::vector<PartitionId> ids;
+  for (auto* tp : partitions) {
+    PartitionId id{tp->topic(), tp->partition()};
+    if (assigned.count(id)) continue;  // already ours (eager protocol re-assign)
+    auto slice = hooks.make_slice ? hooks.make_slice(id, options) : Slice::create(id, options);
+    if (!slice) {
+      fatal.set("cannot set up partition " + id.str() + ": " + slice.error().message);
+      break;
+    }
+    const std::uint32_t w = choose_worker(slices_per_worker);
+    ++slices_per_worker[w];
+    Assigned a{w, (*slice)->tracker(), (*slice)->counters(), -1};
+    {
+      std::lock_guard lock(registry_mu);
+      assigned.emplace(id, a);
+    }
+    Work work;
+    work.kind = Work::Kind::kAdopt;
+    work.slice = std::move(*slice);
+    workers[w]->push(std::move(work));
+    ids.push_back(id);
+  }
+  if (consumer->rebalance_protocol() == "COOPERATIVE") {
+    std::unique_ptr<RdKafka::Error> e(consumer->incremental_assign(partitions));
+    if (e) fatal.set("cannot take the assigned partitions: " + e->str());
+  } else {
+    consumer->assign(partitions);
+  }
+  spdlog::info("assigned {} partition(s): {} (now {} in total)", ids.size(), join_partitions(ids),
+               assigned.size());
+  ready.store(true, std::memory_order_relaxed);
+}
+
+void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
+  const bool lost = consumer->assignment_lost();
+  flush_pending();
+  std::vector<PartitionId> ids;
+  std::map<std::uint32_t, std::vector<PartitionId>> by_worker;
+  for (auto* tp : partitions) {
+    PartitionId id{tp->topic(), tp->partition()};
+    auto it = assigned.find(id);
+    if (it == assigned.end()) continue;
+    ids.push_back(id);
+    by_worker[it->second.worker].push_back(id);
+  }
+  // 1. finish in-flight records of these partitions
+  for (auto& [w, _] : by_worker) workers[w]->barrier();
+  // 2. wait for their outputs, then commit (not when the partitions are
+  //    already lost: another member owns them and our commit would fail)
+  if (!lost) {
+    wait_delivered(ids, Clock::now() + config.shutdown_timeout);
+    commit(ids, true);
+  }
+  // 3. release the slices (snapshot hook), then hand the partitions back
+  for (auto& [w, list] : by_worker) {
+    workers[w]->barrier(Work::Kind::kRelease, list);
+    slices_per_worker[w] -= static_cast<std::uint32_t>(list.size());
+  }
+  {
+    std::lock_guard lock(registry_mu);
+    for (const auto& id : ids) assigned.erase(id);
+  }
+  if (consumer->rebalance_protocol() == "COOPERATIVE") {
+    std::unique_ptr<RdKafka::Error> e(consumer->incremental_unassign(partitions));
+    if (e) spdlog::warn("releasing partitions failed: {}", e->str());
+  } else {
+    consumer->unassign();
+  }
+  spdlog::info("{} {} partition(s): {} (now {} in total)", lost ? "lost" : "revoked", ids.size(),
+               join_partitions(ids), assigned.size());
+}
+
+Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
+  if (ran) return fail("a Pipeline runs only once");
+  ran = true;
+  for (auto& w : workers) w->start();
+  delivery_thread = std::thread([this] {
+    while (!delivery_stop.load(std::memory_order_relaxed)) producer->poll(50);
+  });
+
+  if (RdKafka::ErrorCode err = consumer->subscribe(config.input.topics);
+      err != RdKafka::ERR_NO_ERROR) {
+    stop_threads();
+    return fail("cannot subscribe to the input topics: " + describe_kafka_error(err));
+  }
+  spdlog::info("joined consumer group '{}' as {}", config.group_id, consumer->name());
+
+  // Bound the records between the consumer and the workers so memory stays
+  // flat when the output is slower than the input.
+  const std::size_t max_queued =
+      static_cast<std::size_t>(config.batch_size) * workers.size() * 8 + 1024;
+  auto next_commit = Clock::now() + config.commit_interval;
+  const auto max_linger = std::chrono::milliseconds(5);
+
+  while (!stop.load(std::memory_order_relaxed) && !fatal.raised()) {
+    if (queued_records() > max_queued) {
+      flush_pending();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else {
+      MessagePtr msg(consumer->consume(20));
+      switch (msg->err()) {
+        case RdKafka::ERR_NO_ERROR:
+          dispatch(std::move(msg));
+          break;
+        case RdKafka::ERR__TIMED_OUT:
+        case RdKafka::ERR__PARTITION_EOF:
+          flush_pending();
+          break;
+        default:
+          if (msg->err() == RdKafka::ERR__FATAL) {
+            std::string reason;
+            consumer->fatal_error(reason);
+            fatal.set("consumer fatal error: " + reason);
+          } else {
+            spdlog::warn("consumer: {}{}", describe_kafka_error(msg->err()),
+                         msg->topic_name().empty() ? "" : " (topic " + msg->topic_name() + ")");
+          }
+          break;
+      }
+      if (Clock::now() - first_pending >= max_linger) flush_pending();
+    }
+    if (Clock::now() >= next_commit) {
+      commit(assigned_ids(), false);
+      next_commit = Clock::now() + config.commit_interval;
+    }
+  }
+
+  // Shutdown: stop fetching, finish in-flight records, flush, commit, leave.
+  const bool graceful = !fatal.raised();
+  spdlog::info(graceful ? "shutting down: finishing in-flight records"
+                        : "stopping after a fatal error; committing what was delivered");
+  flush_pending();
+  for (auto& w : workers) w->barrier();
+  const auto deadline =
+      Clock::now() + (graceful ? config.shutdown_timeout : std::chrono::milliseconds(5'000));
+  wait_delivered(assigned_ids(), deadline);
+  commit(assigned_ids(), true);
+  // close() revokes everything through rebalance_cb (which finds nothing
+  // left to do) and leaves the group.
+  closed = true;
+  if (RdKafka::ErrorCode err = consumer->close(); err != RdKafka::ERR_NO_ERROR) {
+    spdlog::warn("leaving the consumer group: {}", describe_kafka_error(err));
+  }
+  const auto remaining = std::max<std::int64_t>(
+      100, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+  producer->flush(static_cast<int>(std::min<std::int64_t>(remaining, INT32_MAX)));
+  stop_threads();
+  if (fatal.raised()) return fail(fatal.message());
+  spdlog::info("stopped cleanly");
+  return {};
+}
+
+void Pipeline::Impl::stop_threads() {
+  if (threads_stopped) return;
+  threads_stopped = true;
+  for (auto& w : workers) {
+    Work stop;
+    stop.kind = Work::Kind::kStop;
+    w->push(std::move(stop));
+  }
+  for (auto& w : workers) w->join();
+  delivery_stop.store(true);
+  if (delivery_thread.joinable()) delivery_thread.join();
+}
+
+Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Pipeline::~Pipeline() = default;
+
+Result<std::unique_ptr<Pipeline>> Pipeline::create(const config::Config& config, SliceHooks hooks) {
+  auto impl = std::make_unique<Impl>(config, std::move(hooks));
+  if (auto s = impl->build_clients(); !s) return tl::unexpected(s.error());
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+Status Pipeline::check_topics() { return impl_->check_topics(); }
+
+Status Pipeline::run(const std::atomic<bool>& stop) { return impl_->run(stop); }
+
+PipelineStats Pipeline::stats() const {
+  PipelineStats s;
+  s.rebalances = impl_->rebalances.load(std::memory_order_relaxed);
+  s.ready = impl_->ready.load(std::memory_order_relaxed);
+  std::lock_guard lock(impl_->registry_mu);
+  s.assigned_partitions = impl_->assigned.size();
+  for (const auto& w : impl_->workers) s.worker_busy_nanos.push_back(w->busy_nanos());
+  for (const auto& [id, a] : impl_->assigned) {
+    const auto& c = *a.counters;
+    PartitionStats p;
+    p.topic = id.topic;
+    p.partition = id.partition;
+    p.worker = a.worker;
+    p.records_in = c.records_in.load(std::memory_order_relaxed);
+    p.distinct = c.distinct.load(std::memory_order_relaxed);
+    p.duplicates = c.duplicates.load(std::memory_order_relaxed);
+    p.invalid = c.invalid.load(std::memory_order_relaxed);
+    p.dead_lettered = c.dead_lettered.load(std::memory_order_relaxed);
+    p.invalid_dropped = c.invalid_dropped.load(std::memory_order_relaxed);
+    p.invalid_passed = c.invalid_passed.load(std::memory_order_relaxed);
+    p.produced = c.produced.load(std::memory_order_relaxed);
+    p.delivery_errors = c.delivery_errors.load(std::memory_order_relaxed);
+    p.clock_capped = c.clock_capped.load(std::memory_order_relaxed);
+    p.no_timestamp = c.no_timestamp.load(std::memory_order_relaxed);
+    p.clock_ms = c.clock_ms.load(std::memory_order_relaxed);
+    p.next_offset = c.next_offset.load(std::memory_order_relaxed);
+    p.committed_offset = a.committed;
+    p.in_flight = a.tracker->in_flight();
+    p.batches = c.batches.load(std::memory_order_relaxed);
+    p.batch_nanos = c.batch_nanos.load(std::memory_order_relaxed);
+    p.invalid_reasons = c.invalid_reasons();
+    p.filter_bytes = c.filter_bytes.load(std::memory_order_relaxed);
+    p.filter_subfilters = c.filter_subfilters.load(std::memory_order_relaxed);
+    p.filter_fpp_estimate = c.filter_fpp_estimate.load(std::memory_order_relaxed);
+    s.partitions.push_back(std::move(p));
+  }
+  return s;
+}
+
+}  // namespace kdedup::pipeline

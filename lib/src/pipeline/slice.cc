@@ -1,0 +1,90 @@
+#include "kdedup/pipeline/slice.h"
+
+#include <algorithm>
+
+namespace kdedup::pipeline {
+
+void PartitionCounters::count_invalid_reason(const std::string& reason) {
+  std::lock_guard lock(reasons_mu_);
+  ++reasons_[reason];
+}
+
+std::map<std::string, std::uint64_t> PartitionCounters::invalid_reasons() const {
+  std::lock_guard lock(reasons_mu_);
+  return reasons_;
+}
+
+PartitionClock::Reading PartitionClock::observe(std::int64_t timestamp_ms,
+                                                std::int64_t wall_ms) noexcept {
+  if (timestamp_ms <= 0) return Reading::kNoTimestamp;
+  Reading reading = Reading::kTimestamp;
+  const std::int64_t cap = wall_ms > INT64_MAX - skew_ms_ ? INT64_MAX : wall_ms + skew_ms_;
+  if (timestamp_ms > cap) {
+    timestamp_ms = cap;
+    reading = Reading::kCapped;
+  }
+  now_ms_ = std::max(now_ms_, timestamp_ms);
+  return reading;
+}
+
+Result<std::unique_ptr<Slice>> Slice::create(PartitionId id, const SliceOptions& options) {
+  std::unique_ptr<filter::SlidingFilter> f;
+  if (options.filter_enabled) {
+    auto made = filter::make_filter(options.filter);
+    if (!made) return fail(id.str() + ": cannot create the filter: " + made.error().message);
+    f = std::move(*made);
+  }
+  return std::make_unique<Slice>(std::move(id), options, std::move(f), 0, -1);
+}
+
+Slice::Slice(PartitionId id, const SliceOptions& options,
+             std::unique_ptr<filter::SlidingFilter> filter, std::int64_t clock_ms,
+             std::int64_t next_offset)
+    : id_(std::move(id)),
+      filter_(std::move(filter)),
+      clock_(options.max_future_skew_ms, clock_ms),
+      tick_ms_(1),
+      next_offset_(next_offset) {
+  const std::uint32_t ticks = filter_ ? filter_->config().ticks_per_window : 0;
+  if (ticks > 0 && options.window_ms >= static_cast<std::int64_t>(ticks)) {
+    tick_ms_ = options.window_ms / ticks;
+  }
+  counters_->clock_ms.store(clock_ms, std::memory_order_relaxed);
+  counters_->next_offset.store(next_offset, std::memory_order_relaxed);
+}
+
+filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept {
+  switch (clock_.observe(timestamp_ms, wall_ms)) {
+    case PartitionClock::Reading::kCapped:
+      counters_->clock_capped.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case PartitionClock::Reading::kNoTimestamp:
+      counters_->no_timestamp.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case PartitionClock::Reading::kTimestamp:
+      break;
+  }
+  counters_->clock_ms.store(clock_.now_ms(), std::memory_order_relaxed);
+  return static_cast<filter::Tick>(clock_.now_ms() / tick_ms_);
+}
+
+void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const filter::Tick> ticks,
+                   std::span<filter::Decision> out) {
+  if (!filter_) {
+    std::fill(out.begin(), out.end(), filter::Decision::kDistinct);
+    return;
+  }
+  filter_->test_and_insert_batch(fps, ticks, out);
+}
+
+void Slice::set_processed(std::int64_t offset) noexcept {
+  next_offset_ = offset + 1;
+  counters_->next_offset.store(next_offset_, std::memory_order_relaxed);
+}
+
+std::uint32_t choose_worker(std::span<const std::uint32_t> slices_per_worker) {
+  auto it = std::min_element(slices_per_worker.begin(), slices_per_worker.end());
+  return static_cast<std::uint32_t>(it - slices_per_worker.begin());
+}
+
+}  // namespace kdedup::pipeline

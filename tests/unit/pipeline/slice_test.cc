@@ -1,0 +1,146 @@
+// Slice clock rules and partition placement.
+
+#include "kdedup/pipeline/slice.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kdedup::pipeline {
+namespace {
+
+using filter::Decision;
+using filter::Fingerprint;
+using filter::Tick;
+
+constexpr std::int64_t kWall = 1'700'000'000'000;  // a fixed "now" for the tests
+
+TEST(PartitionClock, IsTheMaximumTimestampSeen) {
+  PartitionClock c(60'000);
+  EXPECT_EQ(c.observe(kWall - 5000, kWall), PartitionClock::Reading::kTimestamp);
+  EXPECT_EQ(c.now_ms(), kWall - 5000);
+  EXPECT_EQ(c.observe(kWall - 9000, kWall), PartitionClock::Reading::kTimestamp);
+  EXPECT_EQ(c.now_ms(), kWall - 5000);  // late records never move time back
+  c.observe(kWall - 1000, kWall);
+  EXPECT_EQ(c.now_ms(), kWall - 1000);
+}
+
+TEST(PartitionClock, FutureTimestampsAreCappedAtWallClockPlusSkew) {
+  PartitionClock c(60'000);
+  EXPECT_EQ(c.observe(kWall + 60'000, kWall), PartitionClock::Reading::kTimestamp);
+  EXPECT_EQ(c.observe(kWall + 3'600'000, kWall), PartitionClock::Reading::kCapped);
+  EXPECT_EQ(c.now_ms(), kWall + 60'000);
+  EXPECT_EQ(c.observe(INT64_MAX, kWall), PartitionClock::Reading::kCapped);
+  EXPECT_EQ(c.now_ms(), kWall + 60'000);
+}
+
+TEST(PartitionClock, ZeroAndNegativeTimestampsKeepTheClock) {
+  PartitionClock c(60'000);
+  c.observe(kWall, kWall);
+  EXPECT_EQ(c.observe(0, kWall), PartitionClock::Reading::kNoTimestamp);
+  EXPECT_EQ(c.observe(-1, kWall), PartitionClock::Reading::kNoTimestamp);
+  EXPECT_EQ(c.observe(INT64_MIN, kWall), PartitionClock::Reading::kNoTimestamp);
+  EXPECT_EQ(c.now_ms(), kWall);
+}
+
+TEST(PartitionClock, HugeSkewDoesNotOverflow) {
+  PartitionClock c(INT64_MAX);
+  EXPECT_EQ(c.observe(INT64_MAX, kWall), PartitionClock::Reading::kTimestamp);
+  EXPECT_EQ(c.now_ms(), INT64_MAX);
+}
+
+SliceOptions exact_options(std::int64_t window_ms, std::uint32_t ticks) {
+  SliceOptions o;
+  o.window_ms = window_ms;
+  o.max_future_skew_ms = 60'000;
+  o.filter.type = filter::FilterType::kExact;
+  o.filter.ticks_per_window = ticks;
+  return o;
+}
+
+TEST(Slice, TickIsClockOverTickLength) {
+  auto s = Slice::create({"t", 0}, exact_options(10'000, 10));
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ((*s)->tick_ms(), 1000);
+  EXPECT_EQ((*s)->observe(kWall - 2500, kWall), static_cast<Tick>((kWall - 2500) / 1000));
+  // no timestamp: judged at the current clock
+  EXPECT_EQ((*s)->observe(0, kWall), static_cast<Tick>((kWall - 2500) / 1000));
+  (*s)->observe(kWall + 10'000'000, kWall);
+  EXPECT_EQ((*s)->clock().now_ms(), kWall + 60'000);
+  EXPECT_EQ((*s)->counters()->clock_capped.load(), 1u);
+  EXPECT_EQ((*s)->counters()->no_timestamp.load(), 1u);
+  EXPECT_EQ((*s)->counters()->clock_ms.load(), kWall + 60'000);
+}
+
+TEST(Slice, DuplicatesInsideTheWindowExpireAfterIt) {
+  auto made = Slice::create({"t", 0}, exact_options(10'000, 10));
+  ASSERT_TRUE(made);
+  Slice& s = **made;
+  const Fingerprint a{1, 2}, b{3, 4};
+  std::vector<Fingerprint> fps{a, b, a};
+  std::vector<Tick> ticks(3, s.observe(kWall - 20'000, kWall));
+  std::vector<Decision> out(3);
+  s.decide(fps, ticks, out);
+  EXPECT_EQ(
+      out, (std::vector<Decision>{Decision::kDistinct, Decision::kDistinct, Decision::kDuplicate}));
+  // 11 s later (more than window + one tick): a is new again
+  Tick later = s.observe(kWall - 9'000, kWall);
+  std::vector<Fingerprint> again{a};
+  std::vector<Tick> t2{later};
+  std::vector<Decision> out2(1);
+  s.decide(again, t2, out2);
+  EXPECT_EQ(out2[0], Decision::kDistinct);
+}
+
+TEST(Slice, PassthroughJudgesEverythingDistinct) {
+  SliceOptions o = exact_options(10'000, 10);
+  o.filter_enabled = false;
+  auto s = Slice::create({"t", 3}, o);
+  ASSERT_TRUE(s);
+  EXPECT_EQ((*s)->filter(), nullptr);
+  std::vector<Fingerprint> fps{{1, 1}, {1, 1}};
+  std::vector<Tick> ticks{0, 0};
+  std::vector<Decision> out(2, Decision::kDuplicate);
+  (*s)->decide(fps, ticks, out);
+  EXPECT_EQ(out, (std::vector<Decision>{Decision::kDistinct, Decision::kDistinct}));
+}
+
+TEST(Slice, RestoredStateContinues) {
+  SliceOptions o = exact_options(10'000, 10);
+  auto f = filter::make_filter(o.filter);
+  ASSERT_TRUE(f);
+  Slice s({"t", 1}, o, std::move(*f), kWall, 500);
+  EXPECT_EQ(s.clock().now_ms(), kWall);
+  EXPECT_EQ(s.next_offset(), 500);
+  EXPECT_EQ(s.observe(kWall - 100'000, kWall), static_cast<Tick>(kWall / 1000));
+  s.set_processed(500);
+  EXPECT_EQ(s.next_offset(), 501);
+  EXPECT_EQ(s.counters()->next_offset.load(), 501);
+}
+
+TEST(Slice, BadFilterConfigIsAnErrorNamingThePartition) {
+  SliceOptions o = exact_options(10'000, 10);
+  o.filter.fpp = 2.0;
+  auto s = Slice::create({"clicks", 4}, o);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("clicks[4]"), std::string::npos);
+  EXPECT_NE(s.error().message.find("fpp"), std::string::npos);
+}
+
+TEST(ChooseWorker, PicksTheLeastLoadedLowestIndex) {
+  std::vector<std::uint32_t> load{0, 0, 0};
+  std::vector<std::uint32_t> picks;
+  for (int i = 0; i < 7; ++i) {
+    auto w = choose_worker(load);
+    ++load[w];
+    picks.push_back(w);
+  }
+  EXPECT_EQ(picks, (std::vector<std::uint32_t>{0, 1, 2, 0, 1, 2, 0}));
+  load = {3, 1, 1};
+  EXPECT_EQ(choose_worker(load), 1u);
+  load = {5};
+  EXPECT_EQ(choose_worker(load), 0u);
+}
+
+}  // namespace
+}  // namespace kdedup::pipeline
