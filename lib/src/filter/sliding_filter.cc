@@ -8,6 +8,7 @@
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/config_codec.h"
 #include "kdedup/filter/exact_filter.h"
+#include "kdedup/filter/timer_filter.h"
 
 namespace kdedup::filter {
 
@@ -60,6 +61,14 @@ Result<FilterConfig> normalize(FilterConfig c) {
     } else {
       c.ticks_per_window = 192;
     }
+  }
+  if (c.type == FilterType::kTimer &&
+      c.ticks_per_window > max_timer_ticks_per_window(c.timer_bits)) {
+    // The scrub needs clock values between "dead" and "wrapped" (timer_filter.h).
+    return fail("ticks_per_window " + std::to_string(c.ticks_per_window) + " is too large for " +
+                std::to_string(c.timer_bits) + "-bit timers (at most " +
+                std::to_string(max_timer_ticks_per_window(c.timer_bits)) +
+                "); use wider timer_bits or fewer ticks per window");
   }
   if (c.min_bytes == 0 || c.max_bytes < c.min_bytes) {
     return fail("max_bytes must be >= min_bytes > 0");
@@ -121,6 +130,11 @@ Result<std::unique_ptr<SlidingFilter>> make_filter(const FilterConfig& raw) {
   auto config = normalize(raw);
   if (!config) return tl::unexpected(config.error());
   switch (config->type) {
+    case FilterType::kTimer: {
+      auto timer = TimerFilter::create(*config);
+      if (!timer) return tl::unexpected(timer.error());
+      return std::unique_ptr<SlidingFilter>(std::move(*timer));
+    }
     case FilterType::kExact:
       return std::unique_ptr<SlidingFilter>(std::make_unique<ExactFilter>(*config));
     default:
@@ -133,6 +147,8 @@ Result<std::unique_ptr<SlidingFilter>> restore_filter(std::string_view blob) {
   auto env = open_envelope(blob, "filter state");
   if (!env) return tl::unexpected(env.error());
   switch (static_cast<FilterType>(env->kind)) {
+    case FilterType::kTimer:
+      return TimerFilter::restore(env->payload, env->version);
     case FilterType::kExact:
       return ExactFilter::restore(env->payload, env->version);
     default:

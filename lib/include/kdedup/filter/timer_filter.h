@@ -1,0 +1,173 @@
+#pragma once
+// TimerFilter: the default sliding filter of kdedup (seed 000 §4–5).
+//
+// Cells hold small wrapping timers instead of bits. The filter never
+// decrements every cell each tick (seed 000 §4's formulation): a cell stores
+// the insertion tick, wrapped into the nonzero codes 1..M with M = 2^b - 1
+// (0 = empty), and its age is judged when it is read:
+//   code(t) = t mod M + 1,   age = (code(now) - code) mod M,
+//   alive  <=>  code != 0 and age <= W          (W = ticks_per_window)
+// so an identity is remembered at least `window` and at most `window + one
+// tick` (sliding_filter.h).
+//
+// Scrub (why the wrapping clock never resurrects an entry). A cell inserted
+// at t reads its true age only while now - t <= M - 1; it is dead from
+// t + W + 1 on. It must therefore be cleared during the G = M - 1 - W clock
+// values t + W + 1 .. t + M - 1. Each sub-filter sweeps its lines in order
+// on a schedule: by clock c it must have visited
+//   R(c) = floor((c - created) * lines / P) lines,   P = G - 1,
+// and it may run at most one tick ahead (R(c + 1)). Work is done one line per
+// insert (ahead of schedule) and the rest when the clock advances, so two
+// visits of a line are at most P + 1 = G ticks apart and every dead cell is
+// cleared inside its safe interval. A clock jump of d <= W ticks first
+// catches up with ages taken relative to the old clock plus d (exact, since
+// no cell had aliased yet); a jump larger than one sweep sweeps everything
+// once; a jump larger than W clears the whole filter (everything in it is
+// dead). Scrub cost: lines / P sequential line visits per tick.
+//
+// Precision vs timer width: W <= M - 3 (normalize() checks this).
+//   b = 4:  M = 15,    W <= 12    (default 8: a tick is 1/8 of the window)
+//   b = 8:  M = 255,   W <= 252   (default 192)
+//   b = 16: M = 65535, W <= 65532 (default 4096)
+// A larger W means finer expiry (one tick = window / W) but a smaller scrub
+// margin G and so more scrub work per tick; 4-bit timers trade precision
+// (an identity may be remembered up to window * (1 + 1/W)) for half the
+// memory of 8-bit ones.
+//
+// Layout (blocked, Putze-Sanders-Singler 2007). Cells are grouped in 64-byte
+// lines of B = 512 / b cells (128, 64 or 32). Fingerprint.hi picks the line
+// (multiply-high range reduction); Fingerprint.lo gives k probe positions of
+// log2(B) bits each inside the line (a colliding position moves to the next
+// free cell, so the k cells are distinct). One cache miss per sub-filter per
+// operation. The false-positive probability of a blocked filter at lambda
+// live elements per line is the Poisson mixture
+//   fpp(lambda) = sum_x Pois(x; lambda) * q_k(x)
+// with q_k(x) the exact probability that k distinct probes all hit cells set
+// by x elements in the same line (see sizing.h). k and cells per element are
+// chosen by solving fpp(lambda) = target numerically for each k and keeping
+// the k with the largest lambda (fewest cells per element). At fpp 1% this
+// gives about 11.8 cells (95 bits) per element with 8-bit timers and 10.7
+// cells (43 bits) with 4-bit timers.
+//
+// Equal-timers heuristic (seed 000 §4, config.equal_timers = k'): a
+// duplicate needs all k timers alive and at least k' of them equal (set at
+// the same tick, most likely by the same element). Cuts false positives in a
+// crowded filter; may add false negatives when two elements share a line.
+//
+// Dynamic size (seed 000 §5). The filter starts with one sub-filter sized for
+// `capacity`. Inserts go to the newest (active) sub-filter; lookups check all.
+// Each sub-filter's false-positive probability f_i is estimated from the
+// model at its load lambda_i = (elements inserted in the last W + 1 ticks) /
+// lines; that count is exact (a ring of per-tick insertion counts), so the
+// estimate falls as the window slides. Budget rule: with S = sum of f_i over
+// sealed sub-filters, the active one may hold at most
+//   f_active <= 0.9 * (fpp - S)
+// (Growth::kDensity: by its live load; Growth::kCardinality: by its insert
+// count since creation, which never decreases, seed 000 §5). When the next
+// insertion would cross that, the active is sealed and a new one is added,
+// sized for 1.25 x recent insertion rate x (W + 1) elements at the budget left
+// at that moment, bounded by [min_bytes, max_bytes]. S only falls between
+// seals, so the union bound sum f_i <= fpp holds at all times. Sealed
+// sub-filters are freed once their newest insertion is older than the window.
+// A lone active sub-filter that has seen a whole window and is more than 1.5x
+// the size the current rate needs is replaced by a right-sized one (shrink
+// after a burst). At most 32 sub-filters exist; at that cap the active keeps
+// absorbing inserts and stats().fpp_estimate reports the excess.
+//
+// Serialized form: envelope kind FilterType::kTimer, version 1, checksummed;
+// every field is validated on restore.
+//
+// Threading: owned by one thread (the worker owning its Slice); no method is
+// thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kdedup/filter/sizing.h"
+#include "kdedup/filter/sliding_filter.h"
+
+namespace kdedup::filter {
+
+/// Largest ticks_per_window that leaves the scrub a margin with b-bit timers.
+constexpr std::uint32_t max_timer_ticks_per_window(std::uint8_t timer_bits) {
+  return static_cast<std::uint32_t>((1ULL << timer_bits) - 1) - 3;
+}
+
+class TimerFilter final : public SlidingFilter {
+ public:
+  /// Share of the remaining fpp budget the active sub-filter may use.
+  static constexpr double kBudgetShare = 0.9;
+  /// New sub-filters hold this many times the recent window's insertions.
+  static constexpr double kGrowthHeadroom = 1.25;
+  /// A lone sub-filter this many times too big for the current rate shrinks.
+  static constexpr double kShrinkFactor = 1.5;
+  static constexpr std::size_t kMaxSubfilters = 32;
+  /// Elements ahead that the batch path prefetches.
+  static constexpr std::size_t kPrefetchDistance = 8;
+
+  /// Builds an empty filter. `config` must be normalized (normalize()).
+  [[nodiscard]] static Result<std::unique_ptr<TimerFilter>> create(const FilterConfig& config);
+
+  /// Payload of an envelope of kind kTimer (called by restore_filter).
+  [[nodiscard]] static Result<std::unique_ptr<SlidingFilter>> restore(std::string_view payload,
+                                                                      std::uint16_t version);
+
+  ~TimerFilter() override;
+  TimerFilter(const TimerFilter&) = delete;
+  TimerFilter& operator=(const TimerFilter&) = delete;
+
+  FilterType type() const noexcept override { return FilterType::kTimer; }
+  const FilterConfig& config() const noexcept override { return config_; }
+  Decision test_and_insert(const Fingerprint& fp, Tick now) override;
+  void test_and_insert_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                             std::span<Decision> out) override;
+  void advance(Tick now) override;
+  FilterStats stats() const override;
+  std::string serialize() const override;
+
+  /// Probes per element (derived from fpp and timer_bits).
+  [[nodiscard]] std::uint32_t k() const noexcept { return k_; }
+  /// Cells per 64-byte line: 512 / timer_bits.
+  [[nodiscard]] std::uint32_t cells_per_line() const noexcept { return cells_per_line_; }
+  /// Bytes of the sub-filter a fresh filter starts with (from capacity).
+  [[nodiscard]] std::uint64_t initial_bytes() const noexcept;
+  /// Bytes of each live sub-filter, oldest first (the last one is active).
+  [[nodiscard]] std::vector<std::uint64_t> subfilter_bytes() const;
+  /// Sum over sub-filters of the estimated fpp (the quantity kept <= fpp).
+  [[nodiscard]] double fpp_budget_used() const;
+
+ private:
+  struct SubFilter;
+
+  explicit TimerFilter(const FilterConfig& config);
+  void move_clock(Tick now);
+  void clear_all(Tick now);
+  void catch_up(SubFilter& s, Tick old_clock, Tick now);
+  void scrub_lines(SubFilter& s, std::uint64_t count, Tick ref, std::uint64_t extra_age);
+  void refresh_threshold();
+  void maybe_shrink();
+  void seal_and_grow();
+  [[nodiscard]] std::uint64_t lines_for(double elements, double budget) const;
+  [[nodiscard]] double subfilter_fpp(const SubFilter& s) const;
+  [[nodiscard]] std::uint64_t alive_total() const;
+  template <unsigned Bits>
+  Decision decide(const Fingerprint& fp);
+
+  FilterConfig config_;
+  std::uint32_t cells_per_line_ = 0;
+  std::uint32_t k_ = 0;
+  std::uint32_t modulus_ = 0;  // M = 2^b - 1 nonzero codes
+  std::uint32_t period_ = 0;   // P: ticks per full scrub sweep
+  double lambda_full_ = 0;     // load per line at kBudgetShare * fpp
+  std::shared_ptr<const sizing::BlockedModel> model_;
+  std::vector<std::unique_ptr<SubFilter>> subs_;  // oldest first; back() is active
+  std::uint64_t active_limit_ = 0;                // elements the active may hold now
+  Tick clock_ = 0;
+  Tick first_tick_ = 0;  // tick of the first insertion (rate estimate)
+  std::uint64_t insertions_ = 0;
+};
+
+}  // namespace kdedup::filter

@@ -1,0 +1,609 @@
+// Timer filter: wrapping insertion-tick timers in cache-line blocks, scrubbed
+// in the background, grown and shrunk by sub-filters (seed 000 §4–5). The
+// reasoning behind every constant is in timer_filter.h.
+
+#include "kdedup/filter/timer_filter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "kdedup/common/bytes.h"
+#include "kdedup/filter/config_codec.h"
+
+namespace kdedup::filter {
+namespace {
+
+constexpr std::uint16_t kVersion = 1;
+constexpr std::uint64_t kLineBytes = 64;
+
+__extension__ typedef unsigned __int128 u128;
+
+std::uint64_t mulhi(std::uint64_t a, std::uint64_t b) {
+  return static_cast<std::uint64_t>((static_cast<u128>(a) * b) >> 64);
+}
+
+constexpr unsigned log2_of(std::uint32_t v) {
+  unsigned r = 0;
+  while ((1U << r) < v) ++r;
+  return r;
+}
+
+// Cell access inside one 64-byte line for b-bit timers.
+template <unsigned Bits>
+struct Cells;
+
+template <>
+struct Cells<4> {
+  static constexpr std::uint32_t kPerLine = 128;
+  static std::uint32_t get(const std::uint8_t* line, std::uint32_t j) {
+    return (line[j >> 1] >> ((j & 1) * 4)) & 0xF;
+  }
+  static void set(std::uint8_t* line, std::uint32_t j, std::uint32_t v) {
+    const unsigned shift = (j & 1) * 4;
+    line[j >> 1] = static_cast<std::uint8_t>((line[j >> 1] & ~(0xF << shift)) | (v << shift));
+  }
+};
+
+template <>
+struct Cells<8> {
+  static constexpr std::uint32_t kPerLine = 64;
+  static std::uint32_t get(const std::uint8_t* line, std::uint32_t j) { return line[j]; }
+  static void set(std::uint8_t* line, std::uint32_t j, std::uint32_t v) {
+    line[j] = static_cast<std::uint8_t>(v);
+  }
+};
+
+template <>
+struct Cells<16> {
+  static constexpr std::uint32_t kPerLine = 32;
+  static std::uint32_t get(const std::uint8_t* line, std::uint32_t j) {
+    return reinterpret_cast<const std::uint16_t*>(line)[j];
+  }
+  static void set(std::uint8_t* line, std::uint32_t j, std::uint32_t v) {
+    reinterpret_cast<std::uint16_t*>(line)[j] = static_cast<std::uint16_t>(v);
+  }
+};
+
+// k distinct positions in a line of `cells` cells from the low fingerprint
+// half: log2(cells) bits each, a taken position moves to the next free cell.
+template <std::uint32_t kCells>
+void probe_positions(std::uint64_t h, std::uint32_t k, std::uint32_t* out) {
+  constexpr unsigned kBits = log2_of(kCells);
+  std::uint64_t used[2] = {0, 0};
+  for (std::uint32_t i = 0; i < k; ++i) {
+    std::uint32_t p = static_cast<std::uint32_t>(h & (kCells - 1));
+    h >>= kBits;
+    while ((used[p >> 6] >> (p & 63)) & 1) p = (p + 1) & (kCells - 1);
+    used[p >> 6] |= 1ULL << (p & 63);
+    out[i] = p;
+  }
+}
+
+}  // namespace
+
+// Insertions per tick over the last W + 1 ticks, in buckets of `width` ticks
+// (width > 1 only for very long windows; the partly expired oldest bucket is
+// still counted, which only overestimates the load).
+struct WindowCount {
+  std::uint64_t width = 1;
+  std::vector<std::uint32_t> ring;
+  std::uint64_t first = 0;  // absolute bucket index of ring's oldest bucket
+  std::uint64_t sum = 0;
+
+  void init(std::uint32_t window) {
+    width = std::max<std::uint64_t>(1, (std::uint64_t{window} + 1 + 1023) / 1024);
+    ring.assign(window / width + 2, 0);
+    first = 0;
+    sum = 0;
+  }
+  void advance(Tick now, std::uint32_t window) {
+    const std::uint64_t next = now >= window ? (now - window) / width : 0;
+    if (next <= first) return;
+    if (next - first >= ring.size()) {
+      std::fill(ring.begin(), ring.end(), 0);
+      sum = 0;
+    } else {
+      for (std::uint64_t b = first; b < next; ++b) {
+        sum -= ring[b % ring.size()];
+        ring[b % ring.size()] = 0;
+      }
+    }
+    first = next;
+  }
+  void add(Tick now) {
+    ++ring[(now / width) % ring.size()];
+    ++sum;
+  }
+};
+
+struct TimerFilter::SubFilter {
+  struct Free {
+    void operator()(std::uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::uint8_t[], Free> data;
+  std::uint64_t lines = 0;
+  Tick created = 0;            // start of the scrub schedule
+  std::uint64_t swept = 0;     // lines visited since `created`
+  Tick last_insert = 0;        // newest insertion (== created before any)
+  std::uint64_t inserts = 0;   // since creation (Growth::kCardinality)
+  std::uint64_t nonempty = 0;  // cells != 0
+  WindowCount alive;           // insertions in the window
+
+  std::uint8_t* line(std::uint64_t i) const { return data.get() + i * kLineBytes; }
+  std::uint64_t bytes() const { return lines * kLineBytes; }
+
+  static std::unique_ptr<SubFilter> make(std::uint64_t lines, Tick now, std::uint32_t window) {
+    auto s = std::make_unique<SubFilter>();
+    s->data.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kLineBytes, lines * kLineBytes)));
+    if (!s->data) return nullptr;
+    std::memset(s->data.get(), 0, lines * kLineBytes);
+    s->lines = lines;
+    s->created = now;
+    s->last_insert = now;
+    s->alive.init(window);
+    s->alive.advance(now, window);
+    return s;
+  }
+
+  // Lines the schedule requires by clock c: floor((c - created) * lines / P).
+  std::uint64_t required(Tick c, std::uint32_t period) const {
+    if (c <= created) return 0;
+    const u128 r = static_cast<u128>(c - created) * lines / period;
+    return r > ~std::uint64_t{0} ? ~std::uint64_t{0} : static_cast<std::uint64_t>(r);
+  }
+};
+
+TimerFilter::TimerFilter(const FilterConfig& config) : config_(config) {}
+TimerFilter::~TimerFilter() = default;
+
+Result<std::unique_ptr<TimerFilter>> TimerFilter::create(const FilterConfig& config) {
+  if (config.type != FilterType::kTimer) return fail("timer filter: config type is not timer");
+  if (config.ticks_per_window == 0 ||
+      config.ticks_per_window > max_timer_ticks_per_window(config.timer_bits)) {
+    return fail("timer filter: ticks_per_window " + std::to_string(config.ticks_per_window) +
+                " out of range for " + std::to_string(config.timer_bits) + "-bit timers");
+  }
+  std::unique_ptr<TimerFilter> f(new TimerFilter(config));
+  f->cells_per_line_ = 512 / config.timer_bits;
+  f->modulus_ = static_cast<std::uint32_t>((1U << config.timer_bits) - 1);
+  f->period_ = f->modulus_ - 2 - config.ticks_per_window;  // P = G - 1 >= 1
+  const std::uint32_t max_k = 64 / log2_of(f->cells_per_line_);
+  const auto layout = sizing::choose_layout(f->cells_per_line_, kBudgetShare * config.fpp, max_k);
+  if (layout.k == 0 || !(layout.elements_per_block > 0)) {
+    return fail("timer filter: no layout reaches fpp " + std::to_string(config.fpp));
+  }
+  f->k_ = layout.k;
+  f->lambda_full_ = layout.elements_per_block;
+  f->model_ = sizing::BlockedModel::get(f->cells_per_line_, f->k_);
+  if (config.equal_timers > f->k_) {
+    return fail("equal_timers (" + std::to_string(config.equal_timers) +
+                ") must not exceed the number of probes k = " + std::to_string(f->k_) +
+                " chosen for fpp " + std::to_string(config.fpp));
+  }
+  const std::uint64_t lines = f->initial_bytes() / kLineBytes;
+  auto sub = SubFilter::make(lines, 0, config.ticks_per_window);
+  if (!sub) return fail("timer filter: cannot allocate " + std::to_string(lines * 64) + " bytes");
+  f->subs_.push_back(std::move(sub));
+  f->refresh_threshold();
+  return f;
+}
+
+std::uint64_t TimerFilter::initial_bytes() const noexcept {
+  const double lines = std::ceil(static_cast<double>(config_.capacity) / lambda_full_);
+  const double max_lines = static_cast<double>(std::max<std::uint64_t>(1, config_.max_bytes / 64));
+  return static_cast<std::uint64_t>(std::clamp(lines, 1.0, max_lines)) * kLineBytes;
+}
+
+std::uint64_t TimerFilter::lines_for(double elements, double budget) const {
+  const double lambda = model_->lambda_for(budget);
+  const double min_lines = std::max(1.0, static_cast<double>(config_.min_bytes / kLineBytes));
+  const double max_lines = std::max(min_lines, static_cast<double>(config_.max_bytes / kLineBytes));
+  const double lines = lambda > 0 ? std::ceil(elements / lambda) : max_lines;
+  return static_cast<std::uint64_t>(std::clamp(lines, min_lines, max_lines));
+}
+
+double TimerFilter::subfilter_fpp(const SubFilter& s) const {
+  return model_->fpp(static_cast<double>(s.alive.sum) / static_cast<double>(s.lines));
+}
+
+std::uint64_t TimerFilter::alive_total() const {
+  std::uint64_t n = 0;
+  for (const auto& s : subs_) n += s->alive.sum;
+  return n;
+}
+
+double TimerFilter::fpp_budget_used() const {
+  double sum = 0;
+  for (const auto& s : subs_) sum += subfilter_fpp(*s);
+  return sum;
+}
+
+void TimerFilter::refresh_threshold() {
+  const SubFilter& active = *subs_.back();
+  double lambda = lambda_full_;
+  if (subs_.size() > 1) {
+    double sealed = 0;
+    for (std::size_t i = 0; i + 1 < subs_.size(); ++i) sealed += subfilter_fpp(*subs_[i]);
+    const double budget = kBudgetShare * (config_.fpp - sealed);
+    lambda = budget > 0 ? model_->lambda_for(budget) : 0.0;
+  }
+  active_limit_ = static_cast<std::uint64_t>(lambda * static_cast<double>(active.lines));
+}
+
+void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
+                              std::uint64_t extra_age) {
+  // A cell's true age is ((code(ref) - code) mod M) + extra_age: exact as long
+  // as no cell had aliased at `ref` (the scrub invariant).
+  const std::uint32_t m = modulus_;
+  const std::uint32_t ref_code = static_cast<std::uint32_t>(ref % m) + 1;
+  const std::uint64_t window = config_.ticks_per_window;
+  // Codes whose age exceeds W are dead; precompute as a bound on the raw diff.
+  if (extra_age > window) {
+    // Everything visited is dead.
+    for (std::uint64_t n = 0; n < count; ++n) {
+      const std::uint64_t i = (s.swept + n) % s.lines;
+      std::uint8_t* line = s.line(i);
+      for (std::uint32_t j = 0; j < cells_per_line_; ++j) {
+        std::uint32_t v = 0;
+        switch (config_.timer_bits) {
+          case 4:
+            v = Cells<4>::get(line, j);
+            break;
+          case 8:
+            v = Cells<8>::get(line, j);
+            break;
+          default:
+            v = Cells<16>::get(line, j);
+            break;
+        }
+        s.nonempty -= v != 0;
+      }
+      std::memset(line, 0, kLineBytes);
+    }
+    s.swept += count;
+    return;
+  }
+  const std::uint32_t max_diff = static_cast<std::uint32_t>(window - extra_age);
+  auto sweep = [&](auto cells_tag) {
+    using C = decltype(cells_tag);
+    for (std::uint64_t n = 0; n < count; ++n) {
+      std::uint8_t* line = s.line((s.swept + n) % s.lines);
+      for (std::uint32_t j = 0; j < C::kPerLine; ++j) {
+        const std::uint32_t v = C::get(line, j);
+        if (v == 0) continue;
+        std::int32_t diff = static_cast<std::int32_t>(ref_code) - static_cast<std::int32_t>(v);
+        if (diff < 0) diff += static_cast<std::int32_t>(m);
+        if (static_cast<std::uint32_t>(diff) > max_diff) {
+          C::set(line, j, 0);
+          --s.nonempty;
+        }
+      }
+    }
+  };
+  switch (config_.timer_bits) {
+    case 4:
+      sweep(Cells<4>{});
+      break;
+    case 8:
+      sweep(Cells<8>{});
+      break;
+    default:
+      sweep(Cells<16>{});
+      break;
+  }
+  s.swept += count;
+}
+
+void TimerFilter::catch_up(SubFilter& s, Tick old_clock, Tick now) {
+  const std::uint64_t need = s.required(now, period_);
+  if (need <= s.swept) return;
+  const std::uint64_t todo = need - s.swept;
+  if (todo >= s.lines) {
+    scrub_lines(s, s.lines, old_clock, now - old_clock);
+    s.swept = need;
+  } else {
+    scrub_lines(s, todo, old_clock, now - old_clock);
+  }
+}
+
+void TimerFilter::clear_all(Tick now) {
+  // Every entry was inserted at or before the old clock, more than W ago.
+  SubFilter& active = *subs_.back();
+  std::memset(active.data.get(), 0, active.bytes());
+  active.nonempty = 0;
+  active.swept = 0;
+  active.created = now;
+  active.inserts = 0;
+  active.alive.init(config_.ticks_per_window);
+  active.alive.advance(now, config_.ticks_per_window);
+  std::unique_ptr<SubFilter> keep = std::move(subs_.back());
+  subs_.clear();
+  subs_.push_back(std::move(keep));
+}
+
+void TimerFilter::move_clock(Tick now) {
+  const Tick old = clock_;
+  const std::uint32_t window = config_.ticks_per_window;
+  if (now - old > window) {
+    clear_all(now);
+    clock_ = now;
+  } else {
+    for (auto& s : subs_) catch_up(*s, old, now);
+    clock_ = now;
+    for (auto& s : subs_) s->alive.advance(now, window);
+    // Free sealed sub-filters whose newest insertion left the window.
+    const SubFilter* active = subs_.back().get();
+    std::erase_if(subs_, [&](const std::unique_ptr<SubFilter>& s) {
+      return s.get() != active && (s->inserts == 0 || now - s->last_insert > window);
+    });
+  }
+  maybe_shrink();
+  refresh_threshold();
+}
+
+void TimerFilter::advance(Tick now) {
+  if (now > clock_) move_clock(now);
+}
+
+void TimerFilter::maybe_shrink() {
+  if (subs_.size() != 1) return;
+  const SubFilter& active = *subs_.back();
+  if (clock_ - active.created <= config_.ticks_per_window) return;
+  const double want = kGrowthHeadroom * static_cast<double>(alive_total());
+  const std::uint64_t lines = lines_for(want, kBudgetShare * config_.fpp);
+  if (static_cast<double>(active.lines) > kShrinkFactor * static_cast<double>(lines)) {
+    seal_and_grow();
+  }
+}
+
+void TimerFilter::seal_and_grow() {
+  if (subs_.size() >= kMaxSubfilters) return;
+  const std::uint32_t window = config_.ticks_per_window;
+  const double span = static_cast<double>(std::min<Tick>(window + 1, clock_ - first_tick_ + 1));
+  const double rate = insertions_ == 0 ? 0.0 : static_cast<double>(alive_total()) / span;
+  const double want = std::max(1.0, kGrowthHeadroom * rate * (window + 1));
+  const double budget = kBudgetShare * (config_.fpp - fpp_budget_used());
+  const std::uint64_t lines =
+      lines_for(want, budget > 0 ? budget : kBudgetShare * config_.fpp * 1e-3);
+  auto sub = SubFilter::make(lines, clock_, window);
+  if (!sub) return;  // out of memory: keep using the active one
+  subs_.push_back(std::move(sub));
+  refresh_threshold();
+}
+
+template <unsigned Bits>
+Decision TimerFilter::decide(const Fingerprint& fp) {
+  using C = Cells<Bits>;
+  std::uint32_t pos[16];
+  probe_positions<C::kPerLine>(fp.lo, k_, pos);
+  const std::uint32_t m = modulus_;
+  const std::uint32_t now_code = static_cast<std::uint32_t>(clock_ % m) + 1;
+  const std::uint32_t window = config_.ticks_per_window;
+  const std::uint32_t equal = config_.equal_timers;
+  for (auto it = subs_.rbegin(); it != subs_.rend(); ++it) {
+    const SubFilter& s = **it;
+    const std::uint8_t* line = s.line(mulhi(fp.hi, s.lines));
+    std::uint32_t codes[16];
+    bool all_alive = true;
+    for (std::uint32_t i = 0; i < k_; ++i) {
+      const std::uint32_t v = C::get(line, pos[i]);
+      std::int32_t diff = static_cast<std::int32_t>(now_code) - static_cast<std::int32_t>(v);
+      if (diff < 0) diff += static_cast<std::int32_t>(m);
+      all_alive &= (v != 0) & (static_cast<std::uint32_t>(diff) <= window);
+      codes[i] = v;
+    }
+    if (!all_alive) continue;
+    if (equal == 0) return Decision::kDuplicate;
+    // Equal-timers heuristic (seed 000 §4): at least k' timers set together.
+    std::uint32_t best = 0;
+    for (std::uint32_t i = 0; i < k_ && best < equal; ++i) {
+      std::uint32_t same = 0;
+      for (std::uint32_t j = 0; j < k_; ++j) same += codes[j] == codes[i];
+      best = std::max(best, same);
+    }
+    if (best >= equal) return Decision::kDuplicate;
+  }
+  // Distinct: insert into the active sub-filter (first-test-then-set).
+  if (subs_.back()->alive.sum + 1 > active_limit_ ||
+      (config_.growth == Growth::kCardinality && subs_.back()->inserts + 1 > active_limit_)) {
+    seal_and_grow();
+  }
+  SubFilter& a = *subs_.back();
+  std::uint8_t* line = a.line(mulhi(fp.hi, a.lines));
+  for (std::uint32_t i = 0; i < k_; ++i) {
+    a.nonempty += C::get(line, pos[i]) == 0;
+    C::set(line, pos[i], now_code);
+  }
+  a.alive.add(clock_);
+  ++a.inserts;
+  a.last_insert = clock_;
+  if (insertions_++ == 0) first_tick_ = clock_;
+  // Background scrub, one line ahead of schedule per insert.
+  if (a.swept < a.required(clock_ + 1, period_)) scrub_lines(a, 1, clock_, 0);
+  return Decision::kDistinct;
+}
+
+Decision TimerFilter::test_and_insert(const Fingerprint& fp, Tick now) {
+  if (now > clock_) move_clock(now);
+  switch (config_.timer_bits) {
+    case 4:
+      return decide<4>(fp);
+    case 8:
+      return decide<8>(fp);
+    default:
+      return decide<16>(fp);
+  }
+}
+
+void TimerFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
+                                        std::span<const Tick> ticks, std::span<Decision> out) {
+  const std::size_t n = fps.size();
+  const std::size_t head = std::min(n, kPrefetchDistance);
+  for (std::size_t i = 0; i < head; ++i) {
+    for (const auto& s : subs_) __builtin_prefetch(s->line(mulhi(fps[i].hi, s->lines)), 1, 3);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) {
+      const std::uint64_t hi = fps[i + kPrefetchDistance].hi;
+      for (const auto& s : subs_) __builtin_prefetch(s->line(mulhi(hi, s->lines)), 1, 3);
+    }
+    out[i] = test_and_insert(fps[i], ticks[i]);
+  }
+}
+
+FilterStats TimerFilter::stats() const {
+  FilterStats st;
+  double none = 1.0;
+  for (const auto& s : subs_) {
+    st.bytes += s->bytes() + s->alive.ring.size() * sizeof(std::uint32_t);
+    st.cells += s->lines * cells_per_line_;
+    st.live_cells += s->nonempty;
+    none *= 1.0 - subfilter_fpp(*s);
+  }
+  st.subfilters = static_cast<std::uint32_t>(subs_.size());
+  st.insertions = insertions_;
+  st.fpp_estimate = 1.0 - none;
+  return st;
+}
+
+std::vector<std::uint64_t> TimerFilter::subfilter_bytes() const {
+  std::vector<std::uint64_t> out;
+  for (const auto& s : subs_) out.push_back(s->bytes());
+  return out;
+}
+
+std::string TimerFilter::serialize() const {
+  std::string payload;
+  ByteWriter w(payload);
+  write_config(w, config_);
+  w.put<std::uint32_t>(k_);
+  w.put<Tick>(clock_);
+  w.put<Tick>(first_tick_);
+  w.put<std::uint64_t>(insertions_);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(subs_.size()));
+  for (const auto& s : subs_) {
+    w.put<std::uint64_t>(s->lines);
+    w.put<Tick>(s->created);
+    w.put<std::uint64_t>(s->swept);
+    w.put<Tick>(s->last_insert);
+    w.put<std::uint64_t>(s->inserts);
+    w.put<std::uint64_t>(s->nonempty);
+    w.put<std::uint64_t>(s->alive.first);
+    w.put<std::uint32_t>(static_cast<std::uint32_t>(s->alive.ring.size()));
+    for (std::uint32_t c : s->alive.ring) w.put<std::uint32_t>(c);
+    w.put_bytes(std::string_view(reinterpret_cast<const char*>(s->data.get()), s->bytes()));
+  }
+  return seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), kVersion, payload);
+}
+
+Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view payload,
+                                                            std::uint16_t version) {
+  auto bad = [](const std::string& what) { return fail("timer filter state: " + what); };
+  if (version != kVersion) return bad("unsupported format version " + std::to_string(version));
+  ByteReader r(payload);
+  auto config = read_config(r);
+  if (!config) return tl::unexpected(config.error());
+  if (config->type != FilterType::kTimer) return bad("wrong filter type in config");
+  auto k = r.get<std::uint32_t>("k");
+  auto clock = r.get<Tick>("clock");
+  auto first_tick = r.get<Tick>("first tick");
+  auto insertions = r.get<std::uint64_t>("insertions");
+  auto count = r.get<std::uint32_t>("sub-filter count");
+  if (!k || !clock || !first_tick || !insertions || !count) return bad("truncated header");
+  if (*count == 0 || *count > kMaxSubfilters) {
+    return bad("sub-filter count " + std::to_string(*count) + " out of range");
+  }
+  if (*first_tick > *clock) return bad("first tick after clock");
+  // Rebuild the empty shell from the config, then check the derived fields.
+  FilterConfig small = *config;
+  small.capacity = 1;  // the real sub-filters come from the input
+  auto made = create(small);
+  if (!made) return bad(made.error().message);
+  std::unique_ptr<TimerFilter> f = std::move(*made);
+  f->config_ = *config;
+  if (*k != f->k_) return bad("k " + std::to_string(*k) + " does not match the config");
+  f->subs_.clear();
+  f->clock_ = *clock;
+  f->first_tick_ = *first_tick;
+  f->insertions_ = *insertions;
+  const std::uint32_t window = config->ticks_per_window;
+  for (std::uint32_t i = 0; i < *count; ++i) {
+    auto lines = r.get<std::uint64_t>("lines");
+    auto created = r.get<Tick>("created");
+    auto swept = r.get<std::uint64_t>("swept");
+    auto last_insert = r.get<Tick>("last insert");
+    auto inserts = r.get<std::uint64_t>("inserts");
+    auto nonempty = r.get<std::uint64_t>("nonempty");
+    auto first = r.get<std::uint64_t>("window first bucket");
+    auto ring_size = r.get<std::uint32_t>("window ring size");
+    if (!lines || !created || !swept || !last_insert || !inserts || !nonempty || !first ||
+        !ring_size) {
+      return bad("truncated sub-filter header");
+    }
+    if (*lines == 0 || *lines > r.remaining() / kLineBytes) {
+      return bad("sub-filter size exceeds input");
+    }
+    if (*created > *clock || *last_insert > *clock || *last_insert < *created) {
+      return bad("sub-filter ticks inconsistent with the clock");
+    }
+    if (*nonempty > *lines * f->cells_per_line_) return bad("live cell count exceeds cells");
+    auto s = std::make_unique<SubFilter>();
+    s->alive.init(window);
+    if (*ring_size != s->alive.ring.size()) return bad("window ring size does not match config");
+    if (*ring_size > r.remaining() / 4) return bad("window ring exceeds input");
+    std::uint64_t sum = 0;
+    for (auto& c : s->alive.ring) {
+      c = *r.get<std::uint32_t>("window ring");
+      sum += c;
+    }
+    if (sum > *inserts) return bad("window count exceeds insertions");
+    const std::uint64_t expect_first = *clock >= window ? (*clock - window) / s->alive.width : 0;
+    if (*first != expect_first) return bad("window ring position does not match the clock");
+    s->alive.first = *first;
+    s->alive.sum = sum;
+    auto cells = r.get_bytes(*lines * kLineBytes, "cells");
+    if (!cells) return bad("truncated cells");
+    s->data.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kLineBytes, *lines * kLineBytes)));
+    if (!s->data) return bad("cannot allocate " + std::to_string(*lines * kLineBytes) + " bytes");
+    std::memcpy(s->data.get(), cells->data(), cells->size());
+    s->lines = *lines;
+    s->created = *created;
+    s->swept = *swept;
+    s->last_insert = *last_insert;
+    s->inserts = *inserts;
+    s->nonempty = *nonempty;
+    // The live-cell count must match the cells (a cheap full consistency check).
+    std::uint64_t counted = 0;
+    for (std::uint64_t l = 0; l < s->lines; ++l) {
+      const std::uint8_t* line = s->line(l);
+      for (std::uint32_t j = 0; j < f->cells_per_line_; ++j) {
+        std::uint32_t v = 0;
+        switch (config->timer_bits) {
+          case 4:
+            v = Cells<4>::get(line, j);
+            break;
+          case 8:
+            v = Cells<8>::get(line, j);
+            break;
+          default:
+            v = Cells<16>::get(line, j);
+            break;
+        }
+        counted += v != 0;
+      }
+    }
+    if (counted != s->nonempty) return bad("live cell count does not match the cells");
+    if (s->swept < s->required(*clock, f->period_) ||
+        s->swept > s->required(*clock + 1, f->period_)) {
+      return bad("scrub position inconsistent with the clock");
+    }
+    f->subs_.push_back(std::move(s));
+  }
+  if (auto end = r.expect_end("timer filter state"); !end) return tl::unexpected(end.error());
+  f->refresh_threshold();
+  return std::unique_ptr<SlidingFilter>(std::move(f));
+}
+
+}  // namespace kdedup::filter

@@ -1,0 +1,542 @@
+// Timer filter (seed 000 §4–5) against the exact oracle: no false negatives
+// inside the window, false-positive rate under target in steady state and
+// bursts, exact expiry, wrap-around without aliasing, clock jumps, batch ==
+// sequential, serialization, equal timers and dynamic sizing.
+
+#include "kdedup/filter/timer_filter.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include <cstring>
+
+#include "kdedup/common/bytes.h"
+#include "kdedup/filter/config_codec.h"
+#include "kdedup/filter/sizing.h"
+#include "streams.h"
+
+namespace kdedup::filter {
+namespace {
+
+using testing::Distribution;
+using testing::Event;
+using testing::generate_stream;
+using testing::identity_fingerprint;
+using testing::run_against_oracle;
+using testing::StreamSpec;
+
+FilterConfig timer_config(std::uint8_t bits, std::uint32_t window, std::uint64_t capacity,
+                          double fpp = 0.01) {
+  FilterConfig c;
+  c.type = FilterType::kTimer;
+  c.timer_bits = bits;
+  c.ticks_per_window = window;
+  c.capacity = capacity;
+  c.fpp = fpp;
+  c.min_bytes = 4096;
+  return c;
+}
+
+std::unique_ptr<SlidingFilter> make(const FilterConfig& c) {
+  auto f = make_filter(c);
+  EXPECT_TRUE(f.has_value()) << (f ? "" : f.error().message);
+  return f ? std::move(*f) : nullptr;
+}
+
+TimerFilter& as_timer(SlidingFilter& f) { return dynamic_cast<TimerFilter&>(f); }
+
+// --- sizing -----------------------------------------------------------------
+
+TEST(TimerSizing, ModelIsMonotoneAndInvertible) {
+  auto model = sizing::BlockedModel::get(64, 5);
+  double prev = 0;
+  for (double lambda = 0.1; lambda < 40; lambda += 0.37) {
+    const double p = model->fpp(lambda);
+    EXPECT_GE(p, prev);
+    prev = p;
+  }
+  for (double target : {0.1, 0.01, 0.001, 1e-5}) {
+    const double lambda = model->lambda_for(target);
+    EXPECT_LE(model->fpp(lambda), target * 1.0001);
+    EXPECT_GT(model->fpp(lambda * 1.01), target);
+  }
+}
+
+TEST(TimerSizing, BlockedLayoutMeetsMemoryTargets) {
+  // At 1% (budget share 0.9): <= 100 bits/element with 8-bit timers, <= 50 with 4-bit.
+  const double target = TimerFilter::kBudgetShare * 0.01;
+  const auto l8 = sizing::choose_layout(64, target, 10);
+  const auto l4 = sizing::choose_layout(128, target, 9);
+  EXPECT_LE(l8.cells_per_element(64) * 8, 100.0);
+  EXPECT_LE(l4.cells_per_element(128) * 4, 50.0);
+  // A blocked filter needs more cells than the classic bound 1.44 log2(1/p).
+  EXPECT_GT(l8.cells_per_element(64), 1.44 * std::log2(1 / target));
+}
+
+// --- configuration ------------------------------------------------------------
+
+TEST(TimerConfig, DefaultsAndMarginChecks) {
+  for (std::uint8_t bits : {4, 8, 16}) {
+    FilterConfig c = timer_config(bits, 0, 1000);
+    auto n = normalize(c);
+    ASSERT_TRUE(n) << n.error().message;
+    EXPECT_LE(n->ticks_per_window, max_timer_ticks_per_window(bits));
+    EXPECT_TRUE(make_filter(*n));
+  }
+  auto too_wide = normalize(timer_config(4, 13, 1000));
+  ASSERT_FALSE(too_wide);
+  EXPECT_NE(too_wide.error().message.find("ticks_per_window 13 is too large for 4-bit"),
+            std::string::npos)
+      << too_wide.error().message;
+  EXPECT_TRUE(normalize(timer_config(4, 12, 1000)));
+  EXPECT_FALSE(normalize(timer_config(8, 253, 1000)));
+  EXPECT_TRUE(normalize(timer_config(8, 252, 1000)));
+
+  FilterConfig eq = timer_config(8, 100, 1000);
+  eq.equal_timers = 15;
+  auto bad = make_filter(eq);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("equal_timers"), std::string::npos);
+}
+
+// --- correctness against the oracle ---------------------------------------------
+
+struct StreamCase {
+  std::uint8_t bits;
+  std::uint32_t window;
+  double base_rate;
+  double burst;
+  Distribution distribution;
+  std::uint64_t domain;
+  std::uint64_t ticks;
+};
+
+std::string name_of(const StreamCase& s) {
+  return std::to_string(s.bits) + "-bit W=" + std::to_string(s.window) +
+         (s.distribution == Distribution::kZipf ? " zipf" : " uniform") +
+         " burst=" + std::to_string(s.burst);
+}
+
+// Zero false negatives and measured FP rate <= fpp, for steady streams and
+// 2x / 5x bursts (seed 000 §7), uniform and Zipf(1), 8- and 16-bit timers.
+TEST(TimerFilter, NoFalseNegativesAndFpRateUnderTarget) {
+  const double fpp = 0.01;
+  std::vector<StreamCase> cases;
+  for (double burst : {1.0, 2.0, 5.0}) {
+    cases.push_back({8, 200, 60, burst, Distribution::kUniform, 200'000, 600});
+    cases.push_back({8, 100, 100, burst, Distribution::kZipf, 100'000, 400});
+    cases.push_back({16, 1000, 12, burst, Distribution::kUniform, 200'000, 3000});
+  }
+  cases.push_back({16, 500, 20, 5.0, Distribution::kZipf, 50'000, 1500});
+  std::uint64_t seed = 11;
+  for (const StreamCase& sc : cases) {
+    StreamSpec spec;
+    spec.distribution = sc.distribution;
+    spec.domain = sc.domain;
+    spec.base_rate = sc.base_rate;
+    spec.ticks = sc.ticks;
+    spec.burst_factor = sc.burst;
+    spec.seed = ++seed;
+    spec.first_tick = 1'000'000;
+    auto events = generate_stream(spec);
+    // Pre-sized for the base rate; bursts must be absorbed by growth.
+    const auto capacity = static_cast<std::uint64_t>(sc.base_rate * (sc.window + 1));
+    auto f = make(timer_config(sc.bits, sc.window, capacity, fpp));
+    double worst_estimate = 0;
+    auto counts =
+        run_against_oracle(*f, events, 1, [&](std::size_t i, const Event&, Decision, bool) {
+          if (i % 512 == 0) worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+        });
+    SCOPED_TRACE(name_of(sc));
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_GT(counts.true_negatives, 10'000U);
+    EXPECT_LE(counts.fp_rate(), fpp);
+    EXPECT_LE(worst_estimate, fpp);
+    if (sc.burst == 1.0 && sc.distribution == Distribution::kUniform) {
+      // The filter is loaded: its false positives are real, not zero.
+      EXPECT_GT(counts.fp_rate(), fpp / 20);
+    }
+  }
+}
+
+// 4- and 8-bit clocks wrap every 15 / 255 ticks: over thousands of windows no
+// old entry may come back (aliasing would show as a burst of false positives).
+TEST(TimerFilter, ClockWrapOverThousandsOfWindows) {
+  for (std::uint8_t bits : {4, 8}) {
+    const std::uint32_t window = bits == 4 ? 8 : 192;
+    StreamSpec spec;
+    spec.domain = 3000;
+    spec.base_rate = bits == 4 ? 20 : 2;
+    spec.ticks = window * 3000ULL;
+    spec.seed = bits;
+    auto events = generate_stream(spec);
+    auto f =
+        make(timer_config(bits, window, static_cast<std::uint64_t>(spec.base_rate * (window + 1))));
+    auto counts = run_against_oracle(*f, events);
+    SCOPED_TRACE(static_cast<int>(bits));
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.fp_rate(), 0.01);
+    EXPECT_GT(counts.true_positives, 1000U);
+  }
+}
+
+// Each age from W + 1 to 3M is probed exactly once on an otherwise busy filter:
+// every one must read as expired, none may alias back to alive.
+TEST(TimerFilter, NoAliasingAtAnyAge) {
+  for (std::uint8_t bits : {4, 8}) {
+    const std::uint32_t window = bits == 4 ? 8 : 192;
+    const std::uint32_t m = (1U << bits) - 1;
+    FilterConfig c = timer_config(bits, window, 50'000);
+    c.min_bytes = 1 << 20;  // stays roomy after shrinking: false positives ~1e-12
+    auto f = make(c);
+    const Tick start = 7'777;
+    const std::uint32_t probes = 3 * m;
+    for (std::uint32_t j = 0; j < probes; ++j) {
+      ASSERT_EQ(f->test_and_insert(identity_fingerprint(j, 99), start), Decision::kDistinct);
+    }
+    std::uint64_t filler = 0;
+    for (Tick t = start + 1; t <= start + window + probes; ++t) {
+      for (int n = 0; n < 3; ++n) (void)f->test_and_insert(identity_fingerprint(filler++, 5), t);
+      const Tick age = t - start;
+      if (age > window) {
+        EXPECT_EQ(f->test_and_insert(identity_fingerprint(age - window - 1, 99), t),
+                  Decision::kDistinct)
+            << "bits " << int(bits) << " age " << age;
+      }
+    }
+  }
+}
+
+TEST(TimerFilter, ExpiryAtTheWindowEdgeWithinOneTick) {
+  for (std::uint8_t bits : {4, 8, 16}) {
+    const std::uint32_t window = bits == 4 ? 8 : bits == 8 ? 100 : 1000;
+    FilterConfig c = timer_config(bits, window, 10'000);
+    c.min_bytes = 1 << 20;  // stays roomy after shrinking: false positives ~1e-12
+    auto f = make(c);
+    const Tick t0 = 123'456;
+    for (std::uint64_t id = 0; id < 200; ++id) {
+      ASSERT_EQ(f->test_and_insert(identity_fingerprint(id, 1), t0), Decision::kDistinct);
+    }
+    // Alive through now - t == W (re-tests are duplicates and do not refresh).
+    for (Tick at : {t0 + window / 2, t0 + window}) {
+      for (std::uint64_t id = 0; id < 100; ++id) {
+        EXPECT_EQ(f->test_and_insert(identity_fingerprint(id, 1), at), Decision::kDuplicate);
+      }
+    }
+    // Expired at now - t == W + 1.
+    for (std::uint64_t id = 0; id < 200; ++id) {
+      EXPECT_EQ(f->test_and_insert(identity_fingerprint(id, 1), t0 + window + 1),
+                Decision::kDistinct)
+          << int(bits) << " " << id;
+    }
+  }
+}
+
+TEST(TimerFilter, BigClockJumps) {
+  for (std::uint8_t bits : {4, 8, 16}) {
+    const std::uint32_t window = bits == 4 ? 8 : bits == 8 ? 192 : 4096;
+    const std::uint64_t m = (1ULL << bits) - 1;
+    auto f = make(timer_config(bits, window, 1000));
+    Tick t = 5;
+    for (Tick jump : {Tick{window}, Tick{window + 1}, Tick{m}, Tick{2 * m}, Tick{m - 1},
+                      Tick{1'000'000'007}, Tick{window / 2}, Tick{m + 1}}) {
+      for (std::uint64_t id = 0; id < 50; ++id)
+        (void)f->test_and_insert(identity_fingerprint(id, 3), t);
+      const bool alive = jump <= window;
+      t += jump;
+      f->advance(t);
+      for (std::uint64_t id = 0; id < 50; ++id) {
+        EXPECT_EQ(f->test_and_insert(identity_fingerprint(id, 3), t),
+                  alive ? Decision::kDuplicate : Decision::kDistinct)
+            << "bits " << int(bits) << " jump " << jump;
+      }
+      t += window + 1;  // let everything expire before the next round
+    }
+  }
+}
+
+// Random gaps between ticks, including gaps longer than the window and many
+// multiples of the wrap period, against the oracle.
+TEST(TimerFilter, RandomJumpsAgainstOracle) {
+  for (std::uint8_t bits : {4, 8, 16}) {
+    const std::uint32_t window = bits == 4 ? 8 : bits == 8 ? 192 : 4096;
+    std::mt19937_64 rng(bits);
+    std::vector<Event> events;
+    Tick t = 0;
+    for (int i = 0; i < 60'000; ++i) {
+      const auto r = rng() % 1000;
+      if (r < 5) {
+        t += rng() % (3 * window);
+      } else if (r < 7) {
+        t += rng() % 100'000;
+      } else if (r < 200) {
+        t += 1;
+      }
+      events.push_back({identity_fingerprint(rng() % 2000, 17), t});
+    }
+    auto f = make(timer_config(bits, window, 2000));
+    auto counts = run_against_oracle(*f, events);
+    SCOPED_TRACE(int(bits));
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.fp_rate(), 0.01);
+    EXPECT_GT(counts.true_positives, 1000U);
+  }
+}
+
+// --- batch and serialization -----------------------------------------------------
+
+std::vector<Decision> run(SlidingFilter& f, std::span<const Event> events, std::size_t batch) {
+  std::vector<Decision> out(events.size());
+  std::vector<Fingerprint> fps;
+  std::vector<Tick> ticks;
+  for (std::size_t s = 0; s < events.size(); s += batch) {
+    const std::size_t n = std::min(batch, events.size() - s);
+    fps.clear();
+    ticks.clear();
+    for (std::size_t j = 0; j < n; ++j) {
+      fps.push_back(events[s + j].fp);
+      ticks.push_back(events[s + j].tick);
+    }
+    if (batch == 1) {
+      out[s] = f.test_and_insert(fps[0], ticks[0]);
+    } else {
+      f.test_and_insert_batch(fps, ticks, std::span<Decision>(out).subspan(s, n));
+    }
+  }
+  return out;
+}
+
+StreamSpec growing_stream(std::uint64_t seed) {
+  StreamSpec spec;
+  spec.domain = 30'000;
+  spec.base_rate = 50;
+  spec.ticks = 600;
+  spec.burst_factor = 5;
+  spec.distribution = Distribution::kZipf;
+  spec.seed = seed;
+  return spec;
+}
+
+TEST(TimerFilter, BatchGivesSequentialDecisions) {
+  auto events = generate_stream(growing_stream(3));
+  for (std::uint8_t bits : {4, 8, 16}) {
+    FilterConfig c = timer_config(bits, bits == 4 ? 8 : 100, 500);  // grows mid-batch
+    c.equal_timers = bits == 16 ? 2 : 0;
+    auto a = make(c);
+    auto b = make(c);
+    auto seq = run(*a, events, 1);
+    auto bat = run(*b, events, 64);
+    EXPECT_EQ(seq, bat) << int(bits);
+    EXPECT_EQ(a->serialize(), b->serialize());
+    EXPECT_GT(a->stats().insertions, 0U);
+  }
+}
+
+TEST(TimerFilter, SerializeRestoreGivesIdenticalFutureDecisions) {
+  auto events = generate_stream(growing_stream(4));
+  const std::size_t half = events.size() / 2;  // inside the burst: several sub-filters
+  for (std::uint8_t bits : {4, 8, 16}) {
+    for (Growth growth : {Growth::kDensity, Growth::kCardinality}) {
+      FilterConfig c = timer_config(bits, bits == 4 ? 8 : 100, 500);
+      c.growth = growth;
+      auto a = make(c);
+      (void)run(*a, std::span(events).first(half), 1);
+      const std::string blob = a->serialize();
+      auto restored = restore_filter(blob);
+      ASSERT_TRUE(restored) << restored.error().message;
+      auto& b = **restored;
+      EXPECT_EQ(b.type(), FilterType::kTimer);
+      EXPECT_EQ(config_fingerprint(b.config()), config_fingerprint(a->config()));
+      EXPECT_EQ(b.stats().subfilters, a->stats().subfilters);
+      EXPECT_EQ(b.serialize(), blob);
+      auto rest = std::span(events).subspan(half);
+      EXPECT_EQ(run(*a, rest, 1), run(b, rest, 1)) << int(bits);
+      EXPECT_EQ(a->serialize(), b.serialize());
+    }
+  }
+}
+
+TEST(TimerFilter, RejectsEveryTruncationAndByteFlip) {
+  StreamSpec spec = growing_stream(5);
+  spec.ticks = 200;
+  auto events = generate_stream(spec);
+  FilterConfig c = timer_config(8, 50, 300);
+  c.min_bytes = 256;
+  c.max_bytes = 2048;
+  auto f = make(c);
+  (void)run(*f, events, 1);
+  ASSERT_GT(f->stats().subfilters, 1U);
+  const std::string blob = f->serialize();
+  ASSERT_LT(blob.size(), 100'000U);
+  for (std::size_t n = 0; n < blob.size(); ++n) {
+    auto r = restore_filter(std::string_view(blob).substr(0, n));
+    ASSERT_FALSE(r) << "truncated to " << n;
+  }
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 2000; ++i) {
+    std::string bad = blob;
+    const std::size_t at = rng() % bad.size();
+    bad[at] = static_cast<char>(bad[at] ^ (1 + rng() % 255));
+    ASSERT_FALSE(restore_filter(bad)) << "flip at " << at;
+  }
+}
+
+// A payload with a valid checksum but inconsistent fields must be rejected
+// by field validation, not trusted.
+TEST(TimerFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
+  FilterConfig c = timer_config(8, 50, 300);
+  auto f = make(c);
+  for (std::uint64_t id = 0; id < 100; ++id)
+    (void)f->test_and_insert(identity_fingerprint(id, 2), 10);
+  const std::string blob = f->serialize();
+  auto env = open_envelope(blob, "test");
+  ASSERT_TRUE(env);
+  const std::string payload(env->payload);
+  // Offsets after the config: k (u32), clock, first tick, insertions, count.
+  std::string config_bytes;
+  ByteWriter w(config_bytes);
+  write_config(w, as_timer(*f).config());
+  const std::size_t k_at = config_bytes.size();
+  auto reseal = [&](std::size_t at, std::uint64_t value, std::size_t width) {
+    std::string p = payload;
+    std::memcpy(p.data() + at, &value, width);
+    return seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, p);
+  };
+  EXPECT_FALSE(restore_filter(reseal(k_at, 3, 4)));              // k
+  EXPECT_FALSE(restore_filter(reseal(k_at + 4 + 8, 11, 8)));     // first tick > clock
+  EXPECT_FALSE(restore_filter(reseal(k_at + 4 + 24, 0, 4)));     // no sub-filters
+  EXPECT_FALSE(restore_filter(reseal(k_at + 4 + 24, 1000, 4)));  // too many
+  const std::size_t sub_at = k_at + 4 + 24 + 4;
+  EXPECT_FALSE(restore_filter(reseal(sub_at, 1ULL << 40, 8)));  // lines beyond input
+  EXPECT_FALSE(restore_filter(reseal(sub_at + 40, 7, 8)));      // nonempty count
+  // The cells themselves: flipping one nonzero cell to zero breaks the count.
+  std::string p = payload;
+  const std::size_t cells_at = p.size() - as_timer(*f).subfilter_bytes().back();
+  std::size_t nz = cells_at;
+  while (p[nz] == 0) ++nz;
+  p[nz] = 0;
+  EXPECT_FALSE(restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, p)));
+  // Unchanged payload still restores (the test edits are what break it).
+  EXPECT_TRUE(
+      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, payload)));
+  EXPECT_FALSE(
+      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 2, payload)));
+}
+
+// --- equal timers ------------------------------------------------------------
+
+TEST(TimerFilter, EqualTimersNeverMissAnIdenticalRetest) {
+  FilterConfig c = timer_config(8, 100, 20'000);
+  c.equal_timers = 3;
+  auto f = make(c);
+  auto fk = as_timer(*f).k();
+  ASSERT_GE(fk, 3U);
+  for (std::uint64_t id = 0; id < 20'000; ++id) {
+    const Tick t = id / 200;
+    if (f->test_and_insert(identity_fingerprint(id, 8), t) == Decision::kDistinct) {
+      EXPECT_EQ(f->test_and_insert(identity_fingerprint(id, 8), t + 50), Decision::kDuplicate);
+    }
+  }
+}
+
+TEST(TimerFilter, EqualTimersCutFalsePositivesInACrowdedFilter) {
+  // One event per tick, so equal timers come from one element only; the
+  // sub-filters are a single line each and cannot hold the window.
+  StreamSpec spec;
+  spec.domain = 1'000'000;
+  spec.base_rate = 1;
+  spec.ticks = 20'000;
+  spec.seed = 21;
+  auto events = generate_stream(spec);
+  auto crowded = [&](std::uint8_t equal) {
+    FilterConfig c = timer_config(8, 200, 20);
+    c.min_bytes = c.max_bytes = 64;
+    c.equal_timers = equal;
+    auto f = make(c);
+    return run_against_oracle(*f, events);
+  };
+  auto off = crowded(0);
+  auto on = crowded(3);
+  EXPECT_GT(off.fp_rate(), 0.05);
+  EXPECT_LT(on.fp_rate(), off.fp_rate() / 2);
+}
+
+// --- dynamic size ----------------------------------------------------------------
+
+TEST(TimerFilter, GrowsUnderBurstFromUndersizedStartAndShrinksAfter) {
+  for (Growth growth : {Growth::kDensity, Growth::kCardinality}) {
+    StreamSpec spec;
+    spec.domain = 2'000'000;
+    spec.base_rate = 100;
+    spec.ticks = 1000;
+    spec.burst_factor = 5;
+    spec.seed = 31;
+    auto events = generate_stream(spec);
+    const std::uint32_t window = 100;
+    const auto need = static_cast<std::uint64_t>(spec.base_rate * (window + 1));
+    FilterConfig c = timer_config(8, window, need / 10);
+    c.growth = growth;
+    c.min_bytes = 1024;
+    auto f = make(c);
+    auto& timer = as_timer(*f);
+    // Pre-sized reference: what a filter built for the base rate holds.
+    auto reference = make(timer_config(8, window, need));
+    const std::uint64_t presized = reference->stats().bytes;
+
+    std::uint32_t max_subs = 0;
+    std::uint64_t bytes_before_burst = 0, max_bytes = 0;
+    double worst_estimate = 0, worst_budget = 0;
+    Tick last = 0;
+    auto counts =
+        run_against_oracle(*f, events, 1, [&](std::size_t, const Event& e, Decision, bool) {
+          if (e.tick == last) return;
+          last = e.tick;
+          const auto st = f->stats();
+          max_subs = std::max(max_subs, st.subfilters);
+          max_bytes = std::max(max_bytes, st.bytes);
+          if (e.tick == 333) bytes_before_burst = st.bytes;
+          worst_estimate = std::max(worst_estimate, st.fpp_estimate);
+          worst_budget = std::max(worst_budget, timer.fpp_budget_used());
+        });
+    SCOPED_TRACE(growth == Growth::kDensity ? "density" : "cardinality");
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.fp_rate(), c.fpp);
+    EXPECT_LE(worst_estimate, c.fpp);
+    EXPECT_LE(worst_budget, c.fpp);
+    EXPECT_GE(max_subs, 2U);
+    EXPECT_GT(max_bytes, 3 * bytes_before_burst);  // grew for the 5x burst
+    const auto end = f->stats();
+    // Density growth returns to one sub-filter; cardinality growth cannot
+    // forget insertions, so it alternates between one and two (seed 000 §5).
+    EXPECT_LE(end.subfilters, growth == Growth::kDensity ? 1U : 2U);
+    EXPECT_LT(end.bytes, max_bytes / 2);
+    EXPECT_LE(end.bytes, 3 * presized);
+    EXPECT_GE(end.bytes, presized / 2);
+  }
+}
+
+TEST(TimerFilter, StatsReportCellsAndSubfilters) {
+  auto f = make(timer_config(4, 8, 10'000));
+  auto st0 = f->stats();
+  EXPECT_EQ(st0.subfilters, 1U);
+  EXPECT_EQ(st0.live_cells, 0U);
+  EXPECT_EQ(st0.cells % 128, 0U);
+  for (std::uint64_t id = 0; id < 1000; ++id)
+    (void)f->test_and_insert(identity_fingerprint(id, 4), 1);
+  auto st = f->stats();
+  EXPECT_EQ(st.insertions, 1000U);
+  EXPECT_GT(st.live_cells, 1000U);
+  EXPECT_LE(st.live_cells, 1000U * as_timer(*f).k());
+  EXPECT_GT(st.fpp_estimate, 0.0);
+  // Idle for more than a window: the scrub clears everything.
+  f->advance(1 + 8 + 1);
+  for (Tick t = 11; t < 40; ++t) f->advance(t);
+  EXPECT_EQ(f->stats().live_cells, 0U);
+  EXPECT_EQ(f->stats().fpp_estimate, 0.0);
+}
+
+}  // namespace
+}  // namespace kdedup::filter
