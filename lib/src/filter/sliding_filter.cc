@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kdedup/common/bytes.h"
+#include "kdedup/filter/aging_filter.h"
 #include "kdedup/filter/config_codec.h"
 #include "kdedup/filter/exact_filter.h"
 #include "kdedup/filter/timer_filter.h"
@@ -48,6 +49,11 @@ Result<FilterConfig> normalize(FilterConfig c) {
       }
       break;
     case FilterType::kAging:
+      // choose_aging_shape() searches k up to AgingFilter::kMaxK.
+      if (c.fpp < AgingFilter::kMinFpp) {
+        return fail("fpp must be at least 1e-9 for the aging filter");
+      }
+      break;
     case FilterType::kExact:
       break;
     default:
@@ -135,6 +141,8 @@ Result<std::unique_ptr<SlidingFilter>> make_filter(const FilterConfig& raw) {
       if (!timer) return tl::unexpected(timer.error());
       return std::unique_ptr<SlidingFilter>(std::move(*timer));
     }
+    case FilterType::kAging:
+      return std::unique_ptr<SlidingFilter>(std::make_unique<AgingFilter>(*config));
     case FilterType::kExact:
       return std::unique_ptr<SlidingFilter>(std::make_unique<ExactFilter>(*config));
     default:
@@ -149,6 +157,8 @@ Result<std::unique_ptr<SlidingFilter>> restore_filter(std::string_view blob) {
   switch (static_cast<FilterType>(env->kind)) {
     case FilterType::kTimer:
       return TimerFilter::restore(env->payload, env->version);
+    case FilterType::kAging:
+      return AgingFilter::restore(env->payload, env->version);
     case FilterType::kExact:
       return ExactFilter::restore(env->payload, env->version);
     default:

@@ -1,0 +1,166 @@
+#pragma once
+// AgingFilter: the time-limited Age-Partitioned Bloom Filter of seed 002 §6
+// (extending Shtul, Baquero, Almeida, "Age-Partitioned Bloom Filters", 2020).
+// The lowest memory per in-window identity of the filter family.
+//
+// Structure (seed 002 §5.1, §6). A sequence of bit slices s0 (newest) ..
+// s_{N-1} (oldest), N >= k + l. A distinct identity sets one bit in each of
+// s0..s_{k-1}. When the generation counter (eq. 4-5) runs out, the filter
+// shifts: every slice moves one position older and a fresh s0, sized from the
+// observed insertion rate (eq. 6-8), is added. A slice is retired only once
+// its newest insertion is older than the window (eq. 3), so N grows above
+// k + l while the insertion rate rises and returns to k + l when it falls.
+// A query reports a duplicate when k consecutive in-window slices match
+// (Algorithm 1). Slices k positions apart never hold the same insertion, so
+// only k hash functions exist: slice number q (counted from creation) uses
+// function q mod k, and probes come from the 128-bit Fingerprint by double
+// hashing, h_j = lo + j * hi.
+//
+// Window guarantee, in ticks (see sliding_filter.h): an identity delivered at
+// tick t is a duplicate at every `now` with now - t <= ticks_per_window (W):
+// no false negatives inside the window. A slice only remembers its newest
+// insertion tick, so the identity's own k slices stay in the window until at
+// most W + G - 1 ticks after t, where no generation lasts more than
+// G = generation_limit() ticks (1.25 * (W + 2) / l + 1, rounded up). After
+// that it still matches a window j generations younger if the j bits it never
+// set there happen to be set: probability about 2^-j (the soft edge of every
+// APBF), fading into the ordinary false-positive rate. A reappearance right
+// after the window is therefore more likely to be dropped than a new identity.
+//
+// Choosing (k, l). For the target fpp, (k, l) minimise the bits per element
+// (k + l) * k / (l * ln 2) subject to the APBF worst-case false-positive
+// probability (fill ratios of seed 002 eq. 2 just before a shift, the
+// probability that some k consecutive slices all match) being <= fpp, with
+// l <= kMaxL to bound query work and keep generations several ticks long.
+// The pairs are computed from that formula, not copied from a table; see
+// choose_aging_shape().
+//
+// Deviations from the paper, each to keep the window exact under a coarse
+// tick clock: eq. 6's t_span / l is (W + 2) / l ticks (an entry is alive for
+// W + 1 tick values, plus one tick for the partial ticks at both ends of a
+// generation, so the slice shifted out of position k + l - 1 has left the
+// window and N settles at k + l, not k + l + 1);
+// the rate in eq. 6 is measured over whole ticks, from the start of the tick
+// in which a recent generation began to the start of the current tick,
+// spanning at least max(W / 8, (W + 2) / l) ticks (ticks are coarse: a
+// generation can fit in one tick, and counting partial ticks at its ends
+// would make the rate, and with it every slice size, noisy); eq. 7 is capped at k * tg so oversized
+// older slices (a falling rate, an over-dimensioned start) do not carry over into the new s0 (the
+// paper's §7.1 observes s0 "updated down to the optimal value at the very first shift"); and a
+// generation is also closed after G ticks, so a sudden rate drop cannot stretch how long identities
+// are remembered.
+//
+// Owned by one thread (the worker owning its Slice); no method is
+// thread-safe, as for every SlidingFilter.
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "kdedup/filter/sliding_filter.h"
+
+namespace kdedup::filter {
+
+/// The (k, l) pair of an aging filter and its worst-case fpp (seed 002 §5.4).
+struct AgingShape {
+  std::uint32_t k = 0;  ///< slices an identity is written to / must match
+  std::uint32_t l = 0;  ///< extra slices: the window holds about l generations
+  double fpp = 0.0;     ///< worst-case false-positive probability of (k, l)
+  /// Bits per in-window identity at steady state: (k + l) * k / (l * ln 2).
+  [[nodiscard]] double bits_per_element() const noexcept;
+};
+
+/// Worst-case false-positive probability of an APBF with k + l slices: the
+/// chance that some k consecutive slices all match when slice i < k has fill
+/// 1 - 2^-((i+1)/k) and older slices have fill 1/2 (seed 002 eq. 2).
+[[nodiscard]] double aging_worst_case_fpp(std::uint32_t k, std::uint32_t l) noexcept;
+
+/// Smallest bits per element (k + l) * k / (l ln 2) over k in [1, kMaxK],
+/// l in [1, kMaxL] with aging_worst_case_fpp(k, l) <= fpp. `fpp` must be in
+/// [kMinFpp, 0.5).
+[[nodiscard]] AgingShape choose_aging_shape(double fpp);
+
+class AgingFilter final : public SlidingFilter {
+ public:
+  static constexpr std::uint32_t kMaxK = 48;
+  static constexpr std::uint32_t kMaxL = 64;
+  static constexpr double kMinFpp = 1e-9;  ///< needs k <= kMaxK
+  static constexpr std::uint64_t kMinSliceBits = 64;
+  static constexpr std::uint64_t kMaxSliceBits = 1ULL << 32;  ///< 512 MiB per slice
+
+  /// `config` must be normalized (see normalize()); capacity sizes the first
+  /// k + l slices for that many distinct identities per window.
+  explicit AgingFilter(const FilterConfig& config);
+
+  FilterType type() const noexcept override { return FilterType::kAging; }
+  const FilterConfig& config() const noexcept override { return config_; }
+  Decision test_and_insert(const Fingerprint& fp, Tick now) override;
+  /// Same decisions as the sequential loop; prefetches the cache lines the
+  /// insertion of a later element will touch.
+  void test_and_insert_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                             std::span<Decision> out) override;
+  /// Moves the clock; retires slices past the window beyond the first k + l.
+  void advance(Tick now) override;
+  FilterStats stats() const override;
+  std::string serialize() const override;
+
+  /// Payload of an envelope of kind kAging (called by restore_filter).
+  static Result<std::unique_ptr<SlidingFilter>> restore(std::string_view payload,
+                                                        std::uint16_t version);
+
+  /// True if `fp` would be judged a duplicate at `now` (Algorithm 1), without
+  /// inserting it. `now` below the filter's clock is treated as the clock.
+  [[nodiscard]] bool contains(const Fingerprint& fp, Tick now) const;
+
+  [[nodiscard]] const AgingShape& shape() const noexcept { return shape_; }
+  /// G: the longest a generation may last, in ticks (see the guarantee above).
+  [[nodiscard]] Tick generation_limit() const noexcept { return generation_limit_; }
+
+ private:
+  struct Slice {
+    std::vector<std::uint64_t> words;
+    std::uint64_t bits = 0;        // m_i, a multiple of 64
+    std::uint64_t ones = 0;        // set bits, for the fill ratio
+    std::uint64_t inserted = 0;    // n_i: insertions into this slice
+    std::uint64_t generation = 0;  // insertions made while this slice was s0
+    Tick created = 0;              // tick it became s0 (start of its generation)
+    std::uint64_t tick_base = 0;   // insertions before tick `created` began
+    Tick last = 0;                 // t_i: newest insertion (or creation) tick
+    std::uint64_t seq = 0;         // creation number; hash function seq mod k
+  };
+
+  // Position p (0 = newest) in slices_, which keeps the newest at the back.
+  Slice& at(std::size_t p) { return slices_[slices_.size() - 1 - p]; }
+  const Slice& at(std::size_t p) const { return slices_[slices_.size() - 1 - p]; }
+  std::uint64_t probe(const Slice& s, const Fingerprint& fp) const noexcept;
+  bool in_window(const Slice& s, Tick now) const noexcept {
+    return now - s.last <= config_.ticks_per_window;
+  }
+  void start(Tick now);
+  void move_clock(Tick now);
+  void insert(const Fingerprint& fp);
+  void shift();
+  void retire_expired();
+  void prefetch(const Fingerprint& fp) const;
+  double insertion_rate() const;
+  std::uint64_t generation_size() const;
+  static Slice make_slice(std::uint64_t bits, std::uint64_t seq, Tick now);
+  struct NoSlices {};
+  AgingFilter(const FilterConfig& config, NoSlices);  // restore() fills the slices
+
+  FilterConfig config_;
+  AgingShape shape_;
+  double target_interval_ = 0;  // (W + 2) / l ticks: eq. 6's t_span / l
+  Tick generation_limit_ = 1;   // G
+  Tick rate_horizon_ = 1;       // ticks of history behind the eq. 6 rate
+  std::vector<Slice> slices_;   // oldest first, newest (s0) last
+  Tick clock_ = 0;
+  bool started_ = false;          // clock_ holds a real tick
+  std::uint64_t remaining_ = 0;   // insertions until the next shift (eq. 5)
+  std::uint64_t next_seq_ = 0;    // creation number of the next slice
+  std::uint64_t insertions_ = 0;  // distinct decisions since creation
+  std::uint64_t tick_base_ = 0;   // insertions_ when clock_ reached its value
+};
+
+}  // namespace kdedup::filter

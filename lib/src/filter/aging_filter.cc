@@ -1,0 +1,470 @@
+// Time-limited Age-Partitioned Bloom Filter (seed 002 §5-§7); the design and
+// its guarantees are documented in aging_filter.h.
+
+#include "kdedup/filter/aging_filter.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "kdedup/common/bytes.h"
+#include "kdedup/filter/config_codec.h"
+
+namespace kdedup::filter {
+namespace {
+
+constexpr std::uint16_t kVersion = 1;
+constexpr double kLn2 = 0.69314718055994530942;
+// Generations close after this many target intervals even when the counter
+// has not run out (a falling rate); see aging_filter.h.
+constexpr double kGenerationSlack = 1.25;
+// A restored filter may not claim more slices than this (corruption guard;
+// a real filter stays far below it because s0 grows with the rate).
+constexpr std::uint64_t kMaxSlices = 1U << 20;
+// Distance, in elements, between prefetching a batch element and using it.
+constexpr std::size_t kPrefetchDistance = 8;
+
+__extension__ using Uint128 = unsigned __int128;
+
+// Probability that some k consecutive slices all match, the slices matching
+// independently with probabilities `fill` (oldest or newest first: the run
+// structure is symmetric). Dynamic programme over the current run length.
+double run_probability(const std::vector<double>& fill, std::uint32_t k) {
+  if (k == 0 || fill.size() < k) return 0.0;
+  std::vector<double> run(k, 0.0), next(k, 0.0);
+  run[0] = 1.0;
+  double found = 0.0;
+  for (double p : fill) {
+    std::fill(next.begin(), next.end(), 0.0);
+    for (std::uint32_t c = 0; c < k; ++c) {
+      if (run[c] == 0.0) continue;
+      if (c + 1 == k) {
+        found += run[c] * p;
+      } else {
+        next[c + 1] += run[c] * p;
+      }
+      next[0] += run[c] * (1.0 - p);
+    }
+    run.swap(next);
+  }
+  return found;
+}
+
+std::uint64_t slice_bits_for(double capacity) {
+  // eq. 8: m = ceil(c / ln 2), rounded up to whole 64-bit words.
+  const double bits = std::ceil(std::max(capacity, 1.0) / kLn2);
+  if (!(bits < static_cast<double>(AgingFilter::kMaxSliceBits))) return AgingFilter::kMaxSliceBits;
+  const auto rounded = (static_cast<std::uint64_t>(bits) + 63) / 64 * 64;
+  return std::clamp(rounded, AgingFilter::kMinSliceBits, AgingFilter::kMaxSliceBits);
+}
+
+}  // namespace
+
+double AgingShape::bits_per_element() const noexcept {
+  if (k == 0 || l == 0) return 0.0;
+  return static_cast<double>(k + l) * k / (static_cast<double>(l) * kLn2);
+}
+
+double aging_worst_case_fpp(std::uint32_t k, std::uint32_t l) noexcept {
+  if (k == 0) return 1.0;
+  std::vector<double> fill;
+  fill.reserve(k + l);
+  for (std::uint32_t i = 0; i < k; ++i) fill.push_back(1.0 - std::exp2(-(i + 1.0) / k));
+  fill.insert(fill.end(), l, 0.5);
+  return run_probability(fill, k);
+}
+
+AgingShape choose_aging_shape(double fpp) {
+  AgingShape best;
+  double best_bits = std::numeric_limits<double>::infinity();
+  for (std::uint32_t k = 1; k <= AgingFilter::kMaxK; ++k) {
+    // The fpp grows with l (more windows of k slices), the bits per element
+    // fall with l: the best l for this k is the largest one within target.
+    if (aging_worst_case_fpp(k, 1) > fpp) continue;
+    std::uint32_t lo = 1, hi = AgingFilter::kMaxL;
+    while (lo < hi) {
+      const std::uint32_t mid = (lo + hi + 1) / 2;
+      if (aging_worst_case_fpp(k, mid) <= fpp) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const AgingShape candidate{k, lo, aging_worst_case_fpp(k, lo)};
+    if (candidate.bits_per_element() < best_bits) {
+      best_bits = candidate.bits_per_element();
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+AgingFilter::Slice AgingFilter::make_slice(std::uint64_t bits, std::uint64_t seq, Tick now) {
+  Slice s;
+  s.bits = bits;
+  s.words.assign(bits / 64, 0);
+  s.created = now;
+  s.last = now;
+  s.tick_base = 0;
+  s.seq = seq;
+  return s;
+}
+
+AgingFilter::AgingFilter(const FilterConfig& config, NoSlices)
+    : config_(config), shape_(choose_aging_shape(config.fpp)) {
+  const double window = config_.ticks_per_window;
+  // An entry is alive for W + 1 tick values; one more tick absorbs the
+  // partial ticks at both ends of a generation, so that the slice shifted out
+  // of position k + l - 1 has left the window and N settles at k + l.
+  target_interval_ = (window + 2.0) / shape_.l;
+  generation_limit_ = static_cast<Tick>(std::ceil(kGenerationSlack * target_interval_ + 1.0));
+  rate_horizon_ = std::max<Tick>(
+      {1, static_cast<Tick>(std::ceil(target_interval_)), static_cast<Tick>(window / 8)});
+}
+
+AgingFilter::AgingFilter(const FilterConfig& config) : AgingFilter(config, NoSlices{}) {
+  // The first k + l slices share the configured capacity: l generations of
+  // capacity / l identities, each slice holding k generations.
+  const double generation = static_cast<double>(config_.capacity) / shape_.l;
+  const std::uint64_t bits = slice_bits_for(generation * shape_.k);
+  const std::uint32_t count = shape_.k + shape_.l;
+  slices_.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) slices_.push_back(make_slice(bits, i, 0));
+  next_seq_ = count;
+  remaining_ = generation_size();
+}
+
+std::uint64_t AgingFilter::probe(const Slice& s, const Fingerprint& fp) const noexcept {
+  const std::uint64_t j = s.seq % shape_.k;
+  const std::uint64_t h = fp.lo + j * fp.hi;
+  return static_cast<std::uint64_t>((static_cast<Uint128>(h) * s.bits) >> 64);
+}
+
+void AgingFilter::start(Tick now) {
+  started_ = true;
+  clock_ = now;
+  tick_base_ = insertions_;
+  for (Slice& s : slices_) {
+    s.created = s.last = now;
+    s.tick_base = tick_base_;
+  }
+}
+
+void AgingFilter::move_clock(Tick now) {
+  if (!started_) start(now);
+  if (now > clock_) {
+    clock_ = now;
+    tick_base_ = insertions_;
+  }
+}
+
+bool AgingFilter::contains(const Fingerprint& fp, Tick now) const {
+  if (started_ && now < clock_) now = clock_;
+  const auto matches = [&](std::size_t p) {
+    const Slice& s = at(p);
+    if (!in_window(s, now)) return false;
+    const std::uint64_t pos = probe(s, fp);
+    return ((s.words[pos >> 6] >> (pos & 63)) & 1U) != 0;
+  };
+  const std::int64_t k = shape_.k;
+  // Recent duplicates sit in s0..s_{k-1}, whose lines the batch prefetched:
+  // try that window first. Any order of windows gives the same answer.
+  std::int64_t c = 0;
+  while (c < k && matches(static_cast<std::size_t>(c))) ++c;
+  if (c == k) return true;
+  // Algorithm 1 (seed 002 §6.4): from the oldest window down, k consecutive
+  // in-window matches; on a miss jump k slices younger, keeping the matches
+  // found (they end right below the new window's top).
+  std::int64_t i = static_cast<std::int64_t>(slices_.size()) - k;
+  std::int64_t p = 0;
+  c = 0;
+  while (i >= 0) {
+    if (matches(static_cast<std::size_t>(i))) {
+      ++c;
+      ++i;
+      if (p + c == k) return true;
+    } else {
+      i -= k;
+      p = c;
+      c = 0;
+    }
+  }
+  return false;
+}
+
+void AgingFilter::insert(const Fingerprint& fp) {
+  for (std::uint32_t p = 0; p < shape_.k; ++p) {
+    Slice& s = at(p);
+    const std::uint64_t pos = probe(s, fp);
+    std::uint64_t& word = s.words[pos >> 6];
+    const std::uint64_t mask = std::uint64_t{1} << (pos & 63);
+    if ((word & mask) == 0) {
+      word |= mask;
+      ++s.ones;
+    }
+    ++s.inserted;
+    s.last = clock_;
+  }
+  ++at(0).generation;
+  ++insertions_;
+  if (--remaining_ == 0) shift();
+}
+
+Decision AgingFilter::test_and_insert(const Fingerprint& fp, Tick now) {
+  move_clock(now);
+  Slice& s0 = at(0);
+  if (clock_ - s0.created >= generation_limit_) {
+    // An idle generation just restarts: an empty slice would only waste memory.
+    if (s0.generation > 0) {
+      shift();
+    } else {
+      s0.created = clock_;
+      s0.tick_base = tick_base_;
+    }
+  }
+  if (contains(fp, clock_)) return Decision::kDuplicate;
+  insert(fp);
+  return Decision::kDistinct;
+}
+
+void AgingFilter::prefetch(const Fingerprint& fp) const {
+  for (std::uint32_t p = 0; p < shape_.k; ++p) {
+    const Slice& s = at(p);
+    __builtin_prefetch(&s.words[probe(s, fp) >> 6], 1);
+  }
+}
+
+void AgingFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
+                                        std::span<const Tick> ticks, std::span<Decision> out) {
+  const std::size_t n = fps.size();
+  for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) prefetch(fps[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    // A shift between prefetch and use only makes the hint useless.
+    if (i + kPrefetchDistance < n) prefetch(fps[i + kPrefetchDistance]);
+    out[i] = test_and_insert(fps[i], ticks[i]);
+  }
+}
+
+void AgingFilter::advance(Tick now) {
+  move_clock(now);
+  retire_expired();
+}
+
+void AgingFilter::retire_expired() {
+  // eq. 3: only slices whose newest insertion left the window, and never
+  // below k + l. Newest-insertion ticks grow from the front to the back.
+  const std::size_t base = shape_.k + shape_.l;
+  std::size_t expired = 0;
+  while (slices_.size() - expired > base && !in_window(slices_[expired], clock_)) ++expired;
+  slices_.erase(slices_.begin(), slices_.begin() + static_cast<std::ptrdiff_t>(expired));
+}
+
+double AgingFilter::insertion_rate() const {
+  // eq. 6's g / t_s over whole ticks: from the start of the tick in which a
+  // recent generation began to the start of the current tick, going back
+  // until that spans rate_horizon_ ticks or the oldest slice is reached.
+  const Slice* from = nullptr;
+  for (std::size_t p = 0; p < slices_.size(); ++p) {
+    const Slice& s = at(p);
+    if (s.created < clock_) from = &s;
+    if (clock_ - s.created >= rate_horizon_) break;
+  }
+  if (from == nullptr) {
+    // Everything so far happened in this tick: a lower bound on the rate.
+    return static_cast<double>(insertions_ - tick_base_);
+  }
+  return static_cast<double>(tick_base_ - from->tick_base) /
+         static_cast<double>(clock_ - from->created);
+}
+
+std::uint64_t AgingFilter::generation_size() const {
+  // eq. 4-5: the insertions every one of s0..s_{k-1} can still take before
+  // reaching fill 1/2 (n = m ln 2), spread over the shifts it has left.
+  double g = std::numeric_limits<double>::infinity();
+  for (std::uint32_t p = 0; p < shape_.k; ++p) {
+    const Slice& s = at(p);
+    const double room = std::max(0.0, static_cast<double>(s.bits) * kLn2 - s.inserted);
+    g = std::min(g, std::floor(room / (shape_.k - p)));
+  }
+  // A full slice still advances: shifting is what makes room.
+  return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(g));
+}
+
+void AgingFilter::shift() {
+  // eq. 6 (with t_span / l = target_interval_): target generation size.
+  const double tg = insertion_rate() * target_interval_;
+  // eq. 7: after the shift, today's s0..s_{k-2} sit at 1..k-1. The one that
+  // fills first (j) bounds the next generations; the new s0 takes its
+  // remaining room `count` plus j generations of tg, and never more than k
+  // generations of tg.
+  const std::uint32_t k = shape_.k;
+  double capacity = k * tg;
+  double fewest = std::numeric_limits<double>::infinity();
+  for (std::uint32_t i = 1; i < k; ++i) {
+    const Slice& s = at(i - 1);
+    const double room = std::max(0.0, static_cast<double>(s.bits) * kLn2 - s.inserted);
+    const double updates = std::floor(room / (k - i));
+    if (updates < fewest) {
+      fewest = updates;
+      capacity = std::min(k * tg, room + i * tg);
+    }
+  }
+  slices_.push_back(make_slice(slice_bits_for(capacity), next_seq_++, clock_));
+  slices_.back().tick_base = tick_base_;
+  retire_expired();
+  remaining_ = generation_size();
+}
+
+FilterStats AgingFilter::stats() const {
+  FilterStats st;
+  std::vector<double> fill;
+  fill.reserve(slices_.size());
+  st.bytes = sizeof(*this) + slices_.capacity() * sizeof(Slice);
+  for (const Slice& s : slices_) {
+    st.bytes += s.words.size() * sizeof(std::uint64_t);
+    st.cells += s.bits;
+    st.live_cells += s.ones;
+    fill.push_back(in_window(s, clock_) ? static_cast<double>(s.ones) / s.bits : 0.0);
+  }
+  st.subfilters = static_cast<std::uint32_t>(slices_.size());
+  st.insertions = insertions_;
+  st.fpp_estimate = run_probability(fill, shape_.k);
+  st.slice0_bits = at(0).bits;
+  return st;
+}
+
+std::string AgingFilter::serialize() const {
+  std::string payload;
+  ByteWriter w(payload);
+  write_config(w, config_);
+  w.put<std::uint32_t>(shape_.k);
+  w.put<std::uint32_t>(shape_.l);
+  w.put<std::uint8_t>(started_ ? 1 : 0);
+  w.put<Tick>(clock_);
+  w.put<std::uint64_t>(insertions_);
+  w.put<std::uint64_t>(tick_base_);
+  w.put<std::uint64_t>(remaining_);
+  w.put<std::uint64_t>(next_seq_);
+  w.put<std::uint64_t>(slices_.size());
+  for (const Slice& s : slices_) {  // oldest first
+    w.put<std::uint64_t>(s.seq);
+    w.put<Tick>(s.created);
+    w.put<std::uint64_t>(s.tick_base);
+    w.put<Tick>(s.last);
+    w.put<std::uint64_t>(s.inserted);
+    w.put<std::uint64_t>(s.generation);
+    w.put<std::uint64_t>(s.ones);
+    w.put<std::uint64_t>(s.bits);
+    for (std::uint64_t word : s.words) w.put<std::uint64_t>(word);
+  }
+  return seal_envelope(static_cast<std::uint16_t>(FilterType::kAging), kVersion, payload);
+}
+
+Result<std::unique_ptr<SlidingFilter>> AgingFilter::restore(std::string_view payload,
+                                                            std::uint16_t version) {
+  const std::string what = "aging filter state: ";
+  if (version != kVersion) {
+    return fail(what + "unsupported format version " + std::to_string(version));
+  }
+  ByteReader r(payload);
+  auto config = read_config(r);
+  if (!config) return tl::unexpected(config.error());
+  if (config->type != FilterType::kAging) return fail(what + "wrong filter type in config");
+  std::unique_ptr<AgingFilter> f(new AgingFilter(*config, NoSlices{}));
+
+  auto k = r.get<std::uint32_t>("k");
+  auto l = r.get<std::uint32_t>("l");
+  auto started = r.get<std::uint8_t>("started");
+  auto clock = r.get<Tick>("clock");
+  auto insertions = r.get<std::uint64_t>("insertions");
+  auto tick_base = r.get<std::uint64_t>("tick base");
+  auto remaining = r.get<std::uint64_t>("remaining");
+  auto next_seq = r.get<std::uint64_t>("next_seq");
+  auto count = r.get<std::uint64_t>("slice count");
+  if (!k || !l || !started || !clock || !insertions || !tick_base || !remaining || !next_seq ||
+      !count) {
+    return fail(what + "truncated header");
+  }
+  // (k, l) follow from the config; a mismatch means the blob was written by
+  // a different shape rule and would decide differently.
+  if (*k != f->shape_.k || *l != f->shape_.l) {
+    return fail(what + "(k, l) = (" + std::to_string(*k) + ", " + std::to_string(*l) +
+                ") does not match the configured fpp, which gives (" + std::to_string(f->shape_.k) +
+                ", " + std::to_string(f->shape_.l) + ")");
+  }
+  if (*started > 1) return fail(what + "bad started flag");
+  if (!*started && (*clock != 0 || *insertions != 0)) {
+    return fail(what + "clock or insertions set before the first tick");
+  }
+  if (*remaining == 0) return fail(what + "generation counter is 0");
+  if (*tick_base > *insertions) return fail(what + "tick base beyond the insertions");
+  const std::uint64_t base = *k + *l;
+  constexpr std::uint64_t kSliceHeader = 8 * sizeof(std::uint64_t);
+  if (*count < base || *count > kMaxSlices) {
+    return fail(what + "slice count " + std::to_string(*count) + " outside [" +
+                std::to_string(base) + ", " + std::to_string(kMaxSlices) + "]");
+  }
+  if (*count > r.remaining() / kSliceHeader) return fail(what + "slice count exceeds input");
+  if (*next_seq < *count) return fail(what + "slice numbering before the first slice");
+
+  std::vector<Slice> slices;
+  slices.reserve(*count);
+  for (std::uint64_t i = 0; i < *count; ++i) {
+    const std::string where = what + "slice " + std::to_string(i) + ": ";
+    auto seq = r.get<std::uint64_t>("slice seq");
+    auto created = r.get<Tick>("slice created");
+    auto slice_base = r.get<std::uint64_t>("slice tick base");
+    auto last = r.get<Tick>("slice last");
+    auto inserted = r.get<std::uint64_t>("slice inserted");
+    auto generation = r.get<std::uint64_t>("slice generation");
+    auto ones = r.get<std::uint64_t>("slice ones");
+    auto bits = r.get<std::uint64_t>("slice bits");
+    if (!seq || !created || !slice_base || !last || !inserted || !generation || !ones || !bits) {
+      return fail(where + "truncated header");
+    }
+    // Slices are created with consecutive numbers and leave oldest first.
+    if (*seq != *next_seq - *count + i) return fail(where + "out of sequence");
+    if (*bits < kMinSliceBits || *bits > kMaxSliceBits || *bits % 64 != 0) {
+      return fail(where + "size " + std::to_string(*bits) + " bits is not a multiple of 64 in [" +
+                  std::to_string(kMinSliceBits) + ", " + std::to_string(kMaxSliceBits) + "]");
+    }
+    if (*created > *last || *last > *clock) return fail(where + "ticks out of order");
+    if (*slice_base > *tick_base) return fail(where + "tick base beyond the filter's");
+    if (!slices.empty() && (*last < slices.back().last || *created < slices.back().created ||
+                            *slice_base < slices.back().tick_base)) {
+      return fail(where + "younger than the slice before it");
+    }
+    if (*generation > *inserted) return fail(where + "generation larger than its insertions");
+    if (*ones > *bits || *ones > *inserted) return fail(where + "more set bits than possible");
+    if (*bits / 64 > r.remaining() / sizeof(std::uint64_t)) return fail(where + "truncated bits");
+    Slice s;
+    s.seq = *seq;
+    s.created = *created;
+    s.tick_base = *slice_base;
+    s.last = *last;
+    s.inserted = *inserted;
+    s.generation = *generation;
+    s.ones = *ones;
+    s.bits = *bits;
+    s.words.resize(*bits / 64);
+    std::uint64_t popcount = 0;
+    for (std::uint64_t& word : s.words) {
+      word = *r.get<std::uint64_t>("slice word");
+      popcount += static_cast<std::uint64_t>(std::popcount(word));
+    }
+    if (popcount != s.ones) return fail(where + "set-bit count does not match its bits");
+    slices.push_back(std::move(s));
+  }
+  if (auto end = r.expect_end("aging filter state"); !end) return tl::unexpected(end.error());
+  f->slices_ = std::move(slices);
+  f->started_ = *started != 0;
+  f->clock_ = *clock;
+  f->insertions_ = *insertions;
+  f->tick_base_ = *tick_base;
+  f->remaining_ = *remaining;
+  f->next_seq_ = *next_seq;
+  return std::unique_ptr<SlidingFilter>(std::move(f));
+}
+
+}  // namespace kdedup::filter
