@@ -1,0 +1,95 @@
+#pragma once
+// AuditSampler: measures a filter's *observed* false-positive rate.
+//
+// An exact shadow set (ExactFilter) tracks the delivered set (seed 000,
+// Definition 4) for a hash-selected 1/N of the identity space. For each
+// sampled record the pipeline reports the real filter's decision:
+//   - "duplicate" but the shadow never saw a delivery within the window:
+//     a confirmed false positive (an event was wrongly dropped);
+//   - "distinct" but the shadow holds a delivery within the window:
+//     a false negative (a duplicate got through);
+//   - "distinct": the shadow records the delivery. A false negative is a
+//     real second delivery, so it moves the identity's last delivery to now;
+//     ExactFilter keeps the first delivery of a live entry, so those rare
+//     re-deliveries are kept beside it (`redelivered_`). Together they hold
+//     the delivered set exactly.
+// Observed FP rate = false_positives / truly_new, where truly_new counts the
+// sampled records the shadow says were never delivered (FP + TN, the
+// denominator of seed 000 §7's false-positive rate).
+//
+// Selection. A record is sampled iff mix(fp.lo ^ fp.hi) % N == 0, where mix
+// is a bijective 64-bit finaliser (splitmix64's). Filters derive their probe
+// positions from bit ranges or modular reductions of fp.lo and fp.hi
+// directly; selecting on raw bits (say fp.hi % N == 0) would pin those bits
+// to zero in every sampled fingerprint and could give the sample its own,
+// atypical probe pattern. Folding both halves through a full-avalanche mixer
+// makes the selected set independent of every bit range of either half, so
+// sampled identities probe the filter like any other. The salt is already in
+// the fingerprint, so nobody outside can predict which identities are audited.
+//
+// Memory: about 1/N of an exact filter for the same stream (~80 bytes per
+// sampled identity alive in the window).
+//
+// Owned by the worker that owns the partition's Slice; not thread-safe, like
+// the filter it audits. Ticks must be the filter's ticks.
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "kdedup/common/result.h"
+#include "kdedup/filter/exact_filter.h"
+
+namespace kdedup::metrics {
+
+/// Counts accumulated since the last drain().
+struct AuditCounts {
+  std::uint64_t sampled = 0;          ///< sampled decisions seen
+  std::uint64_t truly_new = 0;        ///< sampled records never delivered in the window
+  std::uint64_t false_positives = 0;  ///< "duplicate" decisions on truly new records
+  std::uint64_t false_negatives = 0;  ///< "distinct" decisions on delivered records
+};
+
+class AuditSampler {
+ public:
+  /// `ticks_per_window` must equal the audited filter's; `one_in` is N
+  /// (1 audits everything). Errors name the offending argument.
+  [[nodiscard]] static Result<AuditSampler> create(std::uint32_t ticks_per_window,
+                                                   std::uint32_t one_in = 1024);
+
+  /// True if `fp` belongs to the audited 1/N of the identity space. Cheap
+  /// (a few multiplies); call it for every record.
+  [[nodiscard]] bool selects(const filter::Fingerprint& fp) const noexcept;
+
+  /// Reports the filter's decision on `fp` at tick `now` (non-decreasing).
+  /// Records outside the sample are ignored, so calling it for every record
+  /// is correct, only slower than checking selects() first.
+  void observe(const filter::Fingerprint& fp, filter::Decision decision, filter::Tick now);
+
+  /// Counts since the previous drain (for per-batch publishing).
+  [[nodiscard]] AuditCounts drain() noexcept;
+
+  /// Counts since creation.
+  [[nodiscard]] const AuditCounts& totals() const noexcept { return totals_; }
+
+  [[nodiscard]] std::uint32_t one_in() const noexcept { return one_in_; }
+
+  /// Memory held by the shadow set.
+  [[nodiscard]] std::uint64_t shadow_bytes() const;
+
+ private:
+  AuditSampler(const filter::FilterConfig& config, std::uint32_t one_in);
+  [[nodiscard]] bool delivered(const filter::Fingerprint& fp, filter::Tick now) const;
+  void sweep_redelivered(filter::Tick now);
+
+  filter::ExactFilter shadow_;
+  std::uint32_t ticks_per_window_;
+  // Identities delivered again (false negatives) while the shadow still held
+  // an earlier delivery: fingerprint -> tick of the latest delivery.
+  std::unordered_map<filter::Fingerprint, filter::Tick, filter::FingerprintHash> redelivered_;
+  std::size_t sweep_at_ = 64;
+  std::uint32_t one_in_;
+  AuditCounts pending_;
+  AuditCounts totals_;
+};
+
+}  // namespace kdedup::metrics

@@ -1,0 +1,248 @@
+#pragma once
+// Metrics: every Prometheus metric kdedup exports (docs/metrics.md lists
+// them all), and the cheap handles the pipeline updates them through.
+//
+// Ownership and threads:
+//   - The app creates one Metrics and keeps it alive longer than every
+//     PartitionMetrics handle and the MetricsServer that scrapes it.
+//   - Metrics' own methods are thread-safe.
+//   - The pipeline asks for one PartitionMetrics per assigned partition on
+//     assignment and destroys it on revocation (its gauges disappear, its
+//     counters stay, as Prometheus expects). The batch methods are called by
+//     the worker that owns the partition's Slice; the snapshot/restore
+//     methods may be called from any thread.
+//
+// Hot path: all label lookups happen when the handle is created. Per batch
+// the worker makes one add_batch() call (a few atomic adds, one histogram
+// merge); per record at most observe_emit_age(), a short bucket search with
+// no lock, no allocation and no string work.
+//
+// Gauges that describe a partition (filter fill, estimated fpp, queue
+// depth, ...) live in atomics on the handle and are read at scrape time, so
+// with per-partition series switched off they aggregate per topic correctly
+// (sums for sizes, max for probabilities and lags, min for snapshot times).
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kdedup/common/result.h"
+#include "kdedup/filter/sliding_filter.h"
+#include "kdedup/metrics/audit_sampler.h"
+#include "kdedup/metrics/health.h"
+#include "kdedup/metrics/stats_json.h"
+
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+struct MetricFamily;
+}  // namespace prometheus
+
+namespace kdedup::metrics {
+
+/// Most invalid-record reasons a Metrics instance can count separately.
+inline constexpr std::size_t kMaxInvalidReasons = 16;
+
+/// The identity module's short reason names, in the order used by
+/// BatchCounts::invalid unless MetricsOptions says otherwise.
+[[nodiscard]] std::vector<std::string> default_invalid_reasons();
+
+struct MetricsOptions {
+  /// false: one series per topic instead of per (topic, partition).
+  bool per_partition = true;
+  /// The configured false-positive target (kdedup_filter_fpp_target).
+  double fpp_target = 0.01;
+  /// Names for the `reason` label of kdedup_records_invalid_total; at most
+  /// kMaxInvalidReasons, each [a-z0-9_]+.
+  std::vector<std::string> invalid_reasons = default_invalid_reasons();
+  /// The interval the load fairness figures are computed over. Zero means
+  /// "since the previous scrape" (used by tests).
+  std::chrono::milliseconds load_interval{std::chrono::seconds(60)};
+  /// /healthz answers 503 when the main loop has not beaten for this long.
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
+};
+
+/// Outcome counts of one processed batch of one partition.
+struct BatchCounts {
+  std::uint64_t in = 0;         ///< records read
+  std::uint64_t distinct = 0;   ///< records emitted
+  std::uint64_t duplicate = 0;  ///< records dropped (or sent to the duplicates topic)
+  std::uint64_t dlq = 0;        ///< records routed to the dead-letter topic
+  /// Invalid records by reason index (Metrics::reason_index()).
+  std::array<std::uint64_t, kMaxInvalidReasons> invalid{};
+};
+
+/// Bucket counts gathered without locks on the owning thread and merged into
+/// a Prometheus histogram in one call (prometheus-cpp's Observe takes a lock).
+class HistogramBatch {
+ public:
+  explicit HistogramBatch(std::span<const double> bounds) : bounds_(bounds) {
+    counts_.assign(bounds.size() + 1, 0.0);
+  }
+  void observe(double value) noexcept {
+    std::size_t i = 0;
+    while (i < bounds_.size() && value > bounds_[i]) ++i;
+    counts_[i] += 1.0;
+    sum_ += value;
+    any_ = true;
+  }
+  /// Adds the gathered observations to `h` and starts over.
+  void flush_into(prometheus::Histogram& h);
+
+ private:
+  std::span<const double> bounds_;
+  std::vector<double> counts_;
+  double sum_ = 0.0;
+  bool any_ = false;
+};
+
+class Metrics;
+
+/// The per-partition handle. See the file comment for its threading rules.
+class PartitionMetrics {
+ public:
+  ~PartitionMetrics();
+  PartitionMetrics(const PartitionMetrics&) = delete;
+  PartitionMetrics& operator=(const PartitionMetrics&) = delete;
+
+  // --- owning worker, once per batch -------------------------------------
+  /// Adds the batch's counts and its processing time; merges the record
+  /// ages observed since the previous batch.
+  void add_batch(const BatchCounts& counts, double processing_seconds);
+  /// Age of one emitted record (now - record timestamp), in seconds.
+  void observe_emit_age(double seconds) noexcept { ages_.observe(seconds); }
+  /// Filter statistics and how far the partition clock trails wall clock.
+  void set_filter(const filter::FilterStats& stats, double clock_lag_seconds) noexcept;
+  void set_queue_depth(std::uint64_t records) noexcept;
+  void add_audit(const AuditCounts& counts);
+
+  // --- any thread (state integration) -------------------------------------
+  void snapshot_written(double seconds, std::uint64_t bytes);
+  void snapshot_failed();
+  /// A partition restored from a snapshot.
+  void restored(double seconds, std::uint64_t bytes);
+  /// A partition that had to be rebuilt by replay (no usable snapshot), and
+  /// how many records the replay fed through the filter.
+  void rebuilt(std::uint64_t replayed_records);
+  /// Records replayed in rebuild mode for any reason (including output
+  /// reconciliation after a restore).
+  void add_replayed(std::uint64_t records);
+
+  const std::string& topic() const noexcept { return topic_; }
+  std::int32_t partition() const noexcept { return partition_; }
+
+ private:
+  friend class Metrics;
+  PartitionMetrics(Metrics& owner, std::string topic, std::int32_t partition);
+
+  struct Gauges;  // atomics read at scrape time
+
+  Metrics& owner_;
+  std::string topic_;
+  std::int32_t partition_;
+  std::shared_ptr<Gauges> gauges_;
+  prometheus::Counter* in_;
+  prometheus::Counter* distinct_;
+  prometheus::Counter* duplicate_;
+  prometheus::Counter* dlq_;
+  std::array<prometheus::Counter*, kMaxInvalidReasons> invalid_{};
+  prometheus::Counter* audit_sampled_;
+  prometheus::Counter* audit_truly_new_;
+  prometheus::Counter* audit_fp_;
+  prometheus::Counter* audit_fn_;
+  prometheus::Histogram* batch_seconds_;
+  prometheus::Histogram* emit_age_;
+  prometheus::Counter* snapshots_;
+  prometheus::Counter* snapshot_failures_;
+  prometheus::Counter* snapshot_bytes_;
+  prometheus::Histogram* snapshot_seconds_;
+  prometheus::Counter* restores_;
+  prometheus::Counter* restore_bytes_;
+  prometheus::Histogram* restore_seconds_;
+  prometheus::Counter* rebuilds_;
+  prometheus::Counter* replayed_;
+  HistogramBatch ages_;
+};
+
+class Metrics {
+ public:
+  /// Validates the options (fpp in (0,1), reason names) and registers every
+  /// metric family.
+  [[nodiscard]] static Result<std::unique_ptr<Metrics>> create(MetricsOptions options);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  /// The handle for one assigned partition (see PartitionMetrics). Creating
+  /// two live handles for the same partition is allowed but their gauges
+  /// would both be reported; the pipeline keeps one per assignment.
+  [[nodiscard]] std::unique_ptr<PartitionMetrics> partition(std::string_view topic,
+                                                            std::int32_t partition);
+
+  /// Index of an invalid-record reason for BatchCounts::invalid; unknown
+  /// names map to "other" (always present, last).
+  [[nodiscard]] std::size_t reason_index(std::string_view reason) const noexcept;
+  [[nodiscard]] const std::vector<std::string>& invalid_reasons() const noexcept {
+    return reasons_;
+  }
+
+  // --- instance-wide, any thread -------------------------------------------
+  /// Applies one parsed librdkafka statistics document: consumer lag from a
+  /// consumer's, producer queue figures from a producer's. The last
+  /// consumer document replaces the whole lag table (revoked partitions
+  /// disappear).
+  void apply_statistics(const ClientStatistics& stats);
+  /// Failed delivery reports for records produced to `topic` (not a hot
+  /// path: takes a lock and looks the topic up).
+  void add_delivery_errors(std::string_view topic, std::uint64_t n);
+  void add_rebalance();
+  void set_assigned_partitions(std::int64_t n);
+  void set_workers(std::int64_t n);
+  /// Time a worker spent processing (not waiting); busy ratio =
+  /// rate(kdedup_worker_busy_seconds_total) / kdedup_workers.
+  void add_busy_seconds(double seconds);
+
+  [[nodiscard]] Health& health() noexcept { return health_; }
+  [[nodiscard]] const MetricsOptions& options() const noexcept { return options_; }
+
+  /// Every metric family with its current values, for a scrape.
+  [[nodiscard]] std::vector<prometheus::MetricFamily> collect();
+  /// The Prometheus text exposition format of collect().
+  [[nodiscard]] std::string scrape();
+
+  /// "0.1.0" and the `git describe` of the build ("unknown" outside git).
+  [[nodiscard]] static const char* version() noexcept;
+  [[nodiscard]] static const char* revision() noexcept;
+
+ private:
+  friend class PartitionMetrics;
+  struct Families;
+  Metrics(MetricsOptions options, std::vector<std::string> reasons);
+  void drop_gauges(const PartitionMetrics::Gauges* gauges);
+  std::vector<prometheus::MetricFamily> collect_gauges();
+
+  MetricsOptions options_;
+  std::vector<std::string> reasons_;  // options' reasons + "other"
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> families_;
+  Health health_;
+
+  std::mutex mu_;  // guards everything below
+  std::vector<std::shared_ptr<PartitionMetrics::Gauges>> gauges_;
+  std::vector<PartitionLag> lags_;
+  std::chrono::steady_clock::time_point load_window_start_;
+  bool load_window_done_ = false;
+  double fairness_ = 1.0;
+  double max_share_ = 0.0;
+};
+
+}  // namespace kdedup::metrics

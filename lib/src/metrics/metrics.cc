@@ -1,0 +1,541 @@
+#include "kdedup/metrics/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "kdedup/metrics/fairness.h"
+
+namespace kdedup::metrics {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+using prometheus::Labels;
+
+namespace {
+
+// Bucket bounds, in seconds. Batches take from tens of microseconds (a small
+// batch, hot cache) to a second (a large batch behind a slow producer).
+const std::vector<double> kBatchBounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                       0.025,  0.05,    0.1,    0.25,  0.5,    1.0,   2.5};
+// Record age at emit spans the normal pipeline delay (milliseconds) up to an
+// hour-long backlog after an outage.
+const std::vector<double> kAgeBounds{0.005, 0.01, 0.025, 0.05, 0.1,  0.25,  0.5,   1.0,
+                                     2.5,   5.0,  10.0,  30.0, 60.0, 300.0, 900.0, 3600.0};
+// Snapshots and restores: a small partition in a millisecond, a GiB-sized
+// filter in minutes.
+const std::vector<double> kStateBounds{0.001, 0.005, 0.01, 0.05, 0.1,  0.5,
+                                       1.0,   5.0,   10.0, 30.0, 60.0, 300.0};
+
+bool valid_reason(std::string_view r) {
+  if (r.empty()) return false;
+  return std::all_of(r.begin(), r.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+template <class T>
+void add_nonzero(T* metric, std::uint64_t n) {
+  if (n != 0) metric->Increment(static_cast<double>(n));
+}
+
+}  // namespace
+
+std::vector<std::string> default_invalid_reasons() {
+  return {"missing_key", "missing_header", "not_json",         "not_object", "missing_field",
+          "null_value",  "bad_type",       "future_timestamp", "too_large",  "other"};
+}
+
+// ---------------------------------------------------------------------------
+// Families registered in the prometheus-cpp registry (counters, histograms,
+// instance gauges). Partition gauges are produced by collect_gauges().
+
+struct Metrics::Families {
+  explicit Families(prometheus::Registry& r)
+      : records_in(counter(r, "kdedup_records_in_total", "Records read from input partitions.")),
+        records_distinct(counter(r, "kdedup_records_distinct_total",
+                                 "Records judged distinct and emitted to the output topic.")),
+        records_duplicate(counter(r, "kdedup_records_duplicate_total",
+                                  "Records judged duplicates within the window.")),
+        records_invalid(counter(r, "kdedup_records_invalid_total",
+                                "Records whose identity could not be extracted, by reason.")),
+        records_dlq(
+            counter(r, "kdedup_records_dlq_total", "Records routed to the dead-letter topic.")),
+        audit_sampled(counter(r, "kdedup_audit_sampled_total",
+                              "Decisions on records in the audited 1/N of the identity space.")),
+        audit_truly_new(counter(r, "kdedup_audit_truly_new_total",
+                                "Audited records the exact shadow set says were never delivered "
+                                "within the window.")),
+        audit_false_positives(counter(r, "kdedup_audit_false_positives_total",
+                                      "Audited records the filter dropped as duplicates although "
+                                      "never delivered within the window.")),
+        audit_false_negatives(counter(r, "kdedup_audit_false_negatives_total",
+                                      "Audited records the filter emitted although already "
+                                      "delivered within the window.")),
+        batch_seconds(histogram(r, "kdedup_batch_processing_seconds",
+                                "Time to process one batch of one partition.")),
+        emit_age(histogram(r, "kdedup_record_age_at_emit_seconds",
+                           "Age of emitted records (emit time minus record timestamp).")),
+        snapshots(counter(r, "kdedup_snapshots_total", "Snapshots written.")),
+        snapshot_failures(counter(r, "kdedup_snapshot_failures_total", "Snapshots that failed.")),
+        snapshot_bytes(counter(r, "kdedup_snapshot_written_bytes_total",
+                               "Bytes of filter state written by snapshots.")),
+        snapshot_seconds(histogram(r, "kdedup_snapshot_duration_seconds",
+                                   "Time to write one partition snapshot.")),
+        restores(counter(r, "kdedup_restores_total", "Partitions restored from a snapshot.")),
+        restore_bytes(counter(r, "kdedup_restore_read_bytes_total",
+                              "Bytes of filter state read by restores.")),
+        restore_seconds(histogram(r, "kdedup_restore_duration_seconds",
+                                  "Time to restore one partition from its snapshot.")),
+        rebuilds(counter(r, "kdedup_rebuilds_total",
+                         "Partitions rebuilt by replaying input (no usable snapshot).")),
+        replayed(counter(r, "kdedup_rebuild_replayed_records_total",
+                         "Records replayed in rebuild mode (filter updated, nothing emitted).")),
+        delivery_errors(counter(r, "kdedup_producer_delivery_errors_total",
+                                "Records the producer failed to deliver, by destination topic.")),
+        rebalances(counter(r, "kdedup_consumer_rebalances_total",
+                           "Consumer group rebalances seen by this instance.")
+                       .Add({})),
+        busy_seconds(counter(r, "kdedup_worker_busy_seconds_total",
+                             "Time workers spent processing records, summed over workers.")
+                         .Add({})),
+        assigned(gauge(r, "kdedup_consumer_assigned_partitions",
+                       "Input partitions currently assigned to this instance.")
+                     .Add({})),
+        workers(gauge(r, "kdedup_workers", "Worker threads.").Add({})),
+        producer_queue_messages(gauge(r, "kdedup_producer_queue_messages",
+                                      "Messages waiting in the producer queue (librdkafka "
+                                      "msg_cnt).")
+                                    .Add({})),
+        producer_queue_bytes(gauge(r, "kdedup_producer_queue_bytes",
+                                   "Bytes waiting in the producer queue (librdkafka msg_size).")
+                                 .Add({})),
+        fpp_target(
+            gauge(r, "kdedup_filter_fpp_target", "Configured target false-positive probability.")
+                .Add({})),
+        build_info(gauge(r, "kdedup_build_info", "Build version and source revision; always 1.")) {}
+
+  static Family<Counter>& counter(prometheus::Registry& r, const char* name, const char* help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+  }
+  static Family<Gauge>& gauge(prometheus::Registry& r, const char* name, const char* help) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+  }
+  static Family<Histogram>& histogram(prometheus::Registry& r, const char* name, const char* help) {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+  }
+
+  Family<Counter>& records_in;
+  Family<Counter>& records_distinct;
+  Family<Counter>& records_duplicate;
+  Family<Counter>& records_invalid;
+  Family<Counter>& records_dlq;
+  Family<Counter>& audit_sampled;
+  Family<Counter>& audit_truly_new;
+  Family<Counter>& audit_false_positives;
+  Family<Counter>& audit_false_negatives;
+  Family<Histogram>& batch_seconds;
+  Family<Histogram>& emit_age;
+  Family<Counter>& snapshots;
+  Family<Counter>& snapshot_failures;
+  Family<Counter>& snapshot_bytes;
+  Family<Histogram>& snapshot_seconds;
+  Family<Counter>& restores;
+  Family<Counter>& restore_bytes;
+  Family<Histogram>& restore_seconds;
+  Family<Counter>& rebuilds;
+  Family<Counter>& replayed;
+  Family<Counter>& delivery_errors;
+  Counter& rebalances;
+  Counter& busy_seconds;
+  Gauge& assigned;
+  Gauge& workers;
+  Gauge& producer_queue_messages;
+  Gauge& producer_queue_bytes;
+  Gauge& fpp_target;
+  Family<Gauge>& build_info;
+};
+
+// Partition gauges: written by the owning worker, read at scrape time.
+struct PartitionMetrics::Gauges {
+  std::string topic;
+  std::int32_t partition = 0;
+  std::atomic<double> fpp{0.0};
+  std::atomic<double> clock_lag{0.0};
+  std::atomic<double> last_snapshot{0.0};  // unix seconds; assignment time until the first
+  std::atomic<std::uint64_t> cells{0};
+  std::atomic<std::uint64_t> live_cells{0};
+  std::atomic<std::uint64_t> subfilters{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::uint64_t> queue_depth{0};
+  std::atomic<std::uint64_t> records_in{0};
+  std::uint64_t window_start_records = 0;  // guarded by Metrics::mu_
+};
+
+// ---------------------------------------------------------------------------
+
+void HistogramBatch::flush_into(prometheus::Histogram& h) {
+  if (!any_) return;
+  h.ObserveMultiple(counts_, sum_);
+  std::fill(counts_.begin(), counts_.end(), 0.0);
+  sum_ = 0.0;
+  any_ = false;
+}
+
+PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32_t partition)
+    : owner_(owner),
+      topic_(std::move(topic)),
+      partition_(partition),
+      gauges_(std::make_shared<Gauges>()),
+      ages_(kAgeBounds) {
+  gauges_->topic = topic_;
+  gauges_->partition = partition_;
+  gauges_->last_snapshot.store(wall_seconds());
+  Metrics::Families& f = *owner.families_;
+  Labels labels{{"topic", topic_}};
+  if (owner.options_.per_partition) labels.emplace("partition", std::to_string(partition_));
+  const Labels topic_labels{{"topic", topic_}};
+  in_ = &f.records_in.Add(labels);
+  distinct_ = &f.records_distinct.Add(labels);
+  duplicate_ = &f.records_duplicate.Add(labels);
+  dlq_ = &f.records_dlq.Add(labels);
+  for (std::size_t i = 0; i < owner.reasons_.size(); ++i) {
+    Labels with_reason = labels;
+    with_reason.emplace("reason", owner.reasons_[i]);
+    invalid_[i] = &f.records_invalid.Add(with_reason);
+  }
+  audit_sampled_ = &f.audit_sampled.Add(labels);
+  audit_truly_new_ = &f.audit_truly_new.Add(labels);
+  audit_fp_ = &f.audit_false_positives.Add(labels);
+  audit_fn_ = &f.audit_false_negatives.Add(labels);
+  batch_seconds_ = &f.batch_seconds.Add(topic_labels, kBatchBounds);
+  emit_age_ = &f.emit_age.Add(topic_labels, kAgeBounds);
+  snapshots_ = &f.snapshots.Add(labels);
+  snapshot_failures_ = &f.snapshot_failures.Add(labels);
+  snapshot_bytes_ = &f.snapshot_bytes.Add(labels);
+  snapshot_seconds_ = &f.snapshot_seconds.Add(topic_labels, kStateBounds);
+  restores_ = &f.restores.Add(labels);
+  restore_bytes_ = &f.restore_bytes.Add(labels);
+  restore_seconds_ = &f.restore_seconds.Add(topic_labels, kStateBounds);
+  rebuilds_ = &f.rebuilds.Add(labels);
+  replayed_ = &f.replayed.Add(labels);
+}
+
+PartitionMetrics::~PartitionMetrics() {
+  ages_.flush_into(*emit_age_);
+  owner_.drop_gauges(gauges_.get());
+}
+
+void PartitionMetrics::add_batch(const BatchCounts& c, double processing_seconds) {
+  add_nonzero(in_, c.in);
+  add_nonzero(distinct_, c.distinct);
+  add_nonzero(duplicate_, c.duplicate);
+  add_nonzero(dlq_, c.dlq);
+  for (std::size_t i = 0; i < owner_.reasons_.size(); ++i) add_nonzero(invalid_[i], c.invalid[i]);
+  if (processing_seconds >= 0.0) batch_seconds_->Observe(processing_seconds);
+  ages_.flush_into(*emit_age_);
+  gauges_->records_in.fetch_add(c.in, std::memory_order_relaxed);
+}
+
+void PartitionMetrics::set_filter(const filter::FilterStats& s, double clock_lag_seconds) noexcept {
+  constexpr auto r = std::memory_order_relaxed;
+  gauges_->fpp.store(s.fpp_estimate, r);
+  gauges_->cells.store(s.cells, r);
+  gauges_->live_cells.store(s.live_cells, r);
+  gauges_->subfilters.store(s.subfilters, r);
+  gauges_->bytes.store(s.bytes, r);
+  gauges_->clock_lag.store(clock_lag_seconds, r);
+}
+
+void PartitionMetrics::set_queue_depth(std::uint64_t records) noexcept {
+  gauges_->queue_depth.store(records, std::memory_order_relaxed);
+}
+
+void PartitionMetrics::add_audit(const AuditCounts& c) {
+  add_nonzero(audit_sampled_, c.sampled);
+  add_nonzero(audit_truly_new_, c.truly_new);
+  add_nonzero(audit_fp_, c.false_positives);
+  add_nonzero(audit_fn_, c.false_negatives);
+}
+
+void PartitionMetrics::snapshot_written(double seconds, std::uint64_t bytes) {
+  snapshots_->Increment();
+  add_nonzero(snapshot_bytes_, bytes);
+  snapshot_seconds_->Observe(seconds);
+  gauges_->last_snapshot.store(wall_seconds(), std::memory_order_relaxed);
+}
+
+void PartitionMetrics::snapshot_failed() { snapshot_failures_->Increment(); }
+
+void PartitionMetrics::restored(double seconds, std::uint64_t bytes) {
+  restores_->Increment();
+  add_nonzero(restore_bytes_, bytes);
+  restore_seconds_->Observe(seconds);
+}
+
+void PartitionMetrics::rebuilt(std::uint64_t replayed_records) {
+  rebuilds_->Increment();
+  add_nonzero(replayed_, replayed_records);
+}
+
+void PartitionMetrics::add_replayed(std::uint64_t records) { add_nonzero(replayed_, records); }
+
+// ---------------------------------------------------------------------------
+
+Result<std::unique_ptr<Metrics>> Metrics::create(MetricsOptions options) {
+  if (!(options.fpp_target > 0.0 && options.fpp_target < 1.0)) {
+    return fail("metrics: fpp target must be in (0, 1), got " + std::to_string(options.fpp_target));
+  }
+  std::vector<std::string> reasons;
+  for (const std::string& r : options.invalid_reasons) {
+    if (!valid_reason(r)) {
+      return fail("metrics: invalid-record reason '" + r + "' must match [a-z0-9_]+");
+    }
+    if (std::find(reasons.begin(), reasons.end(), r) != reasons.end()) {
+      return fail("metrics: invalid-record reason '" + r + "' is listed twice");
+    }
+    reasons.push_back(r);
+  }
+  if (std::find(reasons.begin(), reasons.end(), "other") == reasons.end()) {
+    reasons.push_back("other");
+  }
+  if (reasons.size() > kMaxInvalidReasons) {
+    return fail("metrics: at most " + std::to_string(kMaxInvalidReasons - 1) +
+                " invalid-record reasons can be counted separately, got " +
+                std::to_string(options.invalid_reasons.size()));
+  }
+  return std::unique_ptr<Metrics>(new Metrics(std::move(options), std::move(reasons)));
+}
+
+Metrics::Metrics(MetricsOptions options, std::vector<std::string> reasons)
+    : options_(std::move(options)),
+      reasons_(std::move(reasons)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      families_(std::make_unique<Families>(*registry_)),
+      health_(options_.heartbeat_timeout),
+      load_window_start_(std::chrono::steady_clock::now()) {
+  families_->fpp_target.Set(options_.fpp_target);
+  families_->build_info.Add({{"version", version()}, {"revision", revision()}}).Set(1.0);
+}
+
+Metrics::~Metrics() = default;
+
+std::unique_ptr<PartitionMetrics> Metrics::partition(std::string_view topic,
+                                                     std::int32_t partition) {
+  std::unique_ptr<PartitionMetrics> handle(
+      new PartitionMetrics(*this, std::string(topic), partition));
+  std::lock_guard lock(mu_);
+  gauges_.push_back(handle->gauges_);
+  return handle;
+}
+
+void Metrics::drop_gauges(const PartitionMetrics::Gauges* g) {
+  std::lock_guard lock(mu_);
+  std::erase_if(gauges_, [g](const auto& p) { return p.get() == g; });
+}
+
+std::size_t Metrics::reason_index(std::string_view reason) const noexcept {
+  std::size_t other = 0;
+  for (std::size_t i = 0; i < reasons_.size(); ++i) {
+    if (reasons_[i] == reason) return i;
+    if (reasons_[i] == "other") other = i;
+  }
+  return other;
+}
+
+void Metrics::apply_statistics(const ClientStatistics& stats) {
+  if (stats.type == "producer") {
+    families_->producer_queue_messages.Set(static_cast<double>(stats.msg_cnt));
+    families_->producer_queue_bytes.Set(static_cast<double>(stats.msg_size));
+  } else if (stats.type == "consumer") {
+    std::lock_guard lock(mu_);
+    lags_ = stats.lags;
+  }
+}
+
+void Metrics::add_delivery_errors(std::string_view topic, std::uint64_t n) {
+  families_->delivery_errors.Add({{"topic", std::string(topic)}}).Increment(static_cast<double>(n));
+}
+
+void Metrics::add_rebalance() { families_->rebalances.Increment(); }
+
+void Metrics::set_assigned_partitions(std::int64_t n) {
+  families_->assigned.Set(static_cast<double>(n));
+}
+
+void Metrics::set_workers(std::int64_t n) { families_->workers.Set(static_cast<double>(n)); }
+
+void Metrics::add_busy_seconds(double seconds) {
+  if (seconds > 0.0) families_->busy_seconds.Increment(seconds);
+}
+
+// ---------------------------------------------------------------------------
+// Scrape-time gauges.
+
+namespace {
+
+prometheus::ClientMetric gauge_sample(
+    const std::vector<std::pair<std::string, std::string>>& labels, double value) {
+  prometheus::ClientMetric m;
+  for (const auto& [name, v] : labels) m.label.push_back({name, v});
+  m.gauge.value = value;
+  return m;
+}
+
+prometheus::MetricFamily gauge_family(std::string name, std::string help) {
+  prometheus::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = prometheus::MetricType::Gauge;
+  return f;
+}
+
+// One series' worth of partition gauges, aggregated over the partitions that
+// map to it (one partition per series unless per_partition is off).
+struct GaugeAggregate {
+  double fpp = 0.0;
+  std::uint64_t cells = 0;
+  std::uint64_t live_cells = 0;
+  std::uint64_t subfilters = 0;
+  std::uint64_t bytes = 0;
+  double clock_lag = 0.0;
+  std::uint64_t queue_depth = 0;
+  double last_snapshot = std::numeric_limits<double>::infinity();
+};
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
+  using LabelList = std::vector<std::pair<std::string, std::string>>;
+  const bool per_partition = options_.per_partition;
+  auto labels_for = [per_partition](const std::string& topic, std::int32_t partition) {
+    LabelList l{{"topic", topic}};
+    if (per_partition) l.emplace_back("partition", std::to_string(partition));
+    return l;
+  };
+
+  std::map<std::pair<std::string, std::int32_t>, GaugeAggregate> series;
+  std::map<std::pair<std::string, std::int32_t>, std::int64_t> lag_series;
+  std::vector<double> loads;
+  {
+    std::lock_guard lock(mu_);
+    constexpr auto r = std::memory_order_relaxed;
+    for (const auto& g : gauges_) {
+      GaugeAggregate& a = series[{g->topic, per_partition ? g->partition : -1}];
+      a.fpp = std::max(a.fpp, g->fpp.load(r));
+      a.cells += g->cells.load(r);
+      a.live_cells += g->live_cells.load(r);
+      a.subfilters += g->subfilters.load(r);
+      a.bytes += g->bytes.load(r);
+      a.clock_lag = std::max(a.clock_lag, g->clock_lag.load(r));
+      a.queue_depth += g->queue_depth.load(r);
+      a.last_snapshot = std::min(a.last_snapshot, g->last_snapshot.load(r));
+    }
+    for (const PartitionLag& l : lags_) {
+      lag_series[{l.topic, per_partition ? l.partition : -1}] += l.consumer_lag;
+    }
+
+    // Load fairness over this instance's slices (seed 000 §7): the records
+    // each slice received during the last completed interval. Until the
+    // first interval completes, the loads since start are shown.
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& g : gauges_) {
+      loads.push_back(static_cast<double>(g->records_in.load(r) - g->window_start_records));
+    }
+    const bool interval_over = now - load_window_start_ >= options_.load_interval;
+    if (interval_over || !load_window_done_) {
+      fairness_ = jain_fairness(loads);
+      max_share_ = max_share(loads);
+    }
+    if (interval_over) {
+      for (const auto& g : gauges_) g->window_start_records = g->records_in.load(r);
+      load_window_start_ = now;
+      load_window_done_ = true;
+    }
+  }
+
+  auto fpp = gauge_family("kdedup_filter_fpp_estimate",
+                          "Estimated false-positive probability of the partition's filter now "
+                          "(max over partitions when aggregated).");
+  auto fill =
+      gauge_family("kdedup_filter_fill_ratio", "Live cells / cells of the partition's filter.");
+  auto subfilters = gauge_family("kdedup_filter_subfilters",
+                                 "Sub-filters (timer filter) or slices (aging filter) alive.");
+  auto bytes = gauge_family("kdedup_filter_bytes", "Memory held by filter state.");
+  auto clock_lag = gauge_family("kdedup_filter_clock_lag_seconds",
+                                "Wall clock minus the partition's window clock.");
+  auto queue = gauge_family("kdedup_queue_depth", "Records waiting in the partition's queue.");
+  auto snapshot = gauge_family("kdedup_snapshot_last_success_timestamp_seconds",
+                               "Unix time of the last successful snapshot (assignment time "
+                               "until the first; min over partitions when aggregated).");
+  for (const auto& [key, a] : series) {
+    const LabelList l = labels_for(key.first, key.second);
+    fpp.metric.push_back(gauge_sample(l, a.fpp));
+    const double ratio =
+        a.cells == 0 ? 0.0 : static_cast<double>(a.live_cells) / static_cast<double>(a.cells);
+    fill.metric.push_back(gauge_sample(l, ratio));
+    subfilters.metric.push_back(gauge_sample(l, static_cast<double>(a.subfilters)));
+    bytes.metric.push_back(gauge_sample(l, static_cast<double>(a.bytes)));
+    clock_lag.metric.push_back(gauge_sample(l, a.clock_lag));
+    queue.metric.push_back(gauge_sample(l, static_cast<double>(a.queue_depth)));
+    snapshot.metric.push_back(gauge_sample(l, a.last_snapshot));
+  }
+  auto lag = gauge_family("kdedup_consumer_lag",
+                          "Records between the partition's end and the committed offset.");
+  for (const auto& [key, value] : lag_series) {
+    lag.metric.push_back(
+        gauge_sample(labels_for(key.first, key.second), static_cast<double>(value)));
+  }
+  auto fairness = gauge_family("kdedup_load_fairness_index",
+                               "Jain's fairness index of records per slice over the last "
+                               "interval: 1 = even, 1/S = one slice takes all.");
+  fairness.metric.push_back(gauge_sample({}, fairness_));
+  auto share = gauge_family("kdedup_load_max_share",
+                            "Share of the records taken by the busiest slice over the last "
+                            "interval (optimum 1/S).");
+  share.metric.push_back(gauge_sample({}, max_share_));
+  auto ready = gauge_family("kdedup_ready", "1 when /readyz answers 200, else 0.");
+  ready.metric.push_back(gauge_sample({}, health_.ready() ? 1.0 : 0.0));
+  auto heartbeat = gauge_family("kdedup_heartbeat_age_seconds",
+                                "Time since the main loop last beat (/healthz fails past the "
+                                "timeout).");
+  heartbeat.metric.push_back(gauge_sample({}, health_.heartbeat_age_seconds()));
+
+  std::vector<prometheus::MetricFamily> out;
+  for (auto* f : {&fpp, &fill, &subfilters, &bytes, &clock_lag, &queue, &snapshot, &lag, &fairness,
+                  &share, &ready, &heartbeat}) {
+    out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+std::vector<prometheus::MetricFamily> Metrics::collect() {
+  std::vector<prometheus::MetricFamily> out = registry_->Collect();
+  std::vector<prometheus::MetricFamily> gauges = collect_gauges();
+  std::move(gauges.begin(), gauges.end(), std::back_inserter(out));
+  return out;
+}
+
+std::string Metrics::scrape() {
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, collect());
+  return text.str();
+}
+
+}  // namespace kdedup::metrics

@@ -1,0 +1,88 @@
+// docs/metrics.md is the contract with operators, the dashboard and the
+// alert rules: every exported metric must be listed there with its type, and
+// nothing may be listed that is not exported.
+#include <gtest/gtest.h>
+#include <prometheus/metric_family.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "exercise.h"
+#include "kdedup/metrics/metrics.h"
+
+namespace kdedup::metrics {
+namespace {
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t");
+  const auto e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// Rows of the reference tables: "| `kdedup_name` | type | labels | ... |".
+std::map<std::string, std::string> documented_metrics() {
+  std::ifstream in(std::string(KDEDUP_SOURCE_DIR) + "/docs/metrics.md");
+  EXPECT_TRUE(in) << "docs/metrics.md is missing";
+  std::map<std::string, std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("| `kdedup_", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream row(line.substr(1));
+    std::string cell;
+    while (std::getline(row, cell, '|')) cells.push_back(trim(cell));
+    EXPECT_GE(cells.size(), 6u) << "short row: " << line;
+    if (cells.size() < 2) continue;
+    const std::string name = cells[0].substr(1, cells[0].find('`', 1) - 1);
+    EXPECT_FALSE(out.count(name)) << name << " is documented twice";
+    out[name] = cells[1];
+  }
+  return out;
+}
+
+std::string type_name(prometheus::MetricType t) {
+  switch (t) {
+    case prometheus::MetricType::Counter:
+      return "counter";
+    case prometheus::MetricType::Gauge:
+      return "gauge";
+    case prometheus::MetricType::Histogram:
+      return "histogram";
+    case prometheus::MetricType::Summary:
+      return "summary";
+    default:
+      return "untyped";
+  }
+}
+
+TEST(MetricsDocs, EveryExportedMetricIsDocumentedAndViceVersa) {
+  auto m = Metrics::create(MetricsOptions{});
+  ASSERT_TRUE(m);
+  auto handles = testing::exercise_every_metric(**m);
+  const auto families = (*m)->collect();
+  const auto documented = documented_metrics();
+  ASSERT_GT(documented.size(), 30u);
+
+  std::map<std::string, std::string> exported;
+  for (const auto& f : families) {
+    exported[f.name] = type_name(f.type);
+    EXPECT_FALSE(f.metric.empty()) << f.name << " has no series after exercising everything";
+    EXPECT_FALSE(f.help.empty()) << f.name;
+  }
+  for (const auto& [name, type] : exported) {
+    auto it = documented.find(name);
+    if (it == documented.end()) {
+      ADD_FAILURE() << name << " is exported but not documented in docs/metrics.md";
+    } else {
+      EXPECT_EQ(it->second, type) << name << ": docs/metrics.md says " << it->second;
+    }
+  }
+  for (const auto& [name, type] : documented) {
+    EXPECT_TRUE(exported.count(name))
+        << name << " is documented in docs/metrics.md but not exported";
+  }
+}
+
+}  // namespace
+}  // namespace kdedup::metrics

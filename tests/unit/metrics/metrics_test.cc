@@ -1,0 +1,371 @@
+#include "kdedup/metrics/metrics.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/metric_family.h>
+
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <optional>
+
+namespace kdedup::metrics {
+namespace {
+
+using LabelMap = std::map<std::string, std::string>;
+
+const prometheus::ClientMetric* find_sample(const std::vector<prometheus::MetricFamily>& families,
+                                            const std::string& name, const LabelMap& labels) {
+  for (const auto& f : families) {
+    if (f.name != name) continue;
+    for (const auto& m : f.metric) {
+      LabelMap got;
+      for (const auto& l : m.label) got[l.name] = l.value;
+      if (got == labels) return &m;
+    }
+  }
+  return nullptr;
+}
+
+std::size_t series_count(const std::vector<prometheus::MetricFamily>& families,
+                         const std::string& name) {
+  for (const auto& f : families) {
+    if (f.name == name) return f.metric.size();
+  }
+  return 0;
+}
+
+double counter(const std::vector<prometheus::MetricFamily>& fs, const std::string& name,
+               const LabelMap& labels) {
+  const auto* m = find_sample(fs, name, labels);
+  EXPECT_NE(m, nullptr) << name;
+  return m ? m->counter.value : -1.0;
+}
+
+double gauge(const std::vector<prometheus::MetricFamily>& fs, const std::string& name,
+             const LabelMap& labels) {
+  const auto* m = find_sample(fs, name, labels);
+  EXPECT_NE(m, nullptr) << name;
+  return m ? m->gauge.value : -1.0;
+}
+
+std::unique_ptr<Metrics> make(MetricsOptions options = {}) {
+  auto m = Metrics::create(std::move(options));
+  EXPECT_TRUE(m) << m.error().message;
+  return m ? std::move(*m) : nullptr;
+}
+
+TEST(Metrics, BatchCountersAddUpPerPartition) {
+  auto m = make();
+  auto p0 = m->partition("orders", 0);
+  auto p1 = m->partition("orders", 1);
+  BatchCounts a;
+  a.in = 100;
+  a.distinct = 80;
+  a.duplicate = 15;
+  a.dlq = 5;
+  a.invalid[m->reason_index("not_json")] = 4;
+  a.invalid[m->reason_index("no_such_reason")] = 1;  // counted as "other"
+  p0->add_batch(a, 0.002);
+  p0->add_batch(a, 0.004);
+  BatchCounts b;
+  b.in = 7;
+  b.distinct = 7;
+  p1->add_batch(b, 0.001);
+
+  const auto fs = m->collect();
+  const LabelMap o0{{"topic", "orders"}, {"partition", "0"}};
+  const LabelMap o1{{"topic", "orders"}, {"partition", "1"}};
+  EXPECT_EQ(counter(fs, "kdedup_records_in_total", o0), 200);
+  EXPECT_EQ(counter(fs, "kdedup_records_distinct_total", o0), 160);
+  EXPECT_EQ(counter(fs, "kdedup_records_duplicate_total", o0), 30);
+  EXPECT_EQ(counter(fs, "kdedup_records_dlq_total", o0), 10);
+  EXPECT_EQ(counter(fs, "kdedup_records_invalid_total",
+                    {{"topic", "orders"}, {"partition", "0"}, {"reason", "not_json"}}),
+            8);
+  EXPECT_EQ(counter(fs, "kdedup_records_invalid_total",
+                    {{"topic", "orders"}, {"partition", "0"}, {"reason", "other"}}),
+            2);
+  EXPECT_EQ(counter(fs, "kdedup_records_invalid_total",
+                    {{"topic", "orders"}, {"partition", "0"}, {"reason", "missing_key"}}),
+            0);
+  EXPECT_EQ(counter(fs, "kdedup_records_in_total", o1), 7);
+  const auto* batches = find_sample(fs, "kdedup_batch_processing_seconds", {{"topic", "orders"}});
+  ASSERT_NE(batches, nullptr);
+  EXPECT_EQ(batches->histogram.sample_count, 3u);
+  EXPECT_NEAR(batches->histogram.sample_sum, 0.007, 1e-12);
+}
+
+TEST(Metrics, EmitAgesLandInTheirBuckets) {
+  auto m = make();
+  auto p = m->partition("orders", 0);
+  p->observe_emit_age(0.003);   // <= 0.005
+  p->observe_emit_age(0.2);     // <= 0.25
+  p->observe_emit_age(5000.0);  // +Inf
+  // Ages are merged at the next batch, not per record.
+  EXPECT_EQ(find_sample(m->collect(), "kdedup_record_age_at_emit_seconds", {{"topic", "orders"}})
+                ->histogram.sample_count,
+            0u);
+  p->add_batch(BatchCounts{}, -1.0);  // no processing time to record
+  const auto fs = m->collect();
+  const auto* h = find_sample(fs, "kdedup_record_age_at_emit_seconds", {{"topic", "orders"}});
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->histogram.sample_count, 3u);
+  EXPECT_DOUBLE_EQ(h->histogram.sample_sum, 5000.203);
+  for (const auto& bucket : h->histogram.bucket) {
+    const std::uint64_t want = bucket.upper_bound < 0.005  ? 0
+                               : bucket.upper_bound < 0.25 ? 1
+                               : bucket.upper_bound < 5000 ? 2
+                                                           : 3;
+    EXPECT_EQ(bucket.cumulative_count, want) << "le=" << bucket.upper_bound;
+  }
+  EXPECT_EQ(find_sample(fs, "kdedup_batch_processing_seconds", {{"topic", "orders"}})
+                ->histogram.sample_count,
+            0u);
+}
+
+TEST(Metrics, FilterGaugesAndTheirRemovalOnRevocation) {
+  auto m = make();
+  auto p = m->partition("orders", 3);
+  filter::FilterStats s;
+  s.bytes = 4096;
+  s.cells = 1000;
+  s.live_cells = 250;
+  s.subfilters = 3;
+  s.fpp_estimate = 0.004;
+  p->set_filter(s, 1.5);
+  p->set_queue_depth(42);
+  const LabelMap l{{"topic", "orders"}, {"partition", "3"}};
+  auto fs = m->collect();
+  EXPECT_EQ(gauge(fs, "kdedup_filter_bytes", l), 4096);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_fill_ratio", l), 0.25);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_subfilters", l), 3);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_fpp_estimate", l), 0.004);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_clock_lag_seconds", l), 1.5);
+  EXPECT_EQ(gauge(fs, "kdedup_queue_depth", l), 42);
+  // Until the first snapshot the timestamp is the assignment time.
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_NEAR(gauge(fs, "kdedup_snapshot_last_success_timestamp_seconds", l), now, 5);
+
+  p->add_batch(BatchCounts{.in = 3}, 0.001);
+  p.reset();  // revoked
+  fs = m->collect();
+  EXPECT_EQ(series_count(fs, "kdedup_filter_bytes"), 0u);
+  EXPECT_EQ(series_count(fs, "kdedup_queue_depth"), 0u);
+  EXPECT_EQ(counter(fs, "kdedup_records_in_total", l), 3);  // counters stay
+
+  auto again = m->partition("orders", 3);  // reassigned: the counter continues
+  again->add_batch(BatchCounts{.in = 2}, 0.001);
+  EXPECT_EQ(counter(m->collect(), "kdedup_records_in_total", l), 5);
+}
+
+TEST(Metrics, AggregatesPerTopicWhenPartitionSeriesAreOff) {
+  MetricsOptions options;
+  options.per_partition = false;
+  auto m = make(options);
+  auto p0 = m->partition("orders", 0);
+  auto p1 = m->partition("orders", 1);
+  auto q = m->partition("payments", 0);
+  p0->add_batch(BatchCounts{.in = 10, .distinct = 9, .duplicate = 1}, 0.001);
+  p1->add_batch(BatchCounts{.in = 5, .distinct = 5}, 0.001);
+  filter::FilterStats s0{
+      .bytes = 100, .cells = 100, .live_cells = 10, .subfilters = 1, .fpp_estimate = 0.001};
+  filter::FilterStats s1{
+      .bytes = 300, .cells = 300, .live_cells = 150, .subfilters = 2, .fpp_estimate = 0.02};
+  p0->set_filter(s0, 4.0);
+  p1->set_filter(s1, 1.0);
+  p0->set_queue_depth(3);
+  p1->set_queue_depth(4);
+  p0->snapshot_written(0.01, 100);
+
+  const auto fs = m->collect();
+  const LabelMap orders{{"topic", "orders"}};
+  EXPECT_EQ(counter(fs, "kdedup_records_in_total", orders), 15);
+  EXPECT_EQ(counter(fs, "kdedup_records_distinct_total", orders), 14);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_bytes", orders), 400);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_subfilters", orders), 3);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_fill_ratio", orders), 160.0 / 400.0);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_fpp_estimate", orders), 0.02);      // worst partition
+  EXPECT_EQ(gauge(fs, "kdedup_filter_clock_lag_seconds", orders), 4.0);  // worst partition
+  EXPECT_EQ(gauge(fs, "kdedup_queue_depth", orders), 7);
+  // The oldest snapshot of the topic: p1 has none yet, so its assignment
+  // time, which is earlier than p0's snapshot.
+  EXPECT_LT(gauge(fs, "kdedup_snapshot_last_success_timestamp_seconds", orders),
+            static_cast<double>(std::time(nullptr)) + 1);
+  EXPECT_EQ(series_count(fs, "kdedup_filter_bytes"), 2u);  // orders, payments
+  EXPECT_EQ(find_sample(fs, "kdedup_records_in_total", {{"topic", "orders"}, {"partition", "0"}}),
+            nullptr);
+}
+
+TEST(Metrics, AuditSnapshotRestoreAndRebuildCounters) {
+  auto m = make();
+  auto p = m->partition("orders", 0);
+  p->add_audit(
+      AuditCounts{.sampled = 10, .truly_new = 8, .false_positives = 1, .false_negatives = 0});
+  p->add_audit(
+      AuditCounts{.sampled = 5, .truly_new = 5, .false_positives = 0, .false_negatives = 2});
+  p->snapshot_written(0.5, 1000);
+  p->snapshot_written(0.25, 500);
+  p->snapshot_failed();
+  p->restored(2.0, 4000);
+  p->rebuilt(700);
+  p->add_replayed(30);
+  const LabelMap l{{"topic", "orders"}, {"partition", "0"}};
+  const auto fs = m->collect();
+  EXPECT_EQ(counter(fs, "kdedup_audit_sampled_total", l), 15);
+  EXPECT_EQ(counter(fs, "kdedup_audit_truly_new_total", l), 13);
+  EXPECT_EQ(counter(fs, "kdedup_audit_false_positives_total", l), 1);
+  EXPECT_EQ(counter(fs, "kdedup_audit_false_negatives_total", l), 2);
+  EXPECT_EQ(counter(fs, "kdedup_snapshots_total", l), 2);
+  EXPECT_EQ(counter(fs, "kdedup_snapshot_failures_total", l), 1);
+  EXPECT_EQ(counter(fs, "kdedup_snapshot_written_bytes_total", l), 1500);
+  EXPECT_EQ(counter(fs, "kdedup_restores_total", l), 1);
+  EXPECT_EQ(counter(fs, "kdedup_restore_read_bytes_total", l), 4000);
+  EXPECT_EQ(counter(fs, "kdedup_rebuilds_total", l), 1);
+  EXPECT_EQ(counter(fs, "kdedup_rebuild_replayed_records_total", l), 730);
+  const auto* snap = find_sample(fs, "kdedup_snapshot_duration_seconds", {{"topic", "orders"}});
+  ASSERT_NE(snap, nullptr);
+  EXPECT_EQ(snap->histogram.sample_count, 2u);
+  EXPECT_DOUBLE_EQ(snap->histogram.sample_sum, 0.75);
+  const auto* restore = find_sample(fs, "kdedup_restore_duration_seconds", {{"topic", "orders"}});
+  ASSERT_NE(restore, nullptr);
+  EXPECT_EQ(restore->histogram.sample_count, 1u);
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_NEAR(gauge(fs, "kdedup_snapshot_last_success_timestamp_seconds", l), now, 5);
+}
+
+TEST(Metrics, InstanceWideMetrics) {
+  MetricsOptions options;
+  options.fpp_target = 0.005;
+  auto m = make(options);
+  m->add_rebalance();
+  m->add_rebalance();
+  m->set_assigned_partitions(6);
+  m->set_workers(3);
+  m->add_busy_seconds(1.25);
+  m->add_busy_seconds(0.75);
+  m->add_delivery_errors("out", 3);
+  m->add_delivery_errors("out", 1);
+  m->add_delivery_errors("dlq", 2);
+  const auto fs = m->collect();
+  EXPECT_EQ(counter(fs, "kdedup_consumer_rebalances_total", {}), 2);
+  EXPECT_EQ(gauge(fs, "kdedup_consumer_assigned_partitions", {}), 6);
+  EXPECT_EQ(gauge(fs, "kdedup_workers", {}), 3);
+  EXPECT_EQ(counter(fs, "kdedup_worker_busy_seconds_total", {}), 2.0);
+  EXPECT_EQ(counter(fs, "kdedup_producer_delivery_errors_total", {{"topic", "out"}}), 4);
+  EXPECT_EQ(counter(fs, "kdedup_producer_delivery_errors_total", {{"topic", "dlq"}}), 2);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_fpp_target", {}), 0.005);
+  EXPECT_EQ(gauge(fs, "kdedup_build_info",
+                  {{"version", Metrics::version()}, {"revision", Metrics::revision()}}),
+            1);
+  EXPECT_STRNE(Metrics::revision(), "");
+  EXPECT_EQ(gauge(fs, "kdedup_ready", {}), 0);
+  m->health().set_ready();
+  EXPECT_EQ(gauge(m->collect(), "kdedup_ready", {}), 1);
+}
+
+TEST(Metrics, StatisticsFeedLagAndProducerQueue) {
+  auto m = make();
+  auto consumer = parse_statistics(R"({"type": "consumer", "topics": {"orders": {"partitions": {
+      "0": {"partition": 0, "consumer_lag": 12}, "1": {"partition": 1, "consumer_lag": 30}}}}})");
+  ASSERT_TRUE(consumer);
+  m->apply_statistics(*consumer);
+  auto producer = parse_statistics(R"({"type": "producer", "msg_cnt": 9, "msg_size": 900})");
+  ASSERT_TRUE(producer);
+  m->apply_statistics(*producer);
+  auto fs = m->collect();
+  EXPECT_EQ(gauge(fs, "kdedup_consumer_lag", {{"topic", "orders"}, {"partition", "0"}}), 12);
+  EXPECT_EQ(gauge(fs, "kdedup_consumer_lag", {{"topic", "orders"}, {"partition", "1"}}), 30);
+  EXPECT_EQ(gauge(fs, "kdedup_producer_queue_messages", {}), 9);
+  EXPECT_EQ(gauge(fs, "kdedup_producer_queue_bytes", {}), 900);
+
+  // Partition 1 was revoked: the next document no longer reports it.
+  auto later = parse_statistics(R"({"type": "consumer", "topics": {"orders": {"partitions": {
+      "0": {"partition": 0, "consumer_lag": 2}}}}})");
+  ASSERT_TRUE(later);
+  m->apply_statistics(*later);
+  fs = m->collect();
+  EXPECT_EQ(gauge(fs, "kdedup_consumer_lag", {{"topic", "orders"}, {"partition", "0"}}), 2);
+  EXPECT_EQ(series_count(fs, "kdedup_consumer_lag"), 1u);
+  EXPECT_EQ(gauge(fs, "kdedup_producer_queue_messages", {}), 9);  // consumer docs leave it
+}
+
+TEST(Metrics, LoadFairnessOverTheLastInterval) {
+  MetricsOptions options;
+  options.load_interval = std::chrono::milliseconds(0);  // every scrape closes an interval
+  auto m = make(options);
+  auto a = m->partition("t", 0);
+  auto b = m->partition("t", 1);
+  a->add_batch(BatchCounts{.in = 100}, 0.001);
+  b->add_batch(BatchCounts{.in = 100}, 0.001);
+  auto fs = m->collect();
+  EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_fairness_index", {}), 1.0);
+  EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_max_share", {}), 0.5);
+
+  a->add_batch(BatchCounts{.in = 300}, 0.001);  // only a is busy in this interval
+  fs = m->collect();
+  EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_fairness_index", {}), 0.5);  // 1/S
+  EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_max_share", {}), 1.0);
+
+  auto c = m->partition("t", 2);
+  a->add_batch(BatchCounts{.in = 10}, 0.001);
+  b->add_batch(BatchCounts{.in = 20}, 0.001);
+  c->add_batch(BatchCounts{.in = 30}, 0.001);
+  fs = m->collect();
+  EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_fairness_index", {}), 3600.0 / (3 * 1400.0));
+  EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_max_share", {}), 0.5);
+}
+
+TEST(Metrics, LoadFairnessHoldsTheLastCompletedInterval) {
+  MetricsOptions options;
+  options.load_interval = std::chrono::hours(1);
+  auto m = make(options);
+  auto a = m->partition("t", 0);
+  auto b = m->partition("t", 1);
+  a->add_batch(BatchCounts{.in = 100}, 0.001);
+  // No interval completed yet: the figures so far are shown.
+  EXPECT_DOUBLE_EQ(gauge(m->collect(), "kdedup_load_fairness_index", {}), 0.5);
+  b->add_batch(BatchCounts{.in = 100}, 0.001);
+  EXPECT_DOUBLE_EQ(gauge(m->collect(), "kdedup_load_fairness_index", {}), 1.0);
+}
+
+TEST(Metrics, RejectsBadOptions) {
+  MetricsOptions fpp;
+  fpp.fpp_target = 0.0;
+  auto a = Metrics::create(fpp);
+  ASSERT_FALSE(a);
+  EXPECT_NE(a.error().message.find("fpp"), std::string::npos);
+
+  MetricsOptions bad_name;
+  bad_name.invalid_reasons = {"Not Json"};
+  auto b = Metrics::create(bad_name);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message.find("'Not Json'"), std::string::npos);
+
+  MetricsOptions twice;
+  twice.invalid_reasons = {"a", "a"};
+  EXPECT_FALSE(Metrics::create(twice));
+
+  MetricsOptions many;
+  many.invalid_reasons.clear();
+  for (int i = 0; i < 16; ++i) many.invalid_reasons.push_back("r" + std::to_string(i));
+  auto c = Metrics::create(many);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("at most 15"), std::string::npos);
+}
+
+TEST(Metrics, ScrapeIsPrometheusText) {
+  auto m = make();
+  auto p = m->partition("orders", 0);
+  p->add_batch(BatchCounts{.in = 1, .distinct = 1}, 0.001);
+  const std::string text = m->scrape();
+  EXPECT_NE(text.find("# TYPE kdedup_records_in_total counter"), std::string::npos);
+  EXPECT_NE(text.find("kdedup_records_in_total{partition=\"0\",topic=\"orders\"} 1"),
+            std::string::npos)
+      << text.substr(0, 2000);
+  EXPECT_NE(text.find("# TYPE kdedup_filter_fill_ratio gauge"), std::string::npos);
+  EXPECT_NE(text.find("kdedup_batch_processing_seconds_bucket{topic=\"orders\",le=\"0.001\"} 1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kdedup::metrics
