@@ -115,6 +115,26 @@ TEST(AuditSampler, FindsTheBadFiltersFalsePositivesExactly) {
   expect_counts_eq(sampler->totals(), truth.sampled);
 }
 
+TEST(AuditSampler, FindsAnOverloadedTimerFiltersFalsePositives) {
+  // The real default filter, configured badly on purpose: a 30% target and a
+  // capacity far below the ~1500 identities alive per window.
+  filter::FilterConfig config;
+  config.type = filter::FilterType::kTimer;
+  config.ticks_per_window = kWindowTicks;
+  config.fpp = 0.3;
+  config.capacity = 50;
+  config.timer_bits = 8;
+  config.min_bytes = 64;
+  config.max_bytes = 64;
+  auto timer = filter::make_filter(config);
+  ASSERT_TRUE(timer) << timer.error().message;
+  auto sampler = AuditSampler::create(kWindowTicks, 1);
+  ASSERT_TRUE(sampler);
+  const Truth truth = run_stream(**timer, *sampler, 6);
+  EXPECT_GT(truth.sampled.false_positives, 100u);
+  expect_counts_eq(sampler->totals(), truth.sampled);
+}
+
 TEST(AuditSampler, SampledRateEstimatesThePopulationRate) {
   TinyBloom bad;
   auto sampler = AuditSampler::create(kWindowTicks, 16);

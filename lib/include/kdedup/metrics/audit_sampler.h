@@ -19,13 +19,16 @@
 //
 // Selection. A record is sampled iff mix(fp.lo ^ fp.hi) % N == 0, where mix
 // is a bijective 64-bit finaliser (splitmix64's). Filters derive their probe
-// positions from bit ranges or modular reductions of fp.lo and fp.hi
-// directly; selecting on raw bits (say fp.hi % N == 0) would pin those bits
-// to zero in every sampled fingerprint and could give the sample its own,
-// atypical probe pattern. Folding both halves through a full-avalanche mixer
-// makes the selected set independent of every bit range of either half, so
-// sampled identities probe the filter like any other. The salt is already in
-// the fingerprint, so nobody outside can predict which identities are audited.
+// positions from fp.lo and fp.hi directly: the timer filter picks the line
+// from the top bits of fp.hi (multiply-high) and the in-line cells from bit
+// fields of fp.lo; the aging filter probes fp.lo + j * fp.hi (mod slice
+// size). Selecting on raw bits (say fp.hi % N == 0) would pin those bits in
+// every sampled fingerprint: harmless for the timer filter's line choice,
+// but it would shift every aging probe by a multiple of N and couple the
+// sample to whichever bits some future filter reads. Folding both halves through a full-avalanche
+// mixer makes the selected set independent of every bit range of either half, so sampled identities
+// probe the filter like any other. The salt is already in the fingerprint, so nobody outside can
+// predict which identities are audited.
 //
 // Memory: about 1/N of an exact filter for the same stream (~80 bytes per
 // sampled identity alive in the window).
