@@ -1,0 +1,180 @@
+#pragma once
+// The kdedup configuration: one YAML file, `${VAR}` / `${VAR:-default}`
+// interpolation in every string, `--set key.path=value` overrides, validated
+// against schemas/config.schema.json (compiled into the binary) and then by
+// semantic checks the schema cannot express. Every problem is reported with
+// the key path it concerns ("filter.fpp", "kafka.enable.auto.commit"), all of
+// them at once, so one run of `kdedup validate` shows everything to fix.
+//
+// Loading happens once at startup on the main thread; the resulting Config is
+// an immutable value that any thread may read.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kdedup/common/result.h"
+#include "kdedup/filter/sliding_filter.h"
+
+namespace kdedup::config {
+
+using std::chrono::milliseconds;
+
+/// Where each output record goes.
+enum class Partitioning : std::uint8_t {
+  kInput,  ///< output partition = input partition (checked at startup)
+  kKey,    ///< the producer's partitioner on the record key
+};
+
+/// What happens to a record whose identity cannot be extracted.
+enum class OnInvalid : std::uint8_t {
+  kDlq,   ///< produce it to dlq_topic with an error header
+  kPass,  ///< emit it to the output topic as if distinct
+  kDrop,  ///< drop it (counted)
+  kFail,  ///< stop the service with an error
+};
+
+/// How output is made durable relative to input offsets.
+enum class Delivery : std::uint8_t {
+  kIdempotent,     ///< idempotent producer + output reconciliation on recovery
+  kTransactional,  ///< Kafka transactions, offsets sent in the transaction
+};
+
+struct InputConfig {
+  std::vector<std::string> topics;  ///< one or more, required
+};
+
+struct OutputConfig {
+  std::string topic;  ///< required
+  Partitioning partitioning = Partitioning::kInput;
+};
+
+struct IdentityConfig {
+  /// `key` | `value` | `header:NAME` | `json:/ptr[,json:/ptr...]`; parsed by
+  /// the identity module (the schema checks the shape).
+  std::string extractor = "key";
+  std::string salt;  ///< secret; empty is allowed but warned about
+};
+
+struct StateConfig {
+  std::string dir = "/var/lib/kdedup";  ///< RocksDB snapshot directory
+  milliseconds snapshot_interval{30'000};
+  std::uint64_t snapshot_records = 1'000'000;
+};
+
+struct MetricsConfig {
+  std::string address = "0.0.0.0:9464";  ///< host:port of /metrics /healthz /readyz; empty = off
+  bool per_partition = true;             ///< per-partition gauges (fill, fpp, load)
+  std::uint32_t audit_sample = 1024;     ///< audit 1/N of the identity space; 0 = off
+};
+
+/// librdkafka properties, passed through as strings.
+using KafkaProperties = std::map<std::string, std::string>;
+
+/// The whole configuration, after defaults, interpolation and validation.
+struct Config {
+  std::string group_id;  ///< consumer group id, required
+  InputConfig input;
+  OutputConfig output;
+  IdentityConfig identity;
+  milliseconds window{0};  ///< sliding window, required
+  milliseconds max_future_skew{60'000};
+  bool filter_enabled = true;   ///< false = passthrough: every identifiable record is distinct
+  filter::FilterConfig filter;  ///< normalized (ticks_per_window filled in)
+  std::uint32_t threads = 2;
+  std::uint32_t batch_size = 512;
+  OnInvalid on_invalid = OnInvalid::kDlq;
+  std::string dlq_topic;         ///< non-empty when on_invalid = dlq
+  std::string duplicates_topic;  ///< empty = drop duplicates (counted)
+  Delivery delivery = Delivery::kIdempotent;
+  milliseconds commit_interval{1'000};
+  milliseconds shutdown_timeout{30'000};
+  KafkaProperties kafka;     ///< common to consumer and producer
+  KafkaProperties consumer;  ///< consumer-only, overrides kafka
+  KafkaProperties producer;  ///< producer-only, overrides kafka
+  StateConfig state;
+  MetricsConfig metrics;
+  std::string log_level = "info";  ///< trace|debug|info|warn|error|critical|off
+
+  /// Things that are allowed but probably unintended (an empty salt).
+  std::vector<std::string> warnings;
+
+  [[nodiscard]] std::int64_t window_ms() const noexcept { return window.count(); }
+  /// Length of one filter tick in milliseconds: the window's precision.
+  [[nodiscard]] std::int64_t tick_ms() const noexcept {
+    return filter.ticks_per_window == 0 ? window.count() : window.count() / filter.ticks_per_window;
+  }
+};
+
+/// One problem, tied to the key it concerns.
+struct Issue {
+  std::string path;     ///< dotted key path, e.g. "filter.fpp"; empty = the file itself
+  std::string message;  ///< what is wrong and what is allowed
+  std::string where;    ///< "file:line:column" or "--set"; empty when unknown
+};
+
+/// "filter.fpp: must be ... (kdedup.yaml:12:8)".
+[[nodiscard]] std::string to_string(const Issue& issue);
+
+/// Reads an environment variable; nullopt when unset. Tests pass their own.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+/// The process environment (getenv).
+[[nodiscard]] EnvLookup process_env();
+
+/// Everything a load found: the config when there were no errors, else every
+/// error. Warnings are reported either way.
+struct LoadReport {
+  std::optional<Config> config;
+  std::vector<Issue> errors;
+  std::vector<Issue> warnings;
+  [[nodiscard]] bool ok() const noexcept { return config.has_value() && errors.empty(); }
+};
+
+/// Loads and validates a config file. `overrides` are "key.path=value" texts
+/// as given to --set; the value is parsed as a YAML scalar or flow collection
+/// ("[a,b]"). Never throws; a missing file, a YAML syntax error (with line and
+/// column), an unset variable, a schema violation or a failed semantic check
+/// each become an Issue.
+[[nodiscard]] LoadReport check_config_file(const std::string& path,
+                                           const std::vector<std::string>& overrides = {},
+                                           const EnvLookup& env = process_env());
+
+/// Same as check_config_file for YAML text; `source_name` labels locations.
+[[nodiscard]] LoadReport check_config_text(std::string_view yaml, const std::string& source_name,
+                                           const std::vector<std::string>& overrides = {},
+                                           const EnvLookup& env = process_env());
+
+/// check_config_file, with every error joined into one message (one per line).
+[[nodiscard]] Result<Config> load_config(const std::string& path,
+                                         const std::vector<std::string>& overrides = {});
+
+/// Consumer properties to give librdkafka: kdedup's defaults
+/// (partition.assignment.strategy=cooperative-sticky), then `kafka`, then
+/// `consumer`, then the keys correctness depends on (group.id, no auto
+/// commit / offset store, read_committed when transactional).
+[[nodiscard]] KafkaProperties consumer_properties(const Config& config);
+
+/// Producer properties: `kafka`, then `producer`, then enable.idempotence=true.
+/// transactional.id is not set here: the pipeline derives it per member.
+[[nodiscard]] KafkaProperties producer_properties(const Config& config);
+
+/// One-line summary for `kdedup validate`.
+[[nodiscard]] std::string summary(const Config& config);
+
+/// The schema the config is validated against (schemas/config.schema.json).
+[[nodiscard]] std::string_view schema_json() noexcept;
+
+/// Byte sizes as people write them: 65536, "64KiB", "1GiB", "10MB".
+[[nodiscard]] Result<std::uint64_t> parse_byte_size(std::string_view text);
+
+[[nodiscard]] const char* to_string(Partitioning value) noexcept;
+[[nodiscard]] const char* to_string(OnInvalid value) noexcept;
+[[nodiscard]] const char* to_string(Delivery value) noexcept;
+
+}  // namespace kdedup::config

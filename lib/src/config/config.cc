@@ -1,0 +1,679 @@
+// Config loading: YAML -> interpolate -> --set -> JSON Schema -> typed Config
+// with semantic checks (see config.h). Every stage collects all of its errors
+// instead of stopping at the first, so a user fixes a file in one pass.
+
+#include "kdedup/config/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validation_results.hpp>
+#include <valijson/validator.hpp>
+
+#include "kdedup/common/duration.h"
+#include "schema_embed.h"
+#include "yaml_json.h"
+
+namespace kdedup::config {
+namespace {
+
+using detail::Document;
+using detail::dotted;
+using detail::Json;
+using detail::KeyPath;
+using detail::pointer;
+
+/// librdkafka keys kdedup sets itself because correctness depends on them.
+struct ProtectedKey {
+  const char* name;
+  const char* reason;
+};
+constexpr ProtectedKey kProtectedKeys[] = {
+    {"enable.auto.commit",
+     "kdedup commits offsets itself, only after the output is delivered; auto commit could "
+     "commit records that were never written (silent loss)"},
+    {"enable.auto.offset.store",
+     "kdedup stores offsets itself after delivery reports; automatic storing would commit "
+     "undelivered records"},
+    {"enable.idempotence",
+     "kdedup forces the idempotent producer (true): recovery relies on it to emit no duplicates"},
+    {"group.id", "set the consumer group with the top-level key group_id"},
+    {"transactional.id",
+     "kdedup derives the transactional id from group_id and the member so zombies are fenced"},
+};
+constexpr const char* kIsolationReason =
+    "with delivery: transactional kdedup reads read_committed itself; another isolation level "
+    "would deduplicate aborted records";
+
+// ---------------------------------------------------------------- schema ----
+
+/// The embedded schema, parsed once.
+const Json& schema_document() {
+  static const Json doc = Json::parse(detail::kConfigSchema);
+  return doc;
+}
+
+/// Resolves "#/definitions/x" references and single-element allOf wrappers
+/// so schema walks see the effective object/array/string schema.
+const Json* resolve(const Json* schema) {
+  for (int guard = 0; schema != nullptr && guard < 16; ++guard) {
+    if (schema->contains("$ref")) {
+      std::string ref = (*schema)["$ref"].get<std::string>();
+      if (ref.rfind("#/", 0) != 0) return schema;
+      schema = &schema_document()[Json::json_pointer(ref.substr(1))];
+    } else if (schema->contains("allOf") && !schema->contains("type") &&
+               !schema->contains("properties")) {
+      schema = &(*schema)["allOf"][0];
+    } else {
+      return schema;
+    }
+  }
+  return schema;
+}
+
+bool has_type(const Json& schema, const char* type) {
+  if (!schema.contains("type")) return false;
+  const Json& t = schema["type"];
+  if (t.is_string()) return t.get<std::string>() == type;
+  return std::find(t.begin(), t.end(), Json(type)) != t.end();
+}
+
+/// Schema of a child value: properties[key], else additionalProperties (when
+/// it is a schema), else items for arrays.
+const Json* child_schema(const Json* schema, const std::string& key, bool in_array) {
+  if (schema == nullptr) return nullptr;
+  if (in_array) return schema->contains("items") ? resolve(&(*schema)["items"]) : nullptr;
+  if (schema->contains("properties") && (*schema)["properties"].contains(key)) {
+    return resolve(&(*schema)["properties"][key]);
+  }
+  if (schema->contains("additionalProperties") && (*schema)["additionalProperties"].is_object()) {
+    return resolve(&(*schema)["additionalProperties"]);
+  }
+  return nullptr;
+}
+
+/// Levenshtein distance, for "did you mean" on unknown keys.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// Walks document and schema together: gives plain scalars back their text
+/// where the schema wants a string, turns an empty section (null) into {},
+/// and reports unknown keys with a suggestion.
+class SchemaWalk {
+ public:
+  SchemaWalk(Document& doc, std::vector<Issue>& errors) : doc_(doc), errors_(errors) {}
+
+  void run() {
+    KeyPath path;
+    walk(doc_.root, resolve(&schema_document()), path);
+  }
+
+ private:
+  void walk(Json& value, const Json* schema, KeyPath& path) {
+    if (schema == nullptr) return;
+    const std::string ptr = pointer(path);
+    if (value.is_null() && has_type(*schema, "object") && !has_type(*schema, "null")) {
+      value = Json::object();
+    }
+    if (has_type(*schema, "string") && !value.is_string() && !value.is_object() &&
+        !value.is_array()) {
+      auto it = doc_.plain_text.find(ptr);
+      if (it != doc_.plain_text.end() && (!value.is_null() || has_type(*schema, "string"))) {
+        // Null in a string key means "nothing": an empty string.
+        value = value.is_null() ? std::string() : it->second;
+        doc_.plain_text.erase(it);
+      }
+    }
+    if (value.is_object()) {
+      bool closed = schema->contains("additionalProperties") &&
+                    (*schema)["additionalProperties"].is_boolean() &&
+                    !(*schema)["additionalProperties"].get<bool>();
+      for (auto& [key, child] : value.items()) {
+        path.push_back(key);
+        const Json* sub = child_schema(schema, key, false);
+        if (sub == nullptr && closed) {
+          unknown_key(*schema, key, path);
+        } else {
+          walk(child, sub, path);
+        }
+        path.pop_back();
+      }
+    } else if (value.is_array()) {
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        path.push_back(std::to_string(i));
+        walk(value[i], child_schema(schema, "", true), path);
+        path.pop_back();
+      }
+    }
+  }
+
+  void unknown_key(const Json& schema, const std::string& key, const KeyPath& path) {
+    std::string message = "unknown key";
+    std::string best;
+    std::size_t best_distance = 3;
+    std::vector<std::string> allowed;
+    if (schema.contains("properties")) {
+      for (auto& [name, sub] : schema["properties"].items()) {
+        allowed.push_back(name);
+        std::size_t d = edit_distance(key, name);
+        if (d < best_distance) {
+          best_distance = d;
+          best = name;
+        }
+      }
+    }
+    if (!best.empty()) {
+      message += " (did you mean '" + best + "'?)";
+    } else if (!allowed.empty()) {
+      std::string list;
+      for (const auto& name : allowed) list += (list.empty() ? "" : ", ") + name;
+      message += "; allowed here: " + list;
+    }
+    errors_.push_back(Issue{dotted(path, &doc_.root), message, where(path)});
+  }
+
+  std::string where(const KeyPath& path) const {
+    auto it = doc_.where.find(pointer(path));
+    return it == doc_.where.end() ? "" : it->second;
+  }
+
+  Document& doc_;
+  std::vector<Issue>& errors_;
+};
+
+/// Context "[filter]" -> "filter"; valijson paths start with "<root>".
+KeyPath context_path(const std::vector<std::string>& context) {
+  KeyPath path;
+  for (const auto& part : context) {
+    if (part == "<root>") continue;
+    if (part.size() >= 2 && part.front() == '[' && part.back() == ']') {
+      std::string inner = part.substr(1, part.size() - 2);
+      if (inner.size() >= 2 && inner.front() == '"' && inner.back() == '"') {
+        inner = inner.substr(1, inner.size() - 2);
+      }
+      path.push_back(inner);
+    } else {
+      path.push_back(part);
+    }
+  }
+  return path;
+}
+
+bool is_prefix(const KeyPath& a, const KeyPath& b) {
+  return a.size() < b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+/// Runs valijson and keeps the most specific errors (a failure of a nested
+/// value is also reported for each parent; those add nothing).
+void validate_schema(const Document& doc, std::vector<Issue>& errors) {
+  static const valijson::Schema* schema = [] {
+    auto* s = new valijson::Schema();  // lives for the process: read-only after init
+    valijson::SchemaParser parser;
+    valijson::adapters::NlohmannJsonAdapter adapter(schema_document());
+    parser.populateSchema(adapter, *s);
+    return s;
+  }();
+  valijson::Validator validator;
+  valijson::ValidationResults results;
+  valijson::adapters::NlohmannJsonAdapter target(doc.root);
+  if (validator.validate(*schema, target, &results)) return;
+
+  std::vector<std::pair<KeyPath, std::string>> found;
+  valijson::ValidationResults::Error e;
+  while (results.popError(e)) {
+    // Unknown keys were reported by SchemaWalk with a suggestion.
+    if (e.description.find("could not be validated using 'properties'") != std::string::npos) {
+      continue;
+    }
+    if (e.description.find("Failed to validate against") != std::string::npos ||
+        e.description.find("Failed to validate item") != std::string::npos ||
+        e.description.find("Failed to validate value against any") != std::string::npos) {
+      // Summaries of nested failures; keep only when nothing more specific exists.
+      found.emplace_back(context_path(e.context), "#summary#" + e.description);
+      continue;
+    }
+    found.emplace_back(context_path(e.context), e.description);
+  }
+  std::set<std::pair<KeyPath, std::string>> seen;
+  for (const auto& [path, description] : found) {
+    bool summary = description.rfind("#summary#", 0) == 0;
+    bool shadowed = false;
+    for (const auto& [other, other_desc] : found) {
+      bool other_summary = other_desc.rfind("#summary#", 0) == 0;
+      if (is_prefix(path, other) || (summary && other == path && !other_summary)) {
+        shadowed = true;
+        break;
+      }
+    }
+    if (shadowed || !seen.insert({path, description}).second) continue;
+    std::string text = summary ? description.substr(9) : description;
+    auto it = doc.where.find(pointer(path));
+    errors.push_back(Issue{dotted(path, &doc.root), text, it == doc.where.end() ? "" : it->second});
+  }
+}
+
+// ----------------------------------------------------------- typed build ----
+
+/// Reads typed values out of the validated JSON; each failed semantic check
+/// becomes an Issue at its key path.
+class Builder {
+ public:
+  Builder(const Document& doc, std::vector<Issue>& errors) : doc_(doc), errors_(errors) {}
+
+  const Json* at(const KeyPath& path) const {
+    const Json* node = &doc_.root;
+    for (const auto& part : path) {
+      if (!node->is_object() || !node->contains(part)) return nullptr;
+      node = &(*node)[part];
+    }
+    return node;
+  }
+
+  std::string str(const KeyPath& path, std::string fallback) const {
+    const Json* v = at(path);
+    return v != nullptr && v->is_string() ? v->get<std::string>() : fallback;
+  }
+  template <class T>
+  T number(const KeyPath& path, T fallback) const {
+    const Json* v = at(path);
+    return v != nullptr && v->is_number() ? v->get<T>() : fallback;
+  }
+  bool boolean(const KeyPath& path, bool fallback) const {
+    const Json* v = at(path);
+    return v != nullptr && v->is_boolean() ? v->get<bool>() : fallback;
+  }
+
+  milliseconds duration(const KeyPath& path, milliseconds fallback, bool allow_zero = false) {
+    const Json* v = at(path);
+    if (v == nullptr || !v->is_string()) return fallback;
+    std::string text = v->get<std::string>();
+    if (allow_zero && !text.empty() && text.find_first_not_of('0') != 0 &&
+        text.find_first_not_of("0msdh") == std::string::npos) {
+      return milliseconds{0};
+    }
+    auto ms = parse_duration_ms(text);
+    if (!ms) {
+      error(path, ms.error().message);
+      return fallback;
+    }
+    return milliseconds{*ms};
+  }
+
+  std::uint64_t bytes(const KeyPath& path, std::uint64_t fallback) {
+    const Json* v = at(path);
+    if (v == nullptr) return fallback;
+    if (v->is_number_unsigned() || v->is_number_integer()) {
+      return v->get<std::int64_t>() > 0 ? v->get<std::uint64_t>() : fallback;
+    }
+    if (!v->is_string()) return fallback;
+    auto n = parse_byte_size(v->get<std::string>());
+    if (!n) {
+      error(path, n.error().message);
+      return fallback;
+    }
+    return *n;
+  }
+
+  KafkaProperties properties(const std::string& map) const {
+    KafkaProperties out;
+    const Json* v = at({map});
+    if (v == nullptr || !v->is_object()) return out;
+    for (auto& [key, value] : v->items()) {
+      if (value.is_string()) {
+        out[key] = value.get<std::string>();
+      } else {
+        auto it = doc_.plain_text.find(pointer({map, key}));
+        out[key] = it != doc_.plain_text.end() ? it->second : value.dump();
+      }
+    }
+    return out;
+  }
+
+  void error(const KeyPath& path, std::string message) {
+    auto it = doc_.where.find(pointer(path));
+    errors_.push_back(Issue{dotted(path, &doc_.root), std::move(message),
+                            it == doc_.where.end() ? "" : it->second});
+  }
+
+ private:
+  const Document& doc_;
+  std::vector<Issue>& errors_;
+};
+
+void check_metrics_address(Builder& b, const std::string& address) {
+  if (address.empty()) return;
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    b.error({"metrics", "address"},
+            "'" + address + "' is not host:port (e.g. 0.0.0.0:9464); empty turns metrics off");
+    return;
+  }
+  std::string port = address.substr(colon + 1);
+  char* end = nullptr;
+  long value = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || value < 0 || value > 65535) {
+    b.error({"metrics", "address"}, "port '" + port + "' is not a number in 0..65535");
+  }
+}
+
+Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>& warnings) {
+  Builder b(doc, errors);
+  Config c;
+  c.group_id = b.str({"group_id"}, "");
+  if (const Json* topics = b.at({"input", "topics"}); topics != nullptr && topics->is_array()) {
+    for (const auto& t : *topics) {
+      if (t.is_string()) c.input.topics.push_back(t.get<std::string>());
+    }
+  }
+  c.output.topic = b.str({"output", "topic"}, "");
+  c.output.partitioning = b.str({"output", "partitioning"}, "input") == "key"
+                              ? Partitioning::kKey
+                              : Partitioning::kInput;
+  c.identity.extractor = b.str({"identity", "extractor"}, c.identity.extractor);
+  c.identity.salt = b.str({"identity", "salt"}, "");
+  c.window = b.duration({"window"}, c.window);
+  c.max_future_skew = b.duration({"max_future_skew"}, c.max_future_skew, true);
+
+  // filter
+  c.filter_enabled = b.boolean({"filter", "enabled"}, true);
+  filter::FilterConfig f;
+  std::string type = b.str({"filter", "type"}, "timer");
+  if (auto parsed = filter::parse_filter_type(type)) f.type = *parsed;
+  f.fpp = b.number<double>({"filter", "fpp"}, 0.01);
+  f.capacity = b.number<std::uint64_t>({"filter", "capacity"}, 1'000'000);
+  f.ticks_per_window = b.number<std::uint32_t>({"filter", "ticks_per_window"}, 0);
+  f.timer_bits = static_cast<std::uint8_t>(b.number<unsigned>({"filter", "timer_bits"}, 8));
+  f.equal_timers = static_cast<std::uint8_t>(b.number<unsigned>({"filter", "equal_timers"}, 0));
+  f.growth = b.str({"filter", "growth"}, "density") == "cardinality" ? filter::Growth::kCardinality
+                                                                     : filter::Growth::kDensity;
+  f.min_bytes = b.bytes({"filter", "min_bytes"}, f.min_bytes);
+  f.max_bytes = b.bytes({"filter", "max_bytes"}, f.max_bytes);
+  auto normalized = filter::normalize(f);
+  if (!normalized) {
+    // normalize() names the field first ("fpp must be ...").
+    const std::string& msg = normalized.error().message;
+    std::string field = msg.substr(0, msg.find(' '));
+    static const std::set<std::string> kFields = {
+        "fpp",          "capacity", "timer_bits", "ticks_per_window", "min_bytes", "max_bytes",
+        "equal_timers", "type",     "growth"};
+    b.error(kFields.count(field) ? KeyPath{"filter", field} : KeyPath{"filter"}, msg);
+  } else {
+    f = *normalized;
+    if (c.window.count() > 0 && c.window.count() < static_cast<std::int64_t>(f.ticks_per_window)) {
+      b.error({"filter", "ticks_per_window"},
+              std::to_string(f.ticks_per_window) + " ticks do not fit in a window of " +
+                  format_duration_ms(c.window.count()) +
+                  " (a tick must be at least 1ms): lengthen window or lower ticks_per_window");
+    }
+    if (f.type == filter::FilterType::kTimer && f.equal_timers > 0 && f.equal_timers > 16) {
+      b.error({"filter", "equal_timers"}, "must be at most the number of probes per record");
+    }
+  }
+  c.filter = f;
+
+  c.threads = b.number<std::uint32_t>({"threads"}, c.threads);
+  c.batch_size = b.number<std::uint32_t>({"batch_size"}, c.batch_size);
+  std::string on_invalid = b.str({"on_invalid"}, "dlq");
+  c.on_invalid = on_invalid == "pass"   ? OnInvalid::kPass
+                 : on_invalid == "drop" ? OnInvalid::kDrop
+                 : on_invalid == "fail" ? OnInvalid::kFail
+                                        : OnInvalid::kDlq;
+  c.dlq_topic = b.str({"dlq_topic"}, "");
+  c.duplicates_topic = b.str({"duplicates_topic"}, "");
+  c.delivery = b.str({"delivery"}, "idempotent") == "transactional" ? Delivery::kTransactional
+                                                                    : Delivery::kIdempotent;
+  c.commit_interval = b.duration({"commit_interval"}, c.commit_interval);
+  c.shutdown_timeout = b.duration({"shutdown_timeout"}, c.shutdown_timeout);
+  c.kafka = b.properties("kafka");
+  c.consumer = b.properties("consumer");
+  c.producer = b.properties("producer");
+  c.state.dir = b.str({"state", "dir"}, c.state.dir);
+  c.state.snapshot_interval = b.duration({"state", "snapshot_interval"}, c.state.snapshot_interval);
+  c.state.snapshot_records =
+      b.number<std::uint64_t>({"state", "snapshot_records"}, c.state.snapshot_records);
+  c.metrics.address = b.str({"metrics", "address"}, c.metrics.address);
+  c.metrics.per_partition = b.boolean({"metrics", "per_partition"}, true);
+  c.metrics.audit_sample =
+      b.number<std::uint32_t>({"metrics", "audit_sample"}, c.metrics.audit_sample);
+  c.log_level = b.str({"log_level"}, c.log_level);
+
+  // Topics must not feed back into the input.
+  std::set<std::string> inputs(c.input.topics.begin(), c.input.topics.end());
+  if (inputs.count(c.output.topic)) {
+    b.error({"output", "topic"},
+            "'" + c.output.topic + "' is also an input topic: kdedup would read its own output");
+  }
+  if (c.on_invalid == OnInvalid::kDlq && c.dlq_topic.empty()) {
+    b.error({"dlq_topic"},
+            "required when on_invalid is dlq (or choose on_invalid: pass, drop or fail)");
+  }
+  if (!c.dlq_topic.empty() && (inputs.count(c.dlq_topic) || c.dlq_topic == c.output.topic)) {
+    b.error({"dlq_topic"}, "'" + c.dlq_topic + "' must differ from the input and output topics");
+  }
+  if (!c.duplicates_topic.empty() &&
+      (inputs.count(c.duplicates_topic) || c.duplicates_topic == c.output.topic)) {
+    b.error({"duplicates_topic"},
+            "'" + c.duplicates_topic + "' must differ from the input and output topics");
+  }
+  check_metrics_address(b, c.metrics.address);
+
+  // Protected librdkafka keys.
+  for (const char* map : {"kafka", "consumer", "producer"}) {
+    const KafkaProperties& props = std::string_view(map) == "kafka"      ? c.kafka
+                                   : std::string_view(map) == "consumer" ? c.consumer
+                                                                         : c.producer;
+    for (const auto& [key, value] : props) {
+      for (const auto& p : kProtectedKeys) {
+        if (key == p.name) b.error({map, key}, std::string("cannot be set: ") + p.reason);
+      }
+      if (key == "isolation.level" && c.delivery == Delivery::kTransactional) {
+        b.error({map, key}, std::string("cannot be set: ") + kIsolationReason);
+      }
+    }
+  }
+  auto has_bootstrap = [](const KafkaProperties& p) {
+    auto it = p.find("bootstrap.servers");
+    auto it2 = p.find("metadata.broker.list");
+    return (it != p.end() && !it->second.empty()) || (it2 != p.end() && !it2->second.empty());
+  };
+  if (!has_bootstrap(c.kafka) && !(has_bootstrap(c.consumer) && has_bootstrap(c.producer))) {
+    b.error({"kafka", "bootstrap.servers"},
+            "required: the Kafka brokers to connect to (host:port,...)");
+  }
+
+  if (c.identity.salt.empty()) {
+    auto it = doc.where.find("/identity/salt");
+    warnings.push_back(Issue{"identity.salt",
+                             "empty: anyone who knows the hash can craft identities that collide "
+                             "with others' and suppress them; set a secret (e.g. ${KDEDUP_SALT})",
+                             it == doc.where.end() ? "" : it->second});
+  }
+  for (const auto& w : warnings) c.warnings.push_back(to_string(w));
+  return c;
+}
+
+LoadReport check_document(Document& doc, const std::vector<std::string>& overrides,
+                          LoadReport report) {
+  for (const auto& o : overrides) detail::apply_override(o, doc, report.errors);
+  SchemaWalk(doc, report.errors).run();
+  validate_schema(doc, report.errors);
+  Config config = build(doc, report.errors, report.warnings);
+  if (report.errors.empty()) report.config = std::move(config);
+  return report;
+}
+
+}  // namespace
+
+std::string to_string(const Issue& issue) {
+  std::string out = issue.path.empty() ? std::string() : issue.path + ": ";
+  out += issue.message;
+  if (!issue.where.empty()) out += " (" + issue.where + ")";
+  return out;
+}
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+LoadReport check_config_text(std::string_view yaml, const std::string& source_name,
+                             const std::vector<std::string>& overrides, const EnvLookup& env) {
+  LoadReport report;
+  Document doc;
+  if (!detail::parse_yaml_document(yaml, source_name, env, doc, report.errors)) return report;
+  try {
+    return check_document(doc, overrides, std::move(report));
+  } catch (const std::exception& e) {
+    // Schema machinery throws only on internal faults (e.g. a regex engine
+    // limit); report it rather than crash.
+    LoadReport failed;
+    failed.errors.push_back(
+        Issue{"", std::string("internal error while validating: ") + e.what(), source_name});
+    return failed;
+  }
+}
+
+LoadReport check_config_file(const std::string& path, const std::vector<std::string>& overrides,
+                             const EnvLookup& env) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LoadReport report;
+    report.errors.push_back(
+        Issue{"", "cannot open config file: " + std::string(std::strerror(errno)), path});
+    return report;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return check_config_text(text.str(), path, overrides, env);
+}
+
+Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  LoadReport report = check_config_file(path, overrides);
+  if (report.ok()) return std::move(*report.config);
+  std::string message = "invalid configuration " + path + ":";
+  for (const auto& e : report.errors) message += "\n  " + to_string(e);
+  return fail(message);
+}
+
+KafkaProperties consumer_properties(const Config& config) {
+  KafkaProperties out{{"partition.assignment.strategy", "cooperative-sticky"}};
+  for (const auto& [k, v] : config.kafka) out[k] = v;
+  for (const auto& [k, v] : config.consumer) out[k] = v;
+  out["group.id"] = config.group_id;
+  out["enable.auto.commit"] = "false";
+  out["enable.auto.offset.store"] = "false";
+  if (config.delivery == Delivery::kTransactional) out["isolation.level"] = "read_committed";
+  return out;
+}
+
+KafkaProperties producer_properties(const Config& config) {
+  KafkaProperties out;
+  for (const auto& [k, v] : config.kafka) out[k] = v;
+  for (const auto& [k, v] : config.producer) out[k] = v;
+  out["enable.idempotence"] = "true";
+  return out;
+}
+
+std::string summary(const Config& c) {
+  std::string topics;
+  for (const auto& t : c.input.topics) topics += (topics.empty() ? "" : ",") + t;
+  std::string out = "group " + c.group_id + ": " + topics + " -> " + c.output.topic + ", window " +
+                    format_duration_ms(c.window.count()) + ", filter ";
+  if (c.filter_enabled) {
+    std::ostringstream fpp;
+    fpp << c.filter.fpp;
+    out += std::string(filter::to_string(c.filter.type)) + " fpp=" + fpp.str() +
+           " ticks=" + std::to_string(c.filter.ticks_per_window);
+  } else {
+    out += "off (passthrough)";
+  }
+  out += ", on_invalid " + std::string(to_string(c.on_invalid)) + ", delivery " +
+         to_string(c.delivery) + ", " + std::to_string(c.threads) + " threads";
+  return out;
+}
+
+std::string_view schema_json() noexcept { return detail::kConfigSchema; }
+
+Result<std::uint64_t> parse_byte_size(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  if (i == 0)
+    return fail("'" + std::string(text) + "' is not a byte size (e.g. 65536, 64KiB, 1GiB)");
+  std::uint64_t value = 0;
+  for (std::size_t j = 0; j < i; ++j) {
+    std::uint64_t digit = static_cast<std::uint64_t>(text[j] - '0');
+    if (value > (UINT64_MAX - digit) / 10) return fail("'" + std::string(text) + "' is too large");
+    value = value * 10 + digit;
+  }
+  std::string_view unit = text.substr(i);
+  if (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  struct Unit {
+    const char* name;
+    std::uint64_t factor;
+  };
+  static constexpr Unit kUnits[] = {{"", 1},
+                                    {"B", 1},
+                                    {"KB", 1000},
+                                    {"MB", 1000'000},
+                                    {"GB", 1000'000'000},
+                                    {"TB", 1000'000'000'000},
+                                    {"KiB", 1ULL << 10},
+                                    {"MiB", 1ULL << 20},
+                                    {"GiB", 1ULL << 30},
+                                    {"TiB", 1ULL << 40}};
+  for (const auto& u : kUnits) {
+    if (unit == u.name) {
+      if (value > UINT64_MAX / u.factor) return fail("'" + std::string(text) + "' is too large");
+      if (value == 0) return fail("'" + std::string(text) + "' must be more than zero bytes");
+      return value * u.factor;
+    }
+  }
+  return fail("'" + std::string(text) + "': unknown unit '" + std::string(unit) +
+              "' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+}
+
+const char* to_string(Partitioning value) noexcept {
+  return value == Partitioning::kKey ? "key" : "input";
+}
+const char* to_string(OnInvalid value) noexcept {
+  switch (value) {
+    case OnInvalid::kDlq:
+      return "dlq";
+    case OnInvalid::kPass:
+      return "pass";
+    case OnInvalid::kDrop:
+      return "drop";
+    case OnInvalid::kFail:
+      return "fail";
+  }
+  return "dlq";
+}
+const char* to_string(Delivery value) noexcept {
+  return value == Delivery::kTransactional ? "transactional" : "idempotent";
+}
+
+}  // namespace kdedup::config
