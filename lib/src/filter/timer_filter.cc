@@ -81,6 +81,31 @@ void probe_positions(std::uint64_t h, std::uint32_t k, std::uint32_t* out) {
   }
 }
 
+// Clears the cells of one line whose code is outside the live interval
+// [lo, hi] (cyclic when `wrap`); empty cells stay empty. Written branch-free
+// over a fixed count so the compiler vectorises it. Returns cells cleared.
+template <class T, int N>
+std::uint32_t scrub_cells(T* cells, std::uint32_t lo, std::uint32_t hi, bool wrap) {
+  const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+  std::uint32_t cleared = 0;
+  if (wrap) {
+    for (int j = 0; j < N; ++j) {
+      const T v = cells[j];
+      const bool keep = (v >= l) | (v <= h);  // 0 <= h: empty cells are kept
+      cells[j] = keep ? v : T{0};
+      cleared += !keep;
+    }
+  } else {
+    for (int j = 0; j < N; ++j) {
+      const T v = cells[j];
+      const bool keep = (v == 0) | ((v >= l) & (v <= h));
+      cells[j] = keep ? v : T{0};
+      cleared += !keep;
+    }
+  }
+  return cleared;
+}
+
 }  // namespace
 
 // Insertions per tick over the last W + 1 ticks, in buckets of `width` ticks
@@ -91,6 +116,7 @@ struct WindowCount {
   std::vector<std::uint32_t> ring;
   std::uint64_t first = 0;  // absolute bucket index of ring's oldest bucket
   std::uint64_t sum = 0;
+  std::size_t current = 0;  // ring slot of the clock's bucket
 
   void init(std::uint32_t window) {
     width = std::max<std::uint64_t>(1, (std::uint64_t{window} + 1 + 1023) / 1024);
@@ -99,6 +125,7 @@ struct WindowCount {
     sum = 0;
   }
   void advance(Tick now, std::uint32_t window) {
+    current = (now / width) % ring.size();
     const std::uint64_t next = now >= window ? (now - window) / width : 0;
     if (next <= first) return;
     if (next - first >= ring.size()) {
@@ -112,8 +139,9 @@ struct WindowCount {
     }
     first = next;
   }
-  void add(Tick now) {
-    ++ring[(now / width) % ring.size()];
+  /// Counts one insertion at the tick of the last advance().
+  void add() {
+    ++ring[current];
     ++sum;
   }
 };
@@ -126,6 +154,7 @@ struct TimerFilter::SubFilter {
   std::uint64_t lines = 0;
   Tick created = 0;            // start of the scrub schedule
   std::uint64_t swept = 0;     // lines visited since `created`
+  std::uint64_t ahead = 0;     // required(clock + 1): cap for per-insert scrub
   Tick last_insert = 0;        // newest insertion (== created before any)
   std::uint64_t inserts = 0;   // since creation (Growth::kCardinality)
   std::uint64_t nonempty = 0;  // cells != 0
@@ -185,6 +214,7 @@ Result<std::unique_ptr<TimerFilter>> TimerFilter::create(const FilterConfig& con
   const std::uint64_t lines = f->initial_bytes() / kLineBytes;
   auto sub = SubFilter::make(lines, 0, config.ticks_per_window);
   if (!sub) return fail("timer filter: cannot allocate " + std::to_string(lines * 64) + " bytes");
+  sub->ahead = sub->required(1, f->period_);
   f->subs_.push_back(std::move(sub));
   f->refresh_threshold();
   return f;
@@ -242,8 +272,8 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
   // Codes whose age exceeds W are dead; precompute as a bound on the raw diff.
   if (extra_age > window) {
     // Everything visited is dead.
-    for (std::uint64_t n = 0; n < count; ++n) {
-      const std::uint64_t i = (s.swept + n) % s.lines;
+    std::uint64_t i = s.swept % s.lines;
+    for (std::uint64_t n = 0; n < count; ++n, i = i + 1 == s.lines ? 0 : i + 1) {
       std::uint8_t* line = s.line(i);
       for (std::uint32_t j = 0; j < cells_per_line_; ++j) {
         std::uint32_t v = 0;
@@ -265,47 +295,56 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
     s.swept += count;
     return;
   }
+  // Cells kept are the empty ones and those whose code lies in the cyclic
+  // interval of ages 0 .. W - extra_age ending at code(ref): [lo, ref_code],
+  // wrapping past M back to 1 when lo would be below 1.
   const std::uint32_t max_diff = static_cast<std::uint32_t>(window - extra_age);
-  auto sweep = [&](auto cells_tag) {
-    using C = decltype(cells_tag);
-    for (std::uint64_t n = 0; n < count; ++n) {
-      std::uint8_t* line = s.line((s.swept + n) % s.lines);
-      for (std::uint32_t j = 0; j < C::kPerLine; ++j) {
-        const std::uint32_t v = C::get(line, j);
-        if (v == 0) continue;
-        std::int32_t diff = static_cast<std::int32_t>(ref_code) - static_cast<std::int32_t>(v);
-        if (diff < 0) diff += static_cast<std::int32_t>(m);
-        if (static_cast<std::uint32_t>(diff) > max_diff) {
-          C::set(line, j, 0);
-          --s.nonempty;
+  std::int64_t lo = static_cast<std::int64_t>(ref_code) - max_diff;
+  const bool wrap = lo < 1;
+  if (wrap) lo += m;
+  std::uint64_t i = s.swept % s.lines;
+  for (std::uint64_t n = 0; n < count; ++n, i = i + 1 == s.lines ? 0 : i + 1) {
+    std::uint8_t* line = s.line(i);
+    std::uint32_t cleared = 0;
+    switch (config_.timer_bits) {
+      case 4: {
+        std::uint8_t low[64], high[64];
+        for (int j = 0; j < 64; ++j) {
+          low[j] = line[j] & 0xF;
+          high[j] = static_cast<std::uint8_t>(line[j] >> 4);
         }
+        cleared =
+            scrub_cells<std::uint8_t, 64>(low, static_cast<std::uint32_t>(lo), ref_code, wrap) +
+            scrub_cells<std::uint8_t, 64>(high, static_cast<std::uint32_t>(lo), ref_code, wrap);
+        for (int j = 0; j < 64; ++j) line[j] = static_cast<std::uint8_t>(low[j] | (high[j] << 4));
+        break;
       }
+      case 8:
+        cleared =
+            scrub_cells<std::uint8_t, 64>(line, static_cast<std::uint32_t>(lo), ref_code, wrap);
+        break;
+      default:
+        cleared = scrub_cells<std::uint16_t, 32>(reinterpret_cast<std::uint16_t*>(line),
+                                                 static_cast<std::uint32_t>(lo), ref_code, wrap);
+        break;
     }
-  };
-  switch (config_.timer_bits) {
-    case 4:
-      sweep(Cells<4>{});
-      break;
-    case 8:
-      sweep(Cells<8>{});
-      break;
-    default:
-      sweep(Cells<16>{});
-      break;
+    s.nonempty -= cleared;
   }
   s.swept += count;
 }
 
 void TimerFilter::catch_up(SubFilter& s, Tick old_clock, Tick now) {
   const std::uint64_t need = s.required(now, period_);
-  if (need <= s.swept) return;
-  const std::uint64_t todo = need - s.swept;
-  if (todo >= s.lines) {
-    scrub_lines(s, s.lines, old_clock, now - old_clock);
-    s.swept = need;
-  } else {
-    scrub_lines(s, todo, old_clock, now - old_clock);
+  if (need > s.swept) {
+    const std::uint64_t todo = need - s.swept;
+    if (todo >= s.lines) {
+      scrub_lines(s, s.lines, old_clock, now - old_clock);
+      s.swept = need;
+    } else {
+      scrub_lines(s, todo, old_clock, now - old_clock);
+    }
   }
+  s.ahead = s.required(now + 1, period_);
 }
 
 void TimerFilter::clear_all(Tick now) {
@@ -315,6 +354,7 @@ void TimerFilter::clear_all(Tick now) {
   active.nonempty = 0;
   active.swept = 0;
   active.created = now;
+  active.ahead = active.required(now + 1, period_);
   active.inserts = 0;
   active.alive.init(config_.ticks_per_window);
   active.alive.advance(now, config_.ticks_per_window);
@@ -369,6 +409,7 @@ void TimerFilter::seal_and_grow() {
       lines_for(want, budget > 0 ? budget : kBudgetShare * config_.fpp * 1e-3);
   auto sub = SubFilter::make(lines, clock_, window);
   if (!sub) return;  // out of memory: keep using the active one
+  sub->ahead = sub->required(clock_ + 1, period_);
   subs_.push_back(std::move(sub));
   refresh_threshold();
 }
@@ -416,12 +457,12 @@ Decision TimerFilter::decide(const Fingerprint& fp) {
     a.nonempty += C::get(line, pos[i]) == 0;
     C::set(line, pos[i], now_code);
   }
-  a.alive.add(clock_);
+  a.alive.add();
   ++a.inserts;
   a.last_insert = clock_;
   if (insertions_++ == 0) first_tick_ = clock_;
   // Background scrub, one line ahead of schedule per insert.
-  if (a.swept < a.required(clock_ + 1, period_)) scrub_lines(a, 1, clock_, 0);
+  if (a.swept < a.ahead) scrub_lines(a, 1, clock_, 0);
   return Decision::kDistinct;
 }
 
@@ -563,6 +604,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     if (*first != expect_first) return bad("window ring position does not match the clock");
     s->alive.first = *first;
     s->alive.sum = sum;
+    s->alive.current = (*clock / s->alive.width) % s->alive.ring.size();
     auto cells = r.get_bytes(*lines * kLineBytes, "cells");
     if (!cells) return bad("truncated cells");
     s->data.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kLineBytes, *lines * kLineBytes)));
@@ -574,6 +616,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     s->last_insert = *last_insert;
     s->inserts = *inserts;
     s->nonempty = *nonempty;
+    s->ahead = s->required(*clock + 1, f->period_);
     // The live-cell count must match the cells (a cheap full consistency check).
     std::uint64_t counted = 0;
     for (std::uint64_t l = 0; l < s->lines; ++l) {
