@@ -1,0 +1,328 @@
+// The filter family side by side: timer (4/8/16-bit timers), aging (seed 002)
+// and exact, on the same generated streams in one run. Prints markdown
+// tables; asserts nothing.
+//
+// 1. Streams (seed 000 §7): identities drawn uniformly or Zipf(alpha = 1)
+//    from a domain sized for a chosen duplicate share, at a steady rate and
+//    with 2x / 5x bursts in the middle third. Time is generated at 4096 fine
+//    ticks per window and mapped onto each filter's own tick (its
+//    ticks_per_window), so every filter sees the same events and the same
+//    window. For each filter and stream:
+//    - ops/s: one thread, test_and_insert_batch in chunks of 256, timed
+//      alone (no oracle);
+//    - bytes at the end of the stream (steady: the last third runs at the
+//      base rate) and bits per in-window element (bytes * 8 / identities the
+//      filter delivered in the last window);
+//    - the false-positive rate against the exact oracle (seed 000
+//      Definition 4), split into never-delivered identities ("new") and
+//      identities whose last delivery left the window ("expired": the edge
+//      of the window), and false negatives, which must be 0.
+// 2. seed 002 Table 2: bits per element of the aging filter at error rates
+//    0.1 .. 1e-5 on a stream of distinct identities (seed 002 §7.2), started
+//    10x under-dimensioned, measured at every tick of the last window (min -
+//    max, like the paper's ranges), next to the (k, l) model, the paper's
+//    range, the false-positive rate on identities never inserted (§7.3), and
+//    the 8-bit timer filter at the same target.
+//
+// Usage: family_bench [--scale X] [--skip-streams] [--skip-table2]
+//   --scale multiplies every stream's rate (default 1: ~200k events per
+//   window at the base rate, ~1M in-window identities in Table 2).
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "kdedup/filter/aging_filter.h"
+#include "kdedup/filter/exact_filter.h"
+#include "kdedup/filter/sliding_filter.h"
+
+// The shared deterministic stream generators and oracle runner of the test
+// suites. Benchmark programs link the library modules only, so the
+// generator's source is compiled into this program directly.
+#include "../tests/support/streams.cc"
+
+namespace {
+
+using kdedup::filter::AgingFilter;
+using kdedup::filter::AgingShape;
+using kdedup::filter::choose_aging_shape;
+using kdedup::filter::Decision;
+using kdedup::filter::FilterConfig;
+using kdedup::filter::FilterStats;
+using kdedup::filter::FilterType;
+using kdedup::filter::Fingerprint;
+using kdedup::filter::FingerprintHash;
+using kdedup::filter::SlidingFilter;
+using kdedup::filter::Tick;
+using kdedup::testing::Distribution;
+using kdedup::testing::Event;
+using kdedup::testing::StreamSpec;
+using Clock = std::chrono::steady_clock;
+
+constexpr Tick kFineTicks = 4096;  // fine ticks per window in generated streams
+constexpr std::size_t kBatch = 256;
+
+struct Contender {
+  const char* name;
+  FilterConfig config;
+};
+
+FilterConfig config_of(FilterType type, double fpp, std::uint64_t capacity, std::uint8_t bits = 8) {
+  FilterConfig c;
+  c.type = type;
+  c.fpp = fpp;
+  c.capacity = capacity;
+  c.timer_bits = bits;
+  auto n = kdedup::filter::normalize(c);
+  if (!n) {
+    std::fprintf(stderr, "bad config: %s\n", n.error().message.c_str());
+    std::exit(1);
+  }
+  return *n;
+}
+
+std::unique_ptr<SlidingFilter> build(const FilterConfig& c) {
+  auto f = kdedup::filter::make_filter(c);
+  if (!f) {
+    std::fprintf(stderr, "cannot build %s filter: %s\n", kdedup::filter::to_string(c.type),
+                 f.error().message.c_str());
+    std::exit(1);
+  }
+  return std::move(*f);
+}
+
+// The events of a fine-tick stream on a filter's own tick scale.
+std::vector<Event> on_ticks(const std::vector<Event>& fine, std::uint32_t window) {
+  std::vector<Event> out(fine);
+  for (Event& e : out) e.tick = e.tick * window / kFineTicks;
+  return out;
+}
+
+struct StreamResult {
+  double ops_per_s = 0;
+  std::uint64_t bytes = 0;
+  double bits_per_element = 0;
+  double duplicate_share = 0;
+  double fp_rate = 0;
+  double fp_new = 0;
+  double fp_expired = 0;
+  std::uint64_t false_negatives = 0;
+  std::uint32_t subfilters = 0;
+};
+
+StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& events) {
+  StreamResult r;
+  std::vector<Fingerprint> fps(events.size());
+  std::vector<Tick> ticks(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    fps[i] = events[i].fp;
+    ticks[i] = events[i].tick;
+  }
+  {  // Throughput, the filter alone.
+    auto f = build(config);
+    std::vector<Decision> out(kBatch);
+    const auto start = Clock::now();
+    for (std::size_t i = 0; i < events.size(); i += kBatch) {
+      const std::size_t n = std::min(kBatch, events.size() - i);
+      f->test_and_insert_batch(std::span(fps).subspan(i, n), std::span(ticks).subspan(i, n),
+                               std::span(out).subspan(0, n));
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    r.ops_per_s = static_cast<double>(events.size()) / seconds;
+  }
+  // Accuracy against the oracle, on a fresh filter fed the same batches.
+  auto f = build(config);
+  std::unordered_set<Fingerprint, FingerprintHash> delivered;
+  std::uint64_t new_events = 0, new_fp = 0, expired_events = 0, expired_fp = 0;
+  std::vector<Tick> deliveries;
+  auto observe = [&](std::size_t, const Event& e, Decision d, bool in_window) {
+    const bool duplicate = d == Decision::kDuplicate;
+    if (!in_window) {
+      if (delivered.count(e.fp) == 0) {
+        ++new_events;
+        new_fp += duplicate ? 1 : 0;
+      } else {
+        ++expired_events;
+        expired_fp += duplicate ? 1 : 0;
+      }
+    }
+    if (!duplicate) {
+      delivered.insert(e.fp);
+      deliveries.push_back(e.tick);
+    }
+  };
+  const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
+  const FilterStats st = f->stats();
+  const Tick end = events.back().tick;
+  const Tick window = config.ticks_per_window;
+  const auto in_window = static_cast<std::uint64_t>(
+      deliveries.end() -
+      std::lower_bound(deliveries.begin(), deliveries.end(), end >= window ? end - window : 0));
+  r.bytes = st.bytes;
+  r.subfilters = st.subfilters;
+  r.bits_per_element = static_cast<double>(st.bytes) * 8.0 / static_cast<double>(in_window);
+  r.duplicate_share =
+      static_cast<double>(counts.true_positives) / static_cast<double>(counts.events);
+  r.fp_rate = counts.fp_rate();
+  r.fp_new = new_events ? static_cast<double>(new_fp) / static_cast<double>(new_events) : 0;
+  r.fp_expired =
+      expired_events ? static_cast<double>(expired_fp) / static_cast<double>(expired_events) : 0;
+  r.false_negatives = counts.false_negatives;
+  return r;
+}
+
+void streams_section(double scale) {
+  const double fpp = 0.01;
+  const double base_rate = 48 * scale;  // per fine tick: ~200k events per window
+  const auto per_window = static_cast<std::uint64_t>(base_rate * kFineTicks);
+  const Contender contenders[] = {
+      {"timer-4", config_of(FilterType::kTimer, fpp, per_window, 4)},
+      {"timer-8", config_of(FilterType::kTimer, fpp, per_window, 8)},
+      {"timer-16", config_of(FilterType::kTimer, fpp, per_window, 16)},
+      {"aging", config_of(FilterType::kAging, fpp, per_window)},
+      {"exact", config_of(FilterType::kExact, fpp, per_window)},
+  };
+  std::printf("## Streams: fpp target %g, %" PRIu64
+              " events per window at the base rate, 6 windows, batch %zu\n\n",
+              fpp, per_window, kBatch);
+  std::printf(
+      "| stream | filter | W ticks | dup share | Mops/s | MiB at end | sub-filters | "
+      "bits/in-window id | FP rate | FP new ids | FP expired ids | FN |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
+    for (double burst : {1.0, 2.0, 5.0}) {
+      StreamSpec spec;
+      spec.distribution = dist;
+      // Uniform: about one draw per identity per window; Zipf: a long tail.
+      spec.domain = dist == Distribution::kUniform ? per_window : 10 * per_window;
+      spec.base_rate = base_rate;
+      spec.ticks = 6 * kFineTicks;
+      spec.burst_factor = burst;
+      spec.seed = 7;
+      const auto fine = kdedup::testing::generate_stream(spec);
+      char stream_name[64];
+      std::snprintf(stream_name, sizeof stream_name, "%s %s",
+                    dist == Distribution::kUniform ? "uniform" : "zipf1",
+                    burst == 1.0   ? "steady"
+                    : burst == 2.0 ? "2x burst"
+                                   : "5x burst");
+      for (const Contender& c : contenders) {
+        const auto events = on_ticks(fine, c.config.ticks_per_window);
+        const StreamResult r = run_stream(c.config, events);
+        std::printf(
+            "| %s | %s | %u | %.2f | %.2f | %.2f | %u | %.1f | %.2e | %.2e | %.2e | %" PRIu64
+            " |\n",
+            stream_name, c.name, c.config.ticks_per_window, r.duplicate_share, r.ops_per_s / 1e6,
+            static_cast<double>(r.bytes) / (1 << 20), r.subfilters, r.bits_per_element, r.fp_rate,
+            r.fp_new, r.fp_expired, r.false_negatives);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\n");
+}
+
+void table2_section(double scale) {
+  const double rates[] = {0.1, 0.01, 0.001, 1e-4, 1e-5};
+  const char* paper[] = {"10-13", "19-24", "26-35", "32-45", "41-56"};
+  const std::uint32_t window = 192;  // the aging default ticks_per_window
+  const auto per_tick = static_cast<std::uint64_t>(5'200 * scale);
+  const std::uint64_t in_window = per_tick * (window + 1);
+  std::printf("## seed 002 Table 2: bits per delivered in-window id, %" PRIu64
+              " distinct ids per window, W = %u ticks\n\n",
+              in_window, window);
+  std::printf(
+      "| error rate | (k, l) | model bits/id | aging bits/id (min-max, last window) | "
+      "paper range | aging FP on absent ids | slices | timer-8 bits/id |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (int i = 0; i < 5; ++i) {
+    const double e = rates[i];
+    FilterConfig ac = config_of(FilterType::kAging, e, in_window / 10);
+    ac.ticks_per_window = window;
+    FilterConfig tc = config_of(FilterType::kTimer, e, in_window, 8);
+    tc.ticks_per_window = window;
+    AgingFilter aging(ac);
+    auto timer = build(tc);
+    const AgingShape shape = aging.shape();
+    double lo = 1e300, hi = 0, timer_bits = 0;
+    std::uint64_t id = 0, asked = 0, positives = 0;
+    const std::uint64_t queries =
+        std::min<std::uint64_t>(4'000'000, static_cast<std::uint64_t>(200.0 / e * scale) + 1);
+    const Tick total = 4 * window;
+    std::vector<Fingerprint> fps(per_tick);
+    std::vector<Tick> ticks(per_tick);
+    std::vector<Decision> out(per_tick);
+    // Identities each filter delivered per tick: the window's in-window ids
+    // are the ones delivered (a false positive is not stored).
+    std::vector<std::uint64_t> aging_delivered, timer_delivered;
+    const auto window_sum = [&](const std::vector<std::uint64_t>& per) {
+      const std::size_t from = per.size() > window + 1 ? per.size() - (window + 1) : 0;
+      std::uint64_t sum = 0;
+      for (std::size_t j = from; j < per.size(); ++j) sum += per[j];
+      return static_cast<double>(sum);
+    };
+    const auto distinct = [&] {
+      return static_cast<std::uint64_t>(std::count(out.begin(), out.end(), Decision::kDistinct));
+    };
+    for (Tick t = 0; t < total; ++t) {
+      for (std::uint64_t j = 0; j < per_tick; ++j) {
+        fps[j] = kdedup::testing::identity_fingerprint(id++, 2);
+        ticks[j] = t;
+      }
+      aging.test_and_insert_batch(fps, ticks, out);
+      aging_delivered.push_back(distinct());
+      timer->test_and_insert_batch(fps, ticks, out);
+      timer_delivered.push_back(distinct());
+      if (t + window < total) continue;  // measure over the last window
+      const double bits =
+          static_cast<double>(aging.stats().bytes) * 8.0 / window_sum(aging_delivered);
+      lo = std::min(lo, bits);
+      hi = std::max(hi, bits);
+      timer_bits = static_cast<double>(timer->stats().bytes) * 8.0 / window_sum(timer_delivered);
+      for (std::uint64_t q = 0; q < queries / (window + 1) + 1; ++q, ++asked) {
+        positives +=
+            aging.contains(kdedup::testing::identity_fingerprint(asked, 0xab5e), t) ? 1 : 0;
+      }
+    }
+    std::printf("| %g | (%u, %u) | %.1f | %.1f - %.1f | %s | %.2e (%" PRIu64 "/%" PRIu64
+                ") | %u | %.1f |\n",
+                e, shape.k, shape.l, shape.bits_per_element(), lo, hi, paper[i],
+                static_cast<double>(positives) / static_cast<double>(asked), positives, asked,
+                aging.stats().subfilters, timer_bits);
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double scale = 1.0;
+  bool streams = true, table2 = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
+      scale = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--skip-streams") == 0) {
+      streams = false;
+    } else if (std::strcmp(argv[i], "--skip-table2") == 0) {
+      table2 = false;
+    } else {
+      std::fprintf(stderr, "usage: %s [--scale X] [--skip-streams] [--skip-table2]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!(scale > 0)) {
+    std::fprintf(stderr, "--scale must be positive\n");
+    return 2;
+  }
+  if (table2) table2_section(scale);
+  if (streams) streams_section(scale);
+  return 0;
+}
