@@ -7,6 +7,7 @@
 #include <ctime>
 #include <map>
 #include <optional>
+#include <thread>
 
 namespace kdedup::metrics {
 namespace {
@@ -351,6 +352,34 @@ TEST(Metrics, RejectsBadOptions) {
   auto c = Metrics::create(many);
   ASSERT_FALSE(c);
   EXPECT_NE(c.error().message.find("at most 15"), std::string::npos);
+}
+
+TEST(Metrics, ScrapesWhileWorkersUpdate) {
+  auto m = make();
+  constexpr int kBatches = 5000;
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&m, w] {
+      auto p = m->partition("orders", w);
+      for (int i = 0; i < kBatches; ++i) {
+        p->observe_emit_age(0.01);
+        p->add_batch(BatchCounts{.in = 2, .distinct = 1, .duplicate = 1}, 0.0001);
+        p->set_filter(filter::FilterStats{.bytes = static_cast<std::uint64_t>(i)}, 0.0);
+        p->add_audit(AuditCounts{.sampled = 1});
+      }
+    });
+  }
+  for (int i = 0; i < 50; ++i) EXPECT_FALSE(m->scrape().empty());
+  for (auto& t : workers) t.join();
+  const auto fs = m->collect();
+  for (int w = 0; w < 2; ++w) {
+    const LabelMap l{{"topic", "orders"}, {"partition", std::to_string(w)}};
+    EXPECT_EQ(counter(fs, "kdedup_records_in_total", l), 2 * kBatches);
+    EXPECT_EQ(counter(fs, "kdedup_audit_sampled_total", l), kBatches);
+  }
+  const auto* ages = find_sample(fs, "kdedup_record_age_at_emit_seconds", {{"topic", "orders"}});
+  ASSERT_NE(ages, nullptr);
+  EXPECT_EQ(ages->histogram.sample_count, 2u * kBatches);
 }
 
 TEST(Metrics, ScrapeIsPrometheusText) {

@@ -182,9 +182,10 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  /// The handle for one assigned partition (see PartitionMetrics). Creating
-  /// two live handles for the same partition is allowed but their gauges
-  /// would both be reported; the pipeline keeps one per assignment.
+  /// The handle for one assigned partition (see PartitionMetrics). Two live
+  /// handles for the same partition share its counters and their gauges are
+  /// combined as in per-topic aggregation; the pipeline keeps one per
+  /// assignment.
   [[nodiscard]] std::unique_ptr<PartitionMetrics> partition(std::string_view topic,
                                                             std::int32_t partition);
 
