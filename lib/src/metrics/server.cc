@@ -1,9 +1,16 @@
 #include "kdedup/metrics/server.h"
 
 #include <CivetServer.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <charconv>
+#include <chrono>
 #include <exception>
+#include <thread>
 
 namespace kdedup::metrics {
 namespace {
@@ -98,11 +105,34 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(std::string_view add
   server->server_->addHandler("/readyz", server->handlers_->ready);
   const std::vector<int> ports = server->server_->getListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
+  const std::string_view host = address.substr(0, address.rfind(':'));
+  server->wake_host_ = host == "0.0.0.0" ? "127.0.0.1" : std::string(host);
   return server;
 }
 
 MetricsServer::~MetricsServer() {
-  if (server_) server_->close();
+  if (!server_) return;
+  // civetweb's accept loop only looks at its stop flag between polls of two
+  // seconds; an incoming connection wakes it. Knock on the port while
+  // close() waits, so stopping takes milliseconds (when the listener is
+  // reachable over IPv4 from here; otherwise it still stops, just slower).
+  std::atomic<bool> closed{false};
+  std::thread knocker([this, &closed] {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+    if (inet_pton(AF_INET, wake_host_.c_str(), &addr.sin_addr) != 1) return;
+    while (!closed.load()) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0) return;
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+      ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  server_->close();
+  closed.store(true);
+  knocker.join();
 }
 
 }  // namespace kdedup::metrics

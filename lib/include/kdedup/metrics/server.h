@@ -42,6 +42,7 @@ class MetricsServer {
   std::unique_ptr<Handlers> handlers_;   // must outlive server_
   std::unique_ptr<CivetServer> server_;  // destroyed first (stops threads)
   int port_ = 0;
+  std::string wake_host_;  // where the destructor knocks to stop civetweb promptly
 };
 
 /// Splits "host:port" / "[v6]:port" and checks the port; exposed for tests.
