@@ -274,6 +274,21 @@ Result<LineSink> open_sink(const std::string& path, const char* flag, const stru
   return LineSink(fd, true, "'" + path + "'");
 }
 
+// Filter config errors name the config field; say which flag set it.
+std::string config_error(const std::string& message) {
+  static constexpr std::pair<std::string_view, std::string_view> kFields[] = {
+      {"ticks_per_window", "--ticks-per-window"},
+      {"equal_timers", "--equal-timers"},
+      {"timer_bits", "--timer-bits"},
+      {"capacity", "--capacity"},
+      {"fpp", "--fpp"},
+  };
+  for (const auto& [field, flag] : kFields) {
+    if (message.find(field) != std::string::npos) return std::string(flag) + ": " + message;
+  }
+  return "--filter: " + message;
+}
+
 // Checks every flag value and opens every file. Errors name the flag.
 Result<Run> prepare(const Options& o) {
   Run run;
@@ -311,10 +326,10 @@ Result<Run> prepare(const Options& o) {
   config.ticks_per_window = o.ticks_per_window;
   config.growth = o.growth == "density" ? filter::Growth::kDensity : filter::Growth::kCardinality;
   auto normalized = filter::normalize(config);
-  if (!normalized) return fail("filter options: " + normalized.error().message);
+  if (!normalized) return fail(config_error(normalized.error().message));
   run.config = *normalized;
   auto made = filter::make_filter(run.config);
-  if (!made) return fail("--filter: " + made.error().message);
+  if (!made) return fail(config_error(made.error().message));
   run.filter = std::move(*made);
 
   struct stat input_stat {};

@@ -314,5 +314,102 @@ TEST(FilterCli, EmptyInput) {
   EXPECT_NE(r.err.find("0 records in"), std::string::npos) << r.err;
 }
 
+// ---- probabilistic filters, checked against the exact one ------------------
+
+// A stream with repeats inside and beyond a 10s window, in event time.
+std::string windowed_stream() {
+  std::string input;
+  for (int i = 0; i < 20'000; ++i) {
+    const int id = (i * 7919) % 4'000;
+    input += "{\"id\":" + std::to_string(id) + ",\"ts\":" + std::to_string(i * 5) + "}\n";
+  }
+  return input;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (auto nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
+    lines.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+// Probabilistic filters may call a new identity a duplicate (false positive)
+// but never let a duplicate through: their output is a subsequence of the
+// exact filter's, missing at most a few percent of it.
+void expect_close_to_exact(const std::vector<std::string>& extra) {
+  const std::string input = windowed_stream();
+  std::vector<std::string> common{"filter",   "--key", "json:/id", "--time", "json:/ts",
+                                  "--window", "10s",   "--salt",   "e2e"};
+  auto exact_args = common;
+  exact_args.insert(exact_args.end(), {"--filter", "exact"});
+  auto exact = run_kdedup(exact_args, input);
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  auto args = common;
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto probabilistic = run_kdedup(args, input);
+  ASSERT_EQ(probabilistic.exit_code, 0) << probabilistic.err;
+
+  const auto want = split_lines(exact.out);
+  const auto got = split_lines(probabilistic.out);
+  ASSERT_GT(want.size(), 4'000u);  // ids come back after the window expired
+  std::size_t w = 0, missing = 0;
+  for (const auto& line : got) {
+    while (w < want.size() && want[w] != line) {
+      ++missing;
+      ++w;
+    }
+    ASSERT_LT(w, want.size()) << "emitted a line the exact filter calls a duplicate: " << line;
+    ++w;
+  }
+  missing += want.size() - w;
+  EXPECT_LE(missing, want.size() * 3 / 100) << "false positives: " << missing;
+}
+
+TEST(FilterCli, TimerFilterMatchesExactUpToFalsePositives) {
+  expect_close_to_exact({"--filter", "timer"});
+  expect_close_to_exact({"--filter", "timer", "--timer-bits", "4"});
+  expect_close_to_exact({"--filter", "timer", "--timer-bits", "16", "--growth", "cardinality"});
+  expect_close_to_exact({"--filter", "timer", "--capacity", "100", "--equal-timers", "2"});
+}
+
+TEST(FilterCli, AgingFilterMatchesExactUpToFalsePositives) {
+  expect_close_to_exact({"--filter", "aging"});
+  expect_close_to_exact({"--filter", "aging", "--capacity", "100"});
+}
+
+TEST(FilterCli, TimerIsTheDefaultAndReportsItsStats) {
+  TempDir dir;
+  auto r = run_kdedup({"filter", "--key", "json:/id", "--time", "json:/ts", "--window", "10s",
+                       "--stats", dir.file("stats.json")},
+                      windowed_stream());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("timer filter"), std::string::npos) << r.err;
+  const std::string text = read_file(dir.file("stats.json"));
+  simdjson::dom::parser parser;
+  auto doc = parser.parse(text);
+  ASSERT_FALSE(doc.error()) << text;
+  simdjson::dom::element f = doc.value()["filter"].value();
+  EXPECT_EQ(std::string_view(f["type"].get_string().value()), "timer");
+  EXPECT_GE(f["subfilters_peak"].get_uint64().value(), 1u);
+  EXPECT_GT(f["bytes_final"].get_uint64().value(), 0u);
+  const double fpp = f["fpp_estimate"].get_double().value();
+  EXPECT_GE(fpp, 0.0);
+  EXPECT_LE(fpp, 0.01);
+}
+
+TEST(FilterCli, TimerOptionsOutOfRangeNameTheFlag) {
+  auto r = run_kdedup({"filter", "--key", "line", "--window", "1s", "--timer-bits", "4",
+                       "--ticks-per-window", "100"},
+                      "a\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--ticks-per-window"), std::string::npos) << r.err;
+  r = run_kdedup({"filter", "--key", "line", "--window", "1s", "--equal-timers", "200"}, "a\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--equal-timers"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace kdedup::testing
