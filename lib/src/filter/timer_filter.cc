@@ -9,6 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/config_codec.h"
 
@@ -28,6 +32,23 @@ constexpr unsigned log2_of(std::uint32_t v) {
   unsigned r = 0;
   while ((1U << r) < v) ++r;
   return r;
+}
+
+// Zeroed, line-aligned cell memory. Large arrays are 2 MiB aligned and asked
+// to use transparent huge pages: every operation touches a random line, and
+// with 4 KiB pages nearly every one would also miss the TLB.
+std::uint8_t* allocate_cells(std::uint64_t bytes) {
+  constexpr std::uint64_t kHuge = 2ULL << 20;
+  const bool huge = bytes >= kHuge;
+  const std::uint64_t align = huge ? kHuge : kLineBytes;
+  const std::uint64_t rounded = (bytes + align - 1) / align * align;
+  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(align, rounded));
+  if (p == nullptr) return nullptr;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
+#endif
+  std::memset(p, 0, bytes);
+  return p;
 }
 
 // Cell access inside one 64-byte line for b-bit timers.
@@ -71,7 +92,8 @@ struct Cells<16> {
 template <std::uint32_t kCells>
 void probe_positions(std::uint64_t h, std::uint32_t k, std::uint32_t* out) {
   constexpr unsigned kBits = log2_of(kCells);
-  std::uint64_t used[2] = {0, 0};
+  constexpr unsigned kWords = kCells > 64 ? 2 : 1;
+  std::uint64_t used[kWords] = {};
   for (std::uint32_t i = 0; i < k; ++i) {
     std::uint32_t p = static_cast<std::uint32_t>(h & (kCells - 1));
     h >>= kBits;
@@ -165,9 +187,8 @@ struct TimerFilter::SubFilter {
 
   static std::unique_ptr<SubFilter> make(std::uint64_t lines, Tick now, std::uint32_t window) {
     auto s = std::make_unique<SubFilter>();
-    s->data.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kLineBytes, lines * kLineBytes)));
+    s->data.reset(allocate_cells(lines * kLineBytes));
     if (!s->data) return nullptr;
-    std::memset(s->data.get(), 0, lines * kLineBytes);
     s->lines = lines;
     s->created = now;
     s->last_insert = now;
@@ -478,8 +499,12 @@ Decision TimerFilter::test_and_insert(const Fingerprint& fp, Tick now) {
   }
 }
 
-void TimerFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
-                                        std::span<const Tick> ticks, std::span<Decision> out) {
+template <unsigned Bits>
+void TimerFilter::decide_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                               std::span<Decision> out) {
+  // Prefetch the line each live sub-filter will read kPrefetchDistance
+  // elements ahead; decisions are made strictly in order, so they equal the
+  // one-by-one results (a sub-filter added mid-batch only misses a hint).
   const std::size_t n = fps.size();
   const std::size_t head = std::min(n, kPrefetchDistance);
   for (std::size_t i = 0; i < head; ++i) {
@@ -490,7 +515,20 @@ void TimerFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
       const std::uint64_t hi = fps[i + kPrefetchDistance].hi;
       for (const auto& s : subs_) __builtin_prefetch(s->line(mulhi(hi, s->lines)), 1, 3);
     }
-    out[i] = test_and_insert(fps[i], ticks[i]);
+    if (ticks[i] > clock_) move_clock(ticks[i]);
+    out[i] = decide<Bits>(fps[i]);
+  }
+}
+
+void TimerFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
+                                        std::span<const Tick> ticks, std::span<Decision> out) {
+  switch (config_.timer_bits) {
+    case 4:
+      return decide_batch<4>(fps, ticks, out);
+    case 8:
+      return decide_batch<8>(fps, ticks, out);
+    default:
+      return decide_batch<16>(fps, ticks, out);
   }
 }
 
@@ -607,7 +645,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     s->alive.current = (*clock / s->alive.width) % s->alive.ring.size();
     auto cells = r.get_bytes(*lines * kLineBytes, "cells");
     if (!cells) return bad("truncated cells");
-    s->data.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kLineBytes, *lines * kLineBytes)));
+    s->data.reset(allocate_cells(*lines * kLineBytes));
     if (!s->data) return bad("cannot allocate " + std::to_string(*lines * kLineBytes) + " bytes");
     std::memcpy(s->data.get(), cells->data(), cells->size());
     s->lines = *lines;

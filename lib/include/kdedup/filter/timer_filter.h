@@ -106,7 +106,7 @@ class TimerFilter final : public SlidingFilter {
   static constexpr double kShrinkFactor = 1.5;
   static constexpr std::size_t kMaxSubfilters = 32;
   /// Elements ahead that the batch path prefetches.
-  static constexpr std::size_t kPrefetchDistance = 8;
+  static constexpr std::size_t kPrefetchDistance = 16;
 
   /// Builds an empty filter. `config` must be normalized (normalize()).
   [[nodiscard]] static Result<std::unique_ptr<TimerFilter>> create(const FilterConfig& config);
@@ -155,6 +155,9 @@ class TimerFilter final : public SlidingFilter {
   [[nodiscard]] std::uint64_t alive_total() const;
   template <unsigned Bits>
   Decision decide(const Fingerprint& fp);
+  template <unsigned Bits>
+  void decide_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                    std::span<Decision> out);
 
   FilterConfig config_;
   std::uint32_t cells_per_line_ = 0;
