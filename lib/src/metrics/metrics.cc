@@ -14,6 +14,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "kdedup/identity/extractor.h"
 #include "kdedup/metrics/fairness.h"
 
 namespace kdedup::metrics {
@@ -58,8 +59,9 @@ void add_nonzero(T* metric, std::uint64_t n) {
 }  // namespace
 
 std::vector<std::string> default_invalid_reasons() {
-  return {"missing_key", "missing_header", "not_json",         "not_object", "missing_field",
-          "null_value",  "bad_type",       "future_timestamp", "too_large",  "other"};
+  std::vector<std::string> out;
+  for (identity::Reason r : identity::kAllReasons) out.emplace_back(identity::to_string(r));
+  return out;
 }
 
 // ---------------------------------------------------------------------------

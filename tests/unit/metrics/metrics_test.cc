@@ -1,5 +1,7 @@
 #include "kdedup/metrics/metrics.h"
 
+#include "kdedup/identity/extractor.h"
+
 #include <gtest/gtest.h>
 #include <prometheus/metric_family.h>
 
@@ -327,6 +329,28 @@ TEST(Metrics, LoadFairnessHoldsTheLastCompletedInterval) {
   EXPECT_DOUBLE_EQ(gauge(m->collect(), "kdedup_load_fairness_index", {}), 0.5);
   b->add_batch(BatchCounts{.in = 100}, 0.001);
   EXPECT_DOUBLE_EQ(gauge(m->collect(), "kdedup_load_fairness_index", {}), 1.0);
+}
+
+TEST(Metrics, EveryIdentityReasonHasItsOwnSeries) {
+  auto m = make();
+  auto p = m->partition("orders", 0);
+  BatchCounts c;
+  for (identity::Reason r : identity::kAllReasons) {
+    const std::size_t i = m->reason_index(identity::to_string(r));
+    ASSERT_NE(m->invalid_reasons()[i], "other") << identity::to_string(r);
+    c.invalid[i] = 1;
+  }
+  p->add_batch(c, -1.0);
+  const auto fs = m->collect();
+  for (identity::Reason r : identity::kAllReasons) {
+    EXPECT_EQ(
+        counter(fs, "kdedup_records_invalid_total",
+                {{"topic", "orders"}, {"partition", "0"}, {"reason", identity::to_string(r)}}),
+        1);
+  }
+  EXPECT_EQ(counter(fs, "kdedup_records_invalid_total",
+                    {{"topic", "orders"}, {"partition", "0"}, {"reason", "other"}}),
+            0);
 }
 
 TEST(Metrics, RejectsBadOptions) {

@@ -52,8 +52,8 @@ namespace kdedup::metrics {
 /// Most invalid-record reasons a Metrics instance can count separately.
 inline constexpr std::size_t kMaxInvalidReasons = 16;
 
-/// The identity module's short reason names, in the order used by
-/// BatchCounts::invalid unless MetricsOptions says otherwise.
+/// The identity module's reason names (identity::kAllReasons, to_string()),
+/// in that order; Metrics appends "other" for anything else.
 [[nodiscard]] std::vector<std::string> default_invalid_reasons();
 
 struct MetricsOptions {
