@@ -263,19 +263,25 @@ void AgingFilter::retire_expired() {
 double AgingFilter::insertion_rate() const {
   // eq. 6's g / t_s over whole ticks: from the start of the tick in which a
   // recent generation began to the start of the current tick, going back
-  // until that spans rate_horizon_ ticks or the oldest slice is reached.
+  // until that spans rate_horizon_ ticks or the oldest slice is reached. A
+  // generation reaching back more than twice that spans an idle gap: when
+  // younger history exists, the rate is taken from it alone.
   const Slice* from = nullptr;
   for (std::size_t p = 0; p < slices_.size(); ++p) {
     const Slice& s = at(p);
-    if (s.created < clock_) from = &s;
-    if (clock_ - s.created >= rate_horizon_) break;
+    const Tick span = clock_ - s.created;
+    if (span == 0) continue;
+    if (from != nullptr && span > 2 * rate_horizon_) break;
+    from = &s;
+    if (span >= rate_horizon_) break;
   }
-  if (from == nullptr) {
-    // Everything so far happened in this tick: a lower bound on the rate.
-    return static_cast<double>(insertions_ - tick_base_);
-  }
-  return static_cast<double>(tick_base_ - from->tick_base) /
-         static_cast<double>(clock_ - from->created);
+  // This tick's insertions so far are a lower bound on the rate: after an
+  // idle gap the history says "almost nothing", and trusting it alone would
+  // make every new s0 minimal and multiply the slices while traffic resumes.
+  const auto this_tick = static_cast<double>(insertions_ - tick_base_);
+  if (from == nullptr) return this_tick;
+  return std::max(this_tick, static_cast<double>(tick_base_ - from->tick_base) /
+                                 static_cast<double>(clock_ - from->created));
 }
 
 std::uint64_t AgingFilter::generation_size() const {
