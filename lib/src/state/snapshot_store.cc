@@ -4,6 +4,7 @@
 #include "kdedup/state/snapshot_store.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <rocksdb/convenience.h>
@@ -217,6 +218,23 @@ class SnapshotStore::Impl {
            ": " + text + "; stop kdedup cleanly and check the volume";
   }
 
+  /// Refuses a batch of `batch_bytes` unless the volume keeps the reserve
+  /// after it (see StoreOptions::min_free_bytes for why).
+  Status check_free_space(std::uint64_t batch_bytes, const PartitionKey& key) const {
+    struct statvfs fs_stats {};
+    if (::statvfs(dir_.c_str(), &fs_stats) != 0) return {};  // unknown: let RocksDB try
+    const std::uint64_t free_bytes =
+        static_cast<std::uint64_t>(fs_stats.f_bavail) * fs_stats.f_frsize;
+    const std::uint64_t needed = 2 * batch_bytes + options_.min_free_bytes;
+    if (free_bytes >= needed) return {};
+    auto in_mib = [](std::uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20); };
+    return fail("snapshot of " + key.to_string() + " not written: disk full in state dir " + dir_ +
+                " (" + in_mib(free_bytes) + " MiB free; this snapshot needs " +
+                in_mib(2 * batch_bytes) + " MiB plus a reserve of " +
+                in_mib(options_.min_free_bytes) +
+                " MiB); free space or enlarge the volume, then restart kdedup");
+  }
+
   std::unique_ptr<rocksdb::DB> db_;
 
   // Writer queue.
@@ -313,6 +331,10 @@ Result<WriteReport> SnapshotStore::Impl::write_capture(const SnapshotCapture& c)
   }
   if (s.ok()) s = put(mkey, format::encode_manifest(m));
   if (s.ok()) {
+    if (auto space = check_free_space(batch.GetDataSize(), key); !space) {
+      // Nothing was written; the stored snapshot (if any) is unchanged.
+      return tl::unexpected(space.error());
+    }
     rocksdb::WriteOptions wo;
     wo.sync = options_.sync;
     s = db_->Write(wo, &batch);

@@ -48,7 +48,9 @@
 //     wait for the callback before giving the partition up (or erase() the
 //     snapshot if the partition should start clean elsewhere).
 //  6. A write error (disk full, I/O error) is reported to the callback; RocksDB
-//     stops accepting writes after one, so the caller should stop the process
+//     stops accepting writes after an I/O error, and "disk full" is reported
+//     before RocksDB itself runs out of space (see min_free_bytes); either
+//     way the caller should stop the process
 //     cleanly (stop consuming, commit what was delivered, exit non-zero) —
 //     the committed offsets stay correct, and the next start rebuilds.
 //
@@ -79,6 +81,12 @@ struct StoreOptions {
   /// snapshot only means an older one is used, which is never ahead of C) but
   /// it bounds how much replay a power loss costs.
   bool sync = true;
+  /// Free space to keep on the volume. A snapshot is refused with a "disk
+  /// full" error unless the volume has twice its batch size (WAL + flushed
+  /// table) plus this reserve free: RocksDB 7.8 as packaged by Debian aborts
+  /// the process on ENOSPC in the WAL (an internal assertion, fixed upstream
+  /// in 9.x), so kdedup must stop before RocksDB runs out of space.
+  std::uint64_t min_free_bytes = 64ULL << 20;
 };
 
 /// One listed manifest: its info, or why it cannot be read.
