@@ -51,6 +51,20 @@ std::uint8_t* allocate_cells(std::uint64_t bytes) {
   return p;
 }
 
+// Non-empty cells in `bytes` of cell memory (straight loops that vectorise).
+std::uint64_t count_nonempty(const std::uint8_t* data, std::uint64_t bytes, unsigned bits) {
+  std::uint64_t n = 0;
+  if (bits == 4) {
+    for (std::uint64_t i = 0; i < bytes; ++i) n += ((data[i] & 0xF) != 0) + ((data[i] >> 4) != 0);
+  } else if (bits == 8) {
+    for (std::uint64_t i = 0; i < bytes; ++i) n += data[i] != 0;
+  } else {
+    const auto* cells = reinterpret_cast<const std::uint16_t*>(data);
+    for (std::uint64_t i = 0; i < bytes / 2; ++i) n += cells[i] != 0;
+  }
+  return n;
+}
+
 // Cell access inside one 64-byte line for b-bit timers.
 template <unsigned Bits>
 struct Cells;
@@ -290,28 +304,13 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
   const std::uint32_t m = modulus_;
   const std::uint32_t ref_code = static_cast<std::uint32_t>(ref % m) + 1;
   const std::uint64_t window = config_.ticks_per_window;
-  // Codes whose age exceeds W are dead; precompute as a bound on the raw diff.
   if (extra_age > window) {
-    // Everything visited is dead.
+    // Everything visited is dead (move_clock clears the whole filter instead,
+    // but the scrub stays correct on its own).
     std::uint64_t i = s.swept % s.lines;
     for (std::uint64_t n = 0; n < count; ++n, i = i + 1 == s.lines ? 0 : i + 1) {
-      std::uint8_t* line = s.line(i);
-      for (std::uint32_t j = 0; j < cells_per_line_; ++j) {
-        std::uint32_t v = 0;
-        switch (config_.timer_bits) {
-          case 4:
-            v = Cells<4>::get(line, j);
-            break;
-          case 8:
-            v = Cells<8>::get(line, j);
-            break;
-          default:
-            v = Cells<16>::get(line, j);
-            break;
-        }
-        s.nonempty -= v != 0;
-      }
-      std::memset(line, 0, kLineBytes);
+      s.nonempty -= count_nonempty(s.line(i), kLineBytes, config_.timer_bits);
+      std::memset(s.line(i), 0, kLineBytes);
     }
     s.swept += count;
     return;
@@ -656,25 +655,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     s->nonempty = *nonempty;
     s->ahead = s->required(*clock + 1, f->period_);
     // The live-cell count must match the cells (a cheap full consistency check).
-    std::uint64_t counted = 0;
-    for (std::uint64_t l = 0; l < s->lines; ++l) {
-      const std::uint8_t* line = s->line(l);
-      for (std::uint32_t j = 0; j < f->cells_per_line_; ++j) {
-        std::uint32_t v = 0;
-        switch (config->timer_bits) {
-          case 4:
-            v = Cells<4>::get(line, j);
-            break;
-          case 8:
-            v = Cells<8>::get(line, j);
-            break;
-          default:
-            v = Cells<16>::get(line, j);
-            break;
-        }
-        counted += v != 0;
-      }
-    }
+    const std::uint64_t counted = count_nonempty(s->data.get(), s->bytes(), config->timer_bits);
     if (counted != s->nonempty) return bad("live cell count does not match the cells");
     if (s->swept < s->required(*clock, f->period_) ||
         s->swept > s->required(*clock + 1, f->period_)) {
