@@ -303,6 +303,7 @@ class Worker {
     ticks_.clear();
     valid_index_.clear();
     std::size_t stop_at = n;  // first record not processed (on_invalid: fail)
+    std::string fail_message;
 
     for (std::size_t i = 0; i < n; ++i) {
       RdKafka::Message& m = *records[i];
@@ -362,11 +363,12 @@ class Worker {
           actions_[i] = Action::kDrop;
           break;
         case config::OnInvalid::kFail:
-          shared_.fatal.set("on_invalid is 'fail' and the record at " + slice.id().str() + "@" +
-                            std::to_string(m.offset()) + " has no identity: " +
-                            reasons_[i]->message + " (" + identity::to_string(reasons_[i]->reason) +
-                            "); its offset is not committed. Fix the record or choose "
-                            "on_invalid: dlq | pass | drop");
+          // Raised after the records before it went out, so they commit.
+          fail_message = "on_invalid is 'fail' and the record at " + slice.id().str() + "@" +
+                         std::to_string(m.offset()) + " has no identity: " + reasons_[i]->message +
+                         " (" + identity::to_string(reasons_[i]->reason) +
+                         "); its offset is not committed. Fix the record or choose "
+                         "on_invalid: dlq | pass | drop";
           failed_ = true;
           stop_at = i;
           break;
@@ -444,6 +446,8 @@ class Worker {
           break;
       }
     }
+
+    if (!fail_message.empty()) shared_.fatal.set(std::move(fail_message));
 
     if (const auto* f = slice.filter()) {
       auto fs = f->stats();
@@ -660,17 +664,15 @@ Status Pipeline::Impl::build_clients() {
 
 Status Pipeline::Impl::check_topics() {
   std::map<std::string, int> partitions;  // topic -> count
+  // One metadata request for all topics: asking for a named topic would
+  // auto-create it on clusters that allow that.
+  RdKafka::Metadata* raw = nullptr;
+  RdKafka::ErrorCode md_err = consumer->metadata(true, nullptr, &raw, 10'000);
+  std::unique_ptr<RdKafka::Metadata> md(raw);
+  if (md_err != RdKafka::ERR_NO_ERROR) {
+    return fail("cannot read the cluster metadata: " + describe_kafka_error(md_err));
+  }
   auto lookup = [&](const std::string& topic) -> Result<int> {
-    std::string topic_err;
-    std::unique_ptr<RdKafka::Topic> handle(
-        RdKafka::Topic::create(consumer.get(), topic, nullptr, topic_err));
-    if (!handle) return fail("topic '" + topic + "': " + topic_err);
-    RdKafka::Metadata* raw = nullptr;
-    RdKafka::ErrorCode err = consumer->metadata(false, handle.get(), &raw, 10'000);
-    std::unique_ptr<RdKafka::Metadata> md(raw);
-    if (err != RdKafka::ERR_NO_ERROR) {
-      return fail("cannot read metadata of topic '" + topic + "': " + describe_kafka_error(err));
-    }
     for (const auto* t : *md->topics()) {
       if (t->topic() != topic) continue;
       if (t->err() != RdKafka::ERR_NO_ERROR) {
@@ -678,7 +680,7 @@ Status Pipeline::Impl::check_topics() {
       }
       return static_cast<int>(t->partitions()->size());
     }
-    return fail("topic '" + topic + "' is missing from the cluster metadata");
+    return fail("topic '" + topic + "' does not exist; create it (or fix the name)");
   };
   std::vector<std::string> errors;
   int max_input = 0;
@@ -769,7 +771,7 @@ void Pipeline::Impl::wait_delivered(const std::vector<PartitionId>& ids,
         in_flight += it->second.tracker->in_flight();
       }
     }
-    if (in_flight == 0 || fatal.raised()) return;
+    if (in_flight == 0) return;
     if (Clock::now() >= deadline) {
       spdlog::warn(
           "{} outputs still undelivered after shutdown_timeout; their input offsets "

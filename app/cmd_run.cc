@@ -1,0 +1,142 @@
+// `kdedup run --config FILE [--set key.path=value]...`: the deduplication
+// service. Loads the config, checks the topics, runs the pipeline until
+// SIGTERM/SIGINT (graceful: finish in-flight, flush, commit, leave the group;
+// exit 0) or a fatal error (exit 1). Configuration errors exit 2.
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "command.h"
+#include "kdedup/common/duration.h"
+#include "kdedup/config/config.h"
+#include "kdedup/pipeline/pipeline.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_stop_signal(int sig) {
+  if (g_stop.exchange(true)) {
+    // A second signal: the operator wants out now.
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+void setup_logging(const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("kdedup");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ %v");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::flush_on(spdlog::level::info);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+void log_summary(const kdedup::config::Config& c) {
+  using kdedup::format_duration_ms;
+  auto bootstrap = c.kafka.find("bootstrap.servers");
+  spdlog::info("kdedup run: group '{}', input [{}] -> output '{}' (partitioning: {})", c.group_id,
+               join(c.input.topics), c.output.topic,
+               kdedup::config::to_string(c.output.partitioning));
+  if (c.filter_enabled) {
+    spdlog::info(
+        "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity {} per "
+        "partition, max_future_skew {}",
+        c.identity.extractor, format_duration_ms(c.window_ms()),
+        format_duration_ms(std::max<std::int64_t>(1, c.tick_ms())),
+        kdedup::filter::to_string(c.filter.type), c.filter.fpp, c.filter.capacity,
+        format_duration_ms(c.max_future_skew.count()));
+  } else {
+    spdlog::info(
+        "identity '{}', filter disabled: passthrough (every identifiable record is "
+        "distinct)",
+        c.identity.extractor);
+  }
+  spdlog::info(
+      "threads {}, batch_size {}, on_invalid {}{}, duplicates {}, commit every {}, "
+      "bootstrap {}",
+      c.threads, c.batch_size, kdedup::config::to_string(c.on_invalid),
+      c.on_invalid == kdedup::config::OnInvalid::kDlq ? " -> '" + c.dlq_topic + "'" : "",
+      c.duplicates_topic.empty() ? "dropped" : "-> '" + c.duplicates_topic + "'",
+      format_duration_ms(c.commit_interval.count()),
+      bootstrap == c.kafka.end() ? "(unset)" : bootstrap->second);
+}
+
+int run_main(int argc, char** argv) {
+  CLI::App cli{
+      "Runs the deduplication service: a consumer-group member that copies the input "
+      "topics to the output topic without duplicates.",
+      "kdedup run"};
+  std::string path;
+  std::vector<std::string> overrides;
+  cli.add_option("-c,--config", path, "YAML config file")->type_name("FILE")->required();
+  cli.add_option("--set", overrides,
+                 "override a key, e.g. --set filter.fpp=0.001 "
+                 "--set kafka.bootstrap.servers=host:9092 (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e) == 0 ? 0 : 2;
+  }
+
+  auto report = kdedup::config::check_config_file(path, overrides);
+  for (const auto& w : report.warnings) {
+    std::fprintf(stderr, "warning: %s\n", kdedup::config::to_string(w).c_str());
+  }
+  if (!report.ok()) {
+    std::fprintf(stderr, "kdedup run: %s: %zu configuration error%s\n", path.c_str(),
+                 report.errors.size(), report.errors.size() == 1 ? "" : "s");
+    for (const auto& e : report.errors) {
+      std::fprintf(stderr, "error: %s\n", kdedup::config::to_string(e).c_str());
+    }
+    return 2;
+  }
+  const kdedup::config::Config& config = *report.config;
+  setup_logging(config.log_level);
+  log_summary(config);
+
+  auto pipeline = kdedup::pipeline::Pipeline::create(config);
+  if (!pipeline) {
+    spdlog::error("configuration error: {}", pipeline.error().message);
+    return 2;
+  }
+  if (auto topics = (*pipeline)->check_topics(); !topics) {
+    spdlog::error("the topics do not match the configuration:\n{}", topics.error().message);
+    return 2;
+  }
+  install_signal_handlers();
+  auto status = (*pipeline)->run(g_stop);
+  if (!status) {
+    spdlog::error("kdedup run stopped: {}", status.error().message);
+    return 1;
+  }
+  return 0;
+}
+
+const kdedup::app::CommandRegistration kRegistration{
+    "run", "run the deduplication service (consumer group member)", run_main};
+
+}  // namespace
