@@ -69,7 +69,8 @@ AuditReport audit_dedup(std::vector<AuditInput> inputs, const std::vector<AuditO
                           k.partition, k.offset, out.identity, it->second));
       continue;
     }
-    if (++emitted[k] == 2) {
+    if (++emitted[k] == 1) ++report.distinct_outputs;
+    if (emitted[k] == 2) {
       ++report.emitted_twice;
       problem(fmt::format("partition {} offset {} (key '{}') was emitted more than once",
                           k.partition, k.offset, out.identity));

@@ -83,6 +83,8 @@ TEST(DedupAudit, EmittedTwiceAndUnknownOutputsFail) {
   std::vector<AuditInput> inputs{in(0, "a", 1000)};
   auto twice = audit_dedup(inputs, {out(0, "a"), out(0, "a")}, kRules);
   EXPECT_EQ(twice.emitted_twice, 1u);
+  EXPECT_EQ(twice.distinct_outputs, 1u);
+  EXPECT_EQ(twice.outputs, 2u);
   EXPECT_FALSE(twice.ok());
   auto unknown = audit_dedup(inputs, {out(0, "a"), out(7, "z")}, kRules);
   EXPECT_EQ(unknown.unknown_outputs, 1u);

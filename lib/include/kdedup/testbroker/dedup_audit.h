@@ -47,10 +47,11 @@ struct AuditRules {
 struct AuditReport {
   std::uint64_t inputs = 0;
   std::uint64_t outputs = 0;
-  std::uint64_t exact_distinct = 0;   ///< distinct count of a pure exact replay
-  std::uint64_t new_candidates = 0;   ///< records that were new given what was emitted
-  std::uint64_t false_positives = 0;  ///< new, but dropped
-  std::uint64_t false_negatives = 0;  ///< duplicate, but emitted
+  std::uint64_t distinct_outputs = 0;  ///< outputs with distinct known provenance
+  std::uint64_t exact_distinct = 0;    ///< distinct count of a pure exact replay
+  std::uint64_t new_candidates = 0;    ///< records that were new given what was emitted
+  std::uint64_t false_positives = 0;   ///< new, but dropped
+  std::uint64_t false_negatives = 0;   ///< duplicate, but emitted
   std::uint64_t emitted_twice = 0;
   std::uint64_t unknown_outputs = 0;  ///< no/unknown provenance or key mismatch
   double observed_fpp = 0.0;          ///< false_positives / new_candidates
