@@ -364,7 +364,8 @@ TEST_F(TamperedSnapshot, ManifestOfAnotherPartitionIsCaught) {
 TEST_F(TamperedSnapshot, UnknownFormatVersionIsReportedAsSuch) {
   auto e = load_error_after(dir_, key_, [&](RawDb& db) {
     const std::string mkey = format::manifest_key(key_);
-    auto env = open_envelope(db.get(mkey), "manifest");
+    const std::string value = db.get(mkey);  // the envelope views into it
+    auto env = open_envelope(value, "manifest");
     ASSERT_TRUE(env);
     db.put(mkey, seal_envelope(env->kind, format::kVersion + 1, env->payload));
   });

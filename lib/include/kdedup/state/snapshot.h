@@ -53,10 +53,12 @@ struct SnapshotCapture {
 };
 
 /// Step 1: serializes `filter` (owned by the calling thread, which must be the
-/// one that owns the filter) into a capture. Cost: one pass over the filter
-/// state plus one copy of it (measured in bench/snapshot_bench.cc: ~0.1 s per
-/// 256 MiB); nothing else runs on the worker. `next_offset` must be the offset
-/// after the last record the filter has seen.
+/// one that owns the filter) into a capture. This is the only snapshot work
+/// on the worker: one SlidingFilter::serialize() call, i.e. a pass over and a
+/// copy of the whole state (bench/snapshot_bench.cc measures it; seconds for
+/// a 256 MiB timer filter, see docs/performance.md). Stagger captures of a
+/// worker's partitions. `next_offset` must be the offset after the last
+/// record the filter has seen.
 [[nodiscard]] SnapshotCapture capture_snapshot(PartitionKey key,
                                                const filter::SlidingFilter& filter,
                                                std::int64_t next_offset, std::int64_t clock_ms,
