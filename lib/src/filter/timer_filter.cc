@@ -21,6 +21,7 @@ namespace {
 
 constexpr std::uint16_t kVersion = 1;
 constexpr std::uint64_t kLineBytes = 64;
+constexpr std::uint64_t kScrubPrefetchLines = 8;
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -123,21 +124,28 @@ void probe_positions(std::uint64_t h, std::uint32_t k, std::uint32_t* out) {
 template <class T, int N>
 std::uint32_t scrub_cells(T* cells, std::uint32_t lo, std::uint32_t hi, bool wrap) {
   const T l = static_cast<T>(lo), h = static_cast<T>(hi);
+  // Decide first, write only if something expired: most visits find nothing
+  // to clear, and an unconditional store would dirty (and later write back)
+  // every line the scrub passes.
+  T keep[N];
   std::uint32_t cleared = 0;
   if (wrap) {
     for (int j = 0; j < N; ++j) {
       const T v = cells[j];
-      const bool keep = (v >= l) | (v <= h);  // 0 <= h: empty cells are kept
-      cells[j] = keep ? v : T{0};
-      cleared += !keep;
+      const bool k = (v >= l) | (v <= h);  // 0 <= h: empty cells are kept
+      keep[j] = k ? T(~T{0}) : T{0};
+      cleared += !k;
     }
   } else {
     for (int j = 0; j < N; ++j) {
       const T v = cells[j];
-      const bool keep = (v == 0) | ((v >= l) & (v <= h));
-      cells[j] = keep ? v : T{0};
-      cleared += !keep;
+      const bool k = (v == 0) | ((v >= l) & (v <= h));
+      keep[j] = k ? T(~T{0}) : T{0};
+      cleared += !k;
     }
+  }
+  if (cleared != 0) {
+    for (int j = 0; j < N; ++j) cells[j] = static_cast<T>(cells[j] & keep[j]);
   }
   return cleared;
 }
@@ -190,6 +198,7 @@ struct TimerFilter::SubFilter {
   std::uint64_t lines = 0;
   Tick created = 0;            // start of the scrub schedule
   std::uint64_t swept = 0;     // lines visited since `created`
+  std::uint64_t cursor = 0;    // swept % lines: the next line to visit
   std::uint64_t ahead = 0;     // required(clock + 1): cap for per-insert scrub
   Tick last_insert = 0;        // newest insertion (== created before any)
   std::uint64_t inserts = 0;   // since creation (Growth::kCardinality)
@@ -307,12 +316,13 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
   if (extra_age > window) {
     // Everything visited is dead (move_clock clears the whole filter instead,
     // but the scrub stays correct on its own).
-    std::uint64_t i = s.swept % s.lines;
+    std::uint64_t i = s.cursor;
     for (std::uint64_t n = 0; n < count; ++n, i = i + 1 == s.lines ? 0 : i + 1) {
       s.nonempty -= count_nonempty(s.line(i), kLineBytes, config_.timer_bits);
       std::memset(s.line(i), 0, kLineBytes);
     }
     s.swept += count;
+    s.cursor = i;
     return;
   }
   // Cells kept are the empty ones and those whose code lies in the cyclic
@@ -322,7 +332,7 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
   std::int64_t lo = static_cast<std::int64_t>(ref_code) - max_diff;
   const bool wrap = lo < 1;
   if (wrap) lo += m;
-  std::uint64_t i = s.swept % s.lines;
+  std::uint64_t i = s.cursor;
   for (std::uint64_t n = 0; n < count; ++n, i = i + 1 == s.lines ? 0 : i + 1) {
     std::uint8_t* line = s.line(i);
     std::uint32_t cleared = 0;
@@ -351,6 +361,7 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
     s.nonempty -= cleared;
   }
   s.swept += count;
+  s.cursor = i;
 }
 
 void TimerFilter::catch_up(SubFilter& s, Tick old_clock, Tick now) {
@@ -360,6 +371,7 @@ void TimerFilter::catch_up(SubFilter& s, Tick old_clock, Tick now) {
     if (todo >= s.lines) {
       scrub_lines(s, s.lines, old_clock, now - old_clock);
       s.swept = need;
+      s.cursor = need % s.lines;
     } else {
       scrub_lines(s, todo, old_clock, now - old_clock);
     }
@@ -373,6 +385,7 @@ void TimerFilter::clear_all(Tick now) {
   std::memset(active.data.get(), 0, active.bytes());
   active.nonempty = 0;
   active.swept = 0;
+  active.cursor = 0;
   active.created = now;
   active.ahead = active.required(now + 1, period_);
   active.inserts = 0;
@@ -482,7 +495,14 @@ Decision TimerFilter::decide(const Fingerprint& fp) {
   a.last_insert = clock_;
   if (insertions_++ == 0) first_tick_ = clock_;
   // Background scrub, one line ahead of schedule per insert.
-  if (a.swept < a.ahead) scrub_lines(a, 1, clock_, 0);
+  if (a.swept < a.ahead) {
+    // The scrub walks lines in order, one per insert: fetch a few ahead so
+    // its reads overlap with the random ones instead of waiting on memory.
+    std::uint64_t ahead = a.cursor + kScrubPrefetchLines;
+    if (ahead >= a.lines) ahead %= a.lines;
+    __builtin_prefetch(a.line(ahead), 1, 0);
+    scrub_lines(a, 1, clock_, 0);
+  }
   return Decision::kDistinct;
 }
 
@@ -650,6 +670,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     s->lines = *lines;
     s->created = *created;
     s->swept = *swept;
+    s->cursor = *swept % *lines;
     s->last_insert = *last_insert;
     s->inserts = *inserts;
     s->nonempty = *nonempty;
