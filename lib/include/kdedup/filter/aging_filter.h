@@ -36,19 +36,28 @@
 // choose_aging_shape().
 //
 // Deviations from the paper, each to keep the window exact under a coarse
-// tick clock: eq. 6's t_span / l is (W + 2) / l ticks (an entry is alive for
-// W + 1 tick values, plus one tick for the partial ticks at both ends of a
-// generation, so the slice shifted out of position k + l - 1 has left the
-// window and N settles at k + l, not k + l + 1);
-// the rate in eq. 6 is measured over whole ticks, from the start of the tick
-// in which a recent generation began to the start of the current tick,
-// spanning at least max(W / 8, (W + 2) / l) ticks (ticks are coarse: a
-// generation can fit in one tick, and counting partial ticks at its ends
-// would make the rate, and with it every slice size, noisy); eq. 7 is capped at k * tg so oversized
-// older slices (a falling rate, an over-dimensioned start) do not carry over into the new s0 (the
-// paper's §7.1 observes s0 "updated down to the optimal value at the very first shift"); and a
-// generation is also closed after G ticks, so a sudden rate drop cannot stretch how long identities
-// are remembered.
+// tick clock:
+// - eq. 6's t_span / l is (W + 2) / l ticks: an entry is alive for W + 1
+//   tick values, plus one tick for the partial ticks at both ends of a
+//   generation, so the slice shifted out of position k + l - 1 has left the
+//   window and N settles at k + l, not k + l + 1;
+// - the rate in eq. 6 is counted over whole ticks, from the start of the tick
+//   in which a recent generation began to the start of the current tick,
+//   spanning at least max(W / 8, (W + 2) / l) ticks (a generation can fit in
+//   one tick, and partial ticks at its ends would make the rate, and with it
+//   every slice size, noisy); history reaching across an idle gap is left
+//   out, and the rate is never below this tick's insertions so far, so
+//   traffic resuming after a pause does not produce a run of tiny slices;
+// - eq. 7 is capped at k * tg, so oversized older slices (a falling rate, an
+//   over-dimensioned start) do not carry over into the new s0 (the paper's
+//   §7.1 observes s0 "updated down to the optimal value at the very first
+//   shift");
+// - a generation is also closed after G ticks, so a sudden rate drop cannot
+//   stretch how long identities are remembered.
+//
+// Serialized form: envelope kind FilterType::kAging, version 1, checksummed;
+// restore validates every field (sizes, slice numbering, tick order, set-bit
+// counts against the bits) and rejects trailing bytes.
 //
 // Owned by one thread (the worker owning its Slice); no method is
 // thread-safe, as for every SlidingFilter.
