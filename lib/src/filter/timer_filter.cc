@@ -270,8 +270,7 @@ std::uint64_t TimerFilter::initial_bytes() const noexcept {
   return static_cast<std::uint64_t>(std::clamp(lines, 1.0, max_lines)) * kLineBytes;
 }
 
-std::uint64_t TimerFilter::lines_for(double elements, double budget) const {
-  const double lambda = model_->lambda_for(budget);
+std::uint64_t TimerFilter::lines_for(double elements, double lambda) const {
   const double min_lines = std::max(1.0, static_cast<double>(config_.min_bytes / kLineBytes));
   const double max_lines = std::max(min_lines, static_cast<double>(config_.max_bytes / kLineBytes));
   const double lines = lambda > 0 ? std::ceil(elements / lambda) : max_lines;
@@ -425,7 +424,7 @@ void TimerFilter::maybe_shrink() {
   const SubFilter& active = *subs_.back();
   if (clock_ - active.created <= config_.ticks_per_window) return;
   const double want = kGrowthHeadroom * static_cast<double>(alive_total());
-  const std::uint64_t lines = lines_for(want, kBudgetShare * config_.fpp);
+  const std::uint64_t lines = lines_for(want, lambda_full_);  // runs every tick: no solve
   if (static_cast<double>(active.lines) > kShrinkFactor * static_cast<double>(lines)) {
     seal_and_grow();
   }
@@ -439,7 +438,7 @@ void TimerFilter::seal_and_grow() {
   const double want = std::max(1.0, kGrowthHeadroom * rate * (window + 1));
   const double budget = kBudgetShare * (config_.fpp - fpp_budget_used());
   const std::uint64_t lines =
-      lines_for(want, budget > 0 ? budget : kBudgetShare * config_.fpp * 1e-3);
+      lines_for(want, model_->lambda_for(budget > 0 ? budget : kBudgetShare * config_.fpp * 1e-3));
   auto sub = SubFilter::make(lines, clock_, window);
   if (!sub) return;  // out of memory: keep using the active one
   sub->ahead = sub->required(clock_ + 1, period_);

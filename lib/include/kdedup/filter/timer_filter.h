@@ -150,7 +150,8 @@ class TimerFilter final : public SlidingFilter {
   void refresh_threshold();
   void maybe_shrink();
   void seal_and_grow();
-  [[nodiscard]] std::uint64_t lines_for(double elements, double budget) const;
+  /// Lines holding `elements` at `lambda` elements per line, within min/max_bytes.
+  [[nodiscard]] std::uint64_t lines_for(double elements, double lambda) const;
   [[nodiscard]] double subfilter_fpp(const SubFilter& s) const;
   [[nodiscard]] std::uint64_t alive_total() const;
   template <unsigned Bits>
