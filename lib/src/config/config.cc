@@ -194,7 +194,9 @@ class SchemaWalk {
   }
 
   std::string where(const KeyPath& path) const {
-    auto it = doc_.where.find(pointer(path));
+    auto it = doc_.key_where.find(pointer(path));
+    if (it != doc_.key_where.end()) return it->second;
+    it = doc_.where.find(pointer(path));
     return it == doc_.where.end() ? "" : it->second;
   }
 
@@ -218,6 +220,86 @@ KeyPath context_path(const std::vector<std::string>& context) {
     }
   }
   return path;
+}
+
+/// The (resolved) schema of the value at `path`, or nullptr.
+const Json* schema_at(const KeyPath& path, const Json& root) {
+  const Json* schema = resolve(&schema_document());
+  const Json* node = &root;
+  for (const auto& part : path) {
+    bool in_array = node != nullptr && node->is_array();
+    schema = child_schema(schema, part, in_array);
+    if (node != nullptr) {
+      if (node->is_object() && node->contains(part)) {
+        node = &(*node)[part];
+      } else if (in_array) {
+        std::size_t i = std::strtoull(part.c_str(), nullptr, 10);
+        node = i < node->size() ? &(*node)[i] : nullptr;
+      } else {
+        node = nullptr;
+      }
+    }
+    if (schema == nullptr) return nullptr;
+  }
+  return schema;
+}
+
+const Json* value_at(const KeyPath& path, const Json& root) {
+  const Json* node = &root;
+  for (const auto& part : path) {
+    if (node->is_object() && node->contains(part)) {
+      node = &(*node)[part];
+    } else if (node->is_array()) {
+      std::size_t i = std::strtoull(part.c_str(), nullptr, 10);
+      if (i >= node->size()) return nullptr;
+      node = &(*node)[i];
+    } else {
+      return nullptr;
+    }
+  }
+  return node;
+}
+
+const char* json_kind(const Json& v) {
+  if (v.is_null()) return "nothing";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "a list";
+  return "a map";
+}
+
+/// Turns valijson's generic wording into a message that says what was given
+/// and what is allowed, using the schema at the path.
+std::string explain(const std::string& description, const KeyPath& path, const Json& root) {
+  const Json* schema = schema_at(path, root);
+  const Json* value = value_at(path, root);
+  if (schema == nullptr || value == nullptr) return description;
+  std::string given = value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump();
+  if (given.size() > 80) given = given.substr(0, 77) + "...";
+  if (description.find("enum") != std::string::npos && schema->contains("enum")) {
+    std::string allowed;
+    for (const auto& e : (*schema)["enum"])
+      allowed += (allowed.empty() ? "" : ", ") + (e.is_string() ? e.get<std::string>() : e.dump());
+    return given + " is not allowed; use one of: " + allowed;
+  }
+  if (description.find("pattern") != std::string::npos) {
+    std::string what =
+        schema->contains("description") ? (*schema)["description"].get<std::string>() : "";
+    return given + " is not valid" + (what.empty() ? "" : ": " + what);
+  }
+  if (description.find("'type' constraint") != std::string::npos && schema->contains("type")) {
+    const Json& t = (*schema)["type"];
+    std::string want = t.is_string() ? t.get<std::string>() : t.dump();
+    if (want == "object") want = "map";
+    if (want == "array") want = "list";
+    return "expected a " + want + ", got " + json_kind(*value) + " (" + given + ")";
+  }
+  if (description.rfind("Expected ", 0) == 0 || description.find("length") != std::string::npos ||
+      description.find("items") != std::string::npos) {
+    return given + ": " + description;
+  }
+  return description;
 }
 
 bool is_prefix(const KeyPath& a, const KeyPath& b) {
@@ -253,6 +335,15 @@ void validate_schema(const Document& doc, std::vector<Issue>& errors) {
       found.emplace_back(context_path(e.context), "#summary#" + e.description);
       continue;
     }
+    const std::string kMissing = "Missing required property '";
+    if (e.description.rfind(kMissing, 0) == 0) {
+      // Report a missing key at its own path, where a user looks for it.
+      KeyPath path = context_path(e.context);
+      std::string key = e.description.substr(kMissing.size());
+      path.push_back(key.substr(0, key.find('\'')));
+      found.emplace_back(path, "#missing#");
+      continue;
+    }
     found.emplace_back(context_path(e.context), e.description);
   }
   std::set<std::pair<KeyPath, std::string>> seen;
@@ -261,13 +352,20 @@ void validate_schema(const Document& doc, std::vector<Issue>& errors) {
     bool shadowed = false;
     for (const auto& [other, other_desc] : found) {
       bool other_summary = other_desc.rfind("#summary#", 0) == 0;
-      if (is_prefix(path, other) || (summary && other == path && !other_summary)) {
+      if (summary && (is_prefix(path, other) || (other == path && !other_summary))) {
         shadowed = true;
         break;
       }
     }
     if (shadowed || !seen.insert({path, description}).second) continue;
-    std::string text = summary ? description.substr(9) : description;
+    if (description == "#missing#") {
+      KeyPath parent(path.begin(), path.end() - 1);
+      auto it = doc.key_where.find(pointer(parent));
+      errors.push_back(Issue{dotted(path, &doc.root), "required key is missing",
+                             it == doc.key_where.end() ? "" : it->second});
+      continue;
+    }
+    std::string text = summary ? description.substr(9) : explain(description, path, doc.root);
     auto it = doc.where.find(pointer(path));
     errors.push_back(Issue{dotted(path, &doc.root), text, it == doc.where.end() ? "" : it->second});
   }
@@ -350,7 +448,13 @@ class Builder {
     return out;
   }
 
+  /// Records a semantic error unless the schema already reported this key
+  /// (one message per problem).
   void error(const KeyPath& path, std::string message) {
+    const std::string name = dotted(path, &doc_.root);
+    for (const auto& e : errors_) {
+      if (e.path == name) return;
+    }
     auto it = doc_.where.find(pointer(path));
     errors_.push_back(Issue{dotted(path, &doc_.root), std::move(message),
                             it == doc_.where.end() ? "" : it->second});

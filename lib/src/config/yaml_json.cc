@@ -116,6 +116,7 @@ class Converter {
           if (out.contains(key)) {
             error(path, "duplicate key (it is set twice in this map)", kv.first.Mark());
           } else {
+            doc_.key_where[pointer(path)] = location(source_, kv.first.Mark());
             out[key] = convert(kv.second, path, depth + 1);
           }
           path.pop_back();
@@ -391,6 +392,7 @@ void apply_override(std::string_view assignment, Document& doc, std::vector<Issu
   const std::string ptr = pointer(path);
   erase_below(doc.where, ptr);
   erase_below(doc.plain_text, ptr);
+  erase_below(doc.key_where, ptr);
   doc.where[ptr] = where;
   for (auto& [inner_ptr, text] : plain) doc.plain_text[ptr + inner_ptr] = text;
 }

@@ -31,6 +31,8 @@ struct Document {
   Json root;
   /// pointer -> "file:line:column" (or "--set") of the value.
   std::map<std::string, std::string> where;
+  /// pointer -> "file:line:column" of the key naming the value (maps only).
+  std::map<std::string, std::string> key_where;
   /// pointer -> original text of plain (unquoted) scalars that were read as
   /// a number, boolean or null, so string-typed keys can take them back
   /// verbatim ("group_id: 123", "linger.ms: 5").
