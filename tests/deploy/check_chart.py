@@ -56,7 +56,7 @@ def build_renderer():
     os.symlink(os.path.join(mm, "semver"), os.path.join(src, "github.com", "Masterminds", "semver", "v3"))
     os.makedirs(os.path.join(src, "render"))
     shutil.copy(os.path.join(SRC, "tests", "deploy", "render", "main.go"), os.path.join(src, "render"))
-    env = dict(os.environ, GO111MODULE="off", GOPATH=gopath, GOFLAGS="", GOPROXY="off",
+    env = dict(os.environ, GO111MODULE="off", GOPATH=gopath, GOFLAGS="", GOPROXY="off", GOENV="off",
                GOCACHE=os.path.join(WORK, "gocache"))
     out = os.path.join(WORK, "render")
     subprocess.run(["go", "build", "-o", out, "."], cwd=os.path.join(src, "render"), env=env, check=True)
