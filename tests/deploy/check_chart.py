@@ -124,7 +124,11 @@ def check_manifests(docs, tag, values):
     check(pod.get("automountServiceAccountToken") is False, f"{tag}: no service-account token")
     psc = pod.get("securityContext", {})
     check(psc.get("runAsNonRoot") is True and dig(psc, ["seccompProfile", "type"]) == "RuntimeDefault", f"{tag}: non-root + seccomp RuntimeDefault")
-    check(pod.get("terminationGracePeriodSeconds", 0) >= 30, f"{tag}: grace period covers a graceful commit")
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    m = re.fullmatch(r"([0-9]+)(ms|s|m|h|d)", str(values["config"].get("shutdown_timeout", "30s")))
+    shutdown = int(m.group(1)) * units[m.group(2)] if m else 30
+    check(pod.get("terminationGracePeriodSeconds", 0) > shutdown,
+          f"{tag}: terminationGracePeriodSeconds exceeds shutdown_timeout ({shutdown}s): graceful commit + snapshot")
     check("checksum/config" in spec["template"]["metadata"].get("annotations", {}), f"{tag}: config checksum annotation")
     for c in pod["containers"] + pod.get("initContainers", []):
         sc = c.get("securityContext", {})
