@@ -287,6 +287,23 @@ def main():
     prod_file = os.path.join(CHART, "ci", "production-values.yaml")
     prod_docs = render(renderer, [prod_file], "production")
     check_manifests(prod_docs, "production", merged_values([prod_file]))
+    # The optional parts switched the other way: HPA on, no PVC, no dashboards.
+    variant = os.path.join(WORK, "variant-values.yaml")
+    with open(variant, "w") as f:
+        f.write("autoscaling:\n  enabled: true\n  maxReplicas: 4\npersistence:\n  enabled: false\n"
+                "metrics:\n  dashboards:\n    enabled: false\nstaticMembership:\n  enabled: false\n"
+                "podDisruptionBudget:\n  enabled: false\nvalidateConfig: false\n")
+    variant_docs = render(renderer, [variant], "variant")
+    check_manifests(variant_docs, "variant", merged_values([variant]))
+    hpa = [d for d in variant_docs if d["kind"] == "HorizontalPodAutoscaler"]
+    check(len(hpa) == 1 and hpa[0]["spec"]["maxReplicas"] == 4 and hpa[0]["spec"]["scaleTargetRef"]["kind"] == "StatefulSet",
+          "variant: HPA targets the StatefulSet")
+    vsts = next(d for d in variant_docs if d["kind"] == "StatefulSet")
+    check("replicas" not in vsts["spec"] and "volumeClaimTemplates" not in vsts["spec"]
+          and any(v["name"] == "state" and "emptyDir" in v for v in vsts["spec"]["template"]["spec"]["volumes"]),
+          "variant: HPA owns replicas, state on emptyDir")
+    check(not any(d["kind"] == "PodDisruptionBudget" for d in variant_docs), "variant: PDB off")
+
     # A config change changes the checksum annotation (rolls the pods).
     changed = os.path.join(WORK, "changed-values.yaml")
     with open(changed, "w") as f:
