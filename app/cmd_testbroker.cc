@@ -148,7 +148,7 @@ int testbroker_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;
   }
 
   std::vector<TopicSpec> topics;
