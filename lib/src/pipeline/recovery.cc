@@ -1,0 +1,177 @@
+#include "kdedup/pipeline/recovery.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace kdedup::pipeline {
+
+const char* to_string(SnapshotRefusal refusal) noexcept {
+  switch (refusal) {
+    case SnapshotRefusal::kMissing:
+      return "missing";
+    case SnapshotRefusal::kCorrupt:
+      return "corrupt";
+    case SnapshotRefusal::kConfigChanged:
+      return "config_changed";
+    case SnapshotRefusal::kFormatUnknown:
+      return "format_unknown";
+    case SnapshotRefusal::kReadError:
+      return "read_error";
+    case SnapshotRefusal::kAheadOfCommit:
+      return "ahead_of_commit";
+  }
+  return "unknown";
+}
+
+const char* to_string(RecoveryReason reason) noexcept {
+  switch (reason) {
+    case RecoveryReason::kRestored:
+      return "restored";
+    case RecoveryReason::kRebuildFromWindow:
+      return "rebuild_from_window";
+    case RecoveryReason::kNoHistory:
+      return "no_history";
+    case RecoveryReason::kFreshPartition:
+      return "fresh_partition";
+  }
+  return "unknown";
+}
+
+std::int64_t rewind_target_ms(std::int64_t committed_timestamp_ms,
+                              std::int64_t window_ms) noexcept {
+  return std::max<std::int64_t>(0, committed_timestamp_ms - window_ms);
+}
+
+namespace {
+
+std::string opt(const std::optional<std::int64_t>& v) {
+  return v ? std::to_string(*v) : std::string("none");
+}
+
+}  // namespace
+
+Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
+  const std::string where = in.partition.str();
+  if (in.window_ms <= 0) {
+    return fail(
+        fmt::format("recovery of {}: window must be positive, got {} ms", where, in.window_ms));
+  }
+  auto negative = [](const std::optional<std::int64_t>& v) { return v && *v < 0; };
+  if (negative(in.committed) || negative(in.highest_emitted) || negative(in.window_start_offset) ||
+      (in.snapshot.snapshot && in.snapshot.snapshot->next_offset < 0)) {
+    return fail(fmt::format(
+        "recovery of {}: negative offset (committed {}, highest emitted {}, window start {}, "
+        "snapshot {}); pass 'none' for an unknown offset, not a librdkafka sentinel",
+        where, opt(in.committed), opt(in.highest_emitted), opt(in.window_start_offset),
+        in.snapshot.snapshot ? std::to_string(in.snapshot.snapshot->next_offset) : "none"));
+  }
+
+  RecoveryPlan plan;
+  // Everything already emitted (H) and everything committed (C) must be
+  // replayed without emitting: max(C, H + 1).
+  plan.rebuild_until =
+      std::max(in.committed.value_or(0), in.highest_emitted ? *in.highest_emitted + 1 : 0);
+  const std::string reconciled =
+      in.highest_emitted
+          ? fmt::format("; output already holds source offsets up to {}", *in.highest_emitted)
+          : "";
+
+  // 1. The snapshot, if any, must be covered by a commit (S <= C).
+  if (in.snapshot.snapshot) {
+    const auto& s = *in.snapshot.snapshot;
+    if (in.committed && s.next_offset <= *in.committed) {
+      plan.filter = RecoveryPlan::FilterSource::kRestored;
+      plan.clock_ms = s.clock_ms;
+      plan.fetch_from = s.next_offset;
+      plan.reason = RecoveryReason::kRestored;
+      plan.explanation = fmt::format(
+          "{}: restored snapshot at offset {} (committed {}); replaying [{}, {}) in rebuild "
+          "mode{}",
+          where, s.next_offset, *in.committed, s.next_offset, plan.rebuild_until, reconciled);
+      return plan;
+    }
+    plan.snapshot_refusal = SnapshotRefusal::kAheadOfCommit;
+  } else {
+    plan.snapshot_refusal = in.snapshot.refusal;
+  }
+  const std::string refusal =
+      *plan.snapshot_refusal == SnapshotRefusal::kAheadOfCommit
+          ? fmt::format(
+                "snapshot at offset {} refused: it is ahead of the committed offset {} "
+                "and would hide undelivered records",
+                in.snapshot.snapshot->next_offset, opt(in.committed))
+      : *plan.snapshot_refusal == SnapshotRefusal::kMissing
+          ? std::string("no snapshot")
+          : fmt::format("snapshot not usable ({}){}", to_string(*plan.snapshot_refusal),
+                        in.snapshot.message.empty() ? "" : ": " + in.snapshot.message);
+
+  // 2. Empty filter.
+  plan.filter = RecoveryPlan::FilterSource::kEmpty;
+  plan.clock_ms = 0;
+  if (!in.committed) {
+    // Nothing committed: there is no position to rebuild up to except what
+    // reconciliation found; the consumer's reset policy picks the start.
+    plan.fetch_from.reset();
+    plan.reason = RecoveryReason::kFreshPartition;
+    plan.explanation = fmt::format(
+        "{}: {}; no committed offset, starting from the consumer's reset position{}", where,
+        refusal,
+        in.highest_emitted
+            ? fmt::format(" and replaying up to offset {} in rebuild mode", plan.rebuild_until)
+            : std::string());
+    return plan;
+  }
+  if (in.window_start_offset) {
+    // offsetsForTimes may answer past C when the clock of later records ran
+    // backwards; never start after the committed position.
+    plan.fetch_from = std::min(*in.window_start_offset, *in.committed);
+    plan.reason = RecoveryReason::kRebuildFromWindow;
+    plan.explanation = fmt::format(
+        "{}: {}; rebuilding from offset {} (one window of {} ms before committed {}), replaying "
+        "[{}, {}) in rebuild mode{}",
+        where, refusal, *plan.fetch_from, in.window_ms, *in.committed, *plan.fetch_from,
+        plan.rebuild_until, reconciled);
+    return plan;
+  }
+  plan.fetch_from = *in.committed;
+  plan.reason = RecoveryReason::kNoHistory;
+  plan.explanation = fmt::format(
+      "{}: {}; no record found in the window before committed offset {}, starting empty there "
+      "(replaying up to {} in rebuild mode){}",
+      where, refusal, *in.committed, plan.rebuild_until, reconciled);
+  return plan;
+}
+
+void SnapshotGate::committed(const PartitionId& partition, std::int64_t offset) {
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = committed_.try_emplace(partition, offset);
+  if (!inserted) it->second = std::max(it->second, offset);
+}
+
+void SnapshotGate::forget(const PartitionId& partition) {
+  std::lock_guard lock(mu_);
+  committed_.erase(partition);
+}
+
+bool SnapshotGate::may_snapshot(const PartitionId& partition, std::int64_t next_offset) {
+  std::lock_guard lock(mu_);
+  auto it = committed_.find(partition);
+  if (it != committed_.end() && next_offset <= it->second) return true;
+  ++refused_;
+  return false;
+}
+
+std::optional<std::int64_t> SnapshotGate::committed_offset(const PartitionId& partition) const {
+  std::lock_guard lock(mu_);
+  auto it = committed_.find(partition);
+  if (it == committed_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::uint64_t SnapshotGate::refused() const {
+  std::lock_guard lock(mu_);
+  return refused_;
+}
+
+}  // namespace kdedup::pipeline

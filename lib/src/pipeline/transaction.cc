@@ -1,0 +1,352 @@
+#include "kdedup/pipeline/transaction.h"
+
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+#include <librdkafka/rdkafkacpp.h>
+
+#include "kafka_errors.h"
+
+namespace kdedup::pipeline {
+
+const char* to_string(TxnState state) noexcept {
+  switch (state) {
+    case TxnState::kUninitialized:
+      return "uninitialized";
+    case TxnState::kReady:
+      return "ready";
+    case TxnState::kInTransaction:
+      return "in_transaction";
+    case TxnState::kAbortRequired:
+      return "abort_required";
+    case TxnState::kFatal:
+      return "fatal";
+  }
+  return "unknown";
+}
+
+const char* to_string(TxnOp op) noexcept {
+  switch (op) {
+    case TxnOp::kInit:
+      return "init_transactions";
+    case TxnOp::kBegin:
+      return "begin_transaction";
+    case TxnOp::kProduce:
+      return "produce";
+    case TxnOp::kSendOffsets:
+      return "send_offsets_to_transaction";
+    case TxnOp::kCommit:
+      return "commit_transaction";
+    case TxnOp::kAbort:
+      return "abort_transaction";
+  }
+  return "unknown";
+}
+
+const char* to_string(TxnErrorClass c) noexcept {
+  switch (c) {
+    case TxnErrorClass::kNone:
+      return "none";
+    case TxnErrorClass::kRetriable:
+      return "retriable";
+    case TxnErrorClass::kAbortable:
+      return "abortable";
+    case TxnErrorClass::kFatal:
+      return "fatal";
+  }
+  return "unknown";
+}
+
+const char* to_string(TxnAction action) noexcept {
+  switch (action) {
+    case TxnAction::kProceed:
+      return "proceed";
+    case TxnAction::kRetry:
+      return "retry";
+    case TxnAction::kAbort:
+      return "abort";
+    case TxnAction::kRewind:
+      return "rewind";
+    case TxnAction::kStop:
+      return "stop";
+  }
+  return "unknown";
+}
+
+TxnErrorClass classify(bool is_fatal, bool txn_requires_abort, bool is_retriable,
+                       bool fenced) noexcept {
+  if (is_fatal || fenced) return TxnErrorClass::kFatal;
+  if (txn_requires_abort) return TxnErrorClass::kAbortable;
+  if (is_retriable) return TxnErrorClass::kRetriable;
+  return TxnErrorClass::kFatal;
+}
+
+bool TxnMachine::allowed(TxnOp op) const noexcept {
+  switch (state_) {
+    case TxnState::kUninitialized:
+      return op == TxnOp::kInit;
+    case TxnState::kReady:
+      return op == TxnOp::kBegin;
+    case TxnState::kInTransaction:
+      return op == TxnOp::kProduce || op == TxnOp::kSendOffsets || op == TxnOp::kCommit ||
+             op == TxnOp::kAbort;
+    case TxnState::kAbortRequired:
+      return op == TxnOp::kAbort;
+    case TxnState::kFatal:
+      return false;
+  }
+  return false;
+}
+
+TxnAction TxnMachine::escalate(TxnOp op) noexcept {
+  // Inside a transaction an exhausted retry gives up on the transaction,
+  // which is always safe (rewind and redo); an init or abort that cannot
+  // finish leaves no safe way forward.
+  retries_ = 0;
+  retrying_.reset();
+  if (op == TxnOp::kProduce || op == TxnOp::kSendOffsets || op == TxnOp::kCommit) {
+    state_ = TxnState::kAbortRequired;
+    return TxnAction::kAbort;
+  }
+  state_ = TxnState::kFatal;
+  return TxnAction::kStop;
+}
+
+TxnAction TxnMachine::on_result(TxnOp op, TxnErrorClass result) noexcept {
+  if (!allowed(op)) {
+    state_ = TxnState::kFatal;
+    return TxnAction::kStop;
+  }
+  if (result == TxnErrorClass::kRetriable && op != TxnOp::kBegin) {
+    if (retrying_ != op) {
+      retrying_ = op;
+      retries_ = 0;
+    }
+    if (++retries_ > max_retries_) return escalate(op);
+    return TxnAction::kRetry;
+  }
+  retries_ = 0;
+  retrying_.reset();
+  if (result == TxnErrorClass::kFatal) {
+    state_ = TxnState::kFatal;
+    return TxnAction::kStop;
+  }
+  switch (op) {
+    case TxnOp::kInit:
+      if (result == TxnErrorClass::kNone) {
+        state_ = TxnState::kReady;
+        return TxnAction::kProceed;
+      }
+      break;  // abortable during init: there is no transaction to abort
+    case TxnOp::kBegin:
+      if (result == TxnErrorClass::kNone) {
+        state_ = TxnState::kInTransaction;
+        return TxnAction::kProceed;
+      }
+      break;
+    case TxnOp::kProduce:
+    case TxnOp::kSendOffsets:
+    case TxnOp::kCommit:
+      if (result == TxnErrorClass::kNone) {
+        if (op == TxnOp::kCommit) state_ = TxnState::kReady;
+        return TxnAction::kProceed;
+      }
+      state_ = TxnState::kAbortRequired;
+      return TxnAction::kAbort;
+    case TxnOp::kAbort:
+      if (result == TxnErrorClass::kNone) {
+        state_ = TxnState::kReady;
+        return TxnAction::kRewind;
+      }
+      break;  // abort_transaction itself cannot be "abortable"
+  }
+  state_ = TxnState::kFatal;
+  return TxnAction::kStop;
+}
+
+Result<std::string> transactional_id(std::string_view group_id, std::string_view instance_id) {
+  if (group_id.empty()) return fail("transactional.id: the consumer group id is empty");
+  if (instance_id.empty()) {
+    return fail(
+        "transactional.id: the instance id is empty; delivery: transactional needs a stable "
+        "instance id per member (kafka.group.instance.id, e.g. the pod name)");
+  }
+  std::string id = fmt::format("{}-{}", group_id, instance_id);
+  // The coordinator keeps ids as Kafka strings (int16 length).
+  if (id.size() > 32767) return fail("transactional.id: group id + instance id exceed 32767 bytes");
+  return id;
+}
+
+namespace {
+
+bool fenced_code(RdKafka::ErrorCode code) {
+  return code == RdKafka::ERR__FENCED || code == RdKafka::ERR_PRODUCER_FENCED ||
+         code == RdKafka::ERR_INVALID_PRODUCER_EPOCH;
+}
+
+/// One transactional call's error, read out of rd_kafka_error_t (or made
+/// from a produce() return code).
+struct CallError {
+  RdKafka::ErrorCode code = RdKafka::ERR_NO_ERROR;
+  bool fatal = false;
+  bool abortable = false;
+  bool retriable = false;
+  std::string detail;
+};
+
+CallError take(RdKafka::Error* raw) {
+  std::unique_ptr<RdKafka::Error> error(raw);
+  if (!error) return {};
+  return CallError{error->code(), error->is_fatal(), error->txn_requires_abort(),
+                   error->is_retriable(), error->str()};
+}
+
+std::string what_next(TxnAction action) {
+  switch (action) {
+    case TxnAction::kAbort:
+      return "the transaction must be aborted and redone";
+    case TxnAction::kRewind:
+      return "the transaction was aborted: roll the filters back to the last committed state "
+             "and rewind to the committed offsets";
+    case TxnAction::kStop:
+      return "stopping: the producer cannot continue (restart the instance; if it was fenced, "
+             "check that no other instance uses the same transactional.id)";
+    case TxnAction::kRetry:
+    case TxnAction::kProceed:
+      break;
+  }
+  return "";
+}
+
+}  // namespace
+
+TransactionalProducer::TransactionalProducer(Options options,
+                                             std::unique_ptr<RdKafka::Producer> producer)
+    : options_(std::move(options)),
+      producer_(std::move(producer)),
+      machine_(options_.max_retries) {}
+
+TransactionalProducer::~TransactionalProducer() {
+  // Leave no transaction half-open on a clean shutdown path: an open
+  // transaction would otherwise be aborted by the coordinator only after
+  // transaction.timeout.ms, blocking read_committed readers until then.
+  if (producer_ && machine_.state() == TxnState::kInTransaction) {
+    (void)take(producer_->abort_transaction(static_cast<int>(options_.call_timeout.count())));
+  }
+}
+
+Result<std::unique_ptr<TransactionalProducer>> TransactionalProducer::create(Options options) {
+  if (options.transactional_id.empty()) {
+    return fail("transactional producer: transactional.id is empty");
+  }
+  std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  std::string err;
+  auto props = options.properties;
+  props["transactional.id"] = options.transactional_id;
+  for (const auto& [key, value] : props) {
+    if (conf->set(key, value, err) != RdKafka::Conf::CONF_OK) {
+      return fail(fmt::format("transactional producer: property '{}': {}", key, err));
+    }
+  }
+  std::unique_ptr<RdKafka::Producer> producer(RdKafka::Producer::create(conf.get(), err));
+  if (!producer) return fail("transactional producer: " + err);
+  return std::unique_ptr<TransactionalProducer>(
+      new TransactionalProducer(std::move(options), std::move(producer)));
+}
+
+template <class Call>
+TxnOutcome TransactionalProducer::run(TxnOp op, Call&& call) {
+  TxnOutcome out;
+  if (!machine_.allowed(op)) {
+    out.action = TxnAction::kStop;
+    out.error = TxnErrorClass::kFatal;
+    out.state = machine_.state();
+    out.message =
+        fmt::format("transactional.id {}: {} is not allowed in state {} (program error)",
+                    options_.transactional_id, to_string(op), to_string(machine_.state()));
+    return out;
+  }
+  for (;;) {
+    const CallError error = call();
+    TxnErrorClass cls = TxnErrorClass::kNone;
+    if (error.code != RdKafka::ERR_NO_ERROR) {
+      const bool fenced = fenced_code(error.code);
+      cls = classify(error.fatal, error.abortable, error.retriable, fenced);
+      out.error = cls;
+      out.message =
+          fmt::format("transactional.id {}: {} failed ({}): {}{}", options_.transactional_id,
+                      to_string(op), to_string(cls), describe_kafka_error(error.code),
+                      fenced ? " (fenced: a newer producer with the same "
+                               "transactional.id took over)"
+                             : "");
+      if (!error.detail.empty()) out.message += fmt::format(" [{}]", error.detail);
+    }
+    out.action = machine_.on_result(op, cls);
+    out.state = machine_.state();
+    if (out.action != TxnAction::kRetry) break;
+    ++out.retries;
+    std::this_thread::sleep_for(options_.retry_backoff);
+  }
+  if (const std::string next = what_next(out.action); !next.empty()) {
+    out.message += (out.message.empty() ? "" : "; ") + next;
+  }
+  return out;
+}
+
+TxnOutcome TransactionalProducer::init() {
+  const int timeout = static_cast<int>(options_.call_timeout.count());
+  return run(TxnOp::kInit, [&] { return take(producer_->init_transactions(timeout)); });
+}
+
+TxnOutcome TransactionalProducer::begin() {
+  return run(TxnOp::kBegin, [&] { return take(producer_->begin_transaction()); });
+}
+
+TxnOutcome TransactionalProducer::produce(const std::string& topic, std::int32_t partition,
+                                          std::optional<std::string_view> key,
+                                          std::string_view value, std::int64_t timestamp_ms) {
+  return run(TxnOp::kProduce, [&]() -> CallError {
+    const RdKafka::ErrorCode code = producer_->produce(
+        topic, partition < 0 ? RdKafka::Topic::PARTITION_UA : partition,
+        RdKafka::Producer::RK_MSG_COPY, const_cast<char*>(value.data()), value.size(),
+        key ? key->data() : nullptr, key ? key->size() : 0, timestamp_ms, nullptr);
+    if (code == RdKafka::ERR_NO_ERROR) return {};
+    producer_->poll(0);  // serve delivery reports so a full queue drains
+    // produce() returns a plain code, not an rd_kafka_error_t: a full queue
+    // is retriable, _STATE means the transaction already needs an abort (a
+    // delivery failed), _FATAL is fatal, and so is anything else: the record
+    // cannot be produced, and redoing the transaction would fail the same way.
+    return CallError{code, code == RdKafka::ERR__FATAL, code == RdKafka::ERR__STATE,
+                     code == RdKafka::ERR__QUEUE_FULL,
+                     fmt::format("topic '{}' partition {}", topic, partition)};
+  });
+}
+
+TxnOutcome TransactionalProducer::send_offsets(const std::vector<TxnOffset>& offsets,
+                                               const RdKafka::ConsumerGroupMetadata& group) {
+  std::vector<RdKafka::TopicPartition*> parts;
+  parts.reserve(offsets.size());
+  struct Owned {
+    std::vector<RdKafka::TopicPartition*>& v;
+    ~Owned() { RdKafka::TopicPartition::destroy(v); }
+  } owned{parts};
+  for (const auto& o : offsets) {
+    parts.push_back(RdKafka::TopicPartition::create(o.topic, o.partition, o.offset));
+  }
+  const int timeout = static_cast<int>(options_.call_timeout.count());
+  return run(TxnOp::kSendOffsets,
+             [&] { return take(producer_->send_offsets_to_transaction(parts, &group, timeout)); });
+}
+
+TxnOutcome TransactionalProducer::commit() {
+  const int timeout = static_cast<int>(options_.call_timeout.count());
+  return run(TxnOp::kCommit, [&] { return take(producer_->commit_transaction(timeout)); });
+}
+
+TxnOutcome TransactionalProducer::abort() {
+  const int timeout = static_cast<int>(options_.call_timeout.count());
+  return run(TxnOp::kAbort, [&] { return take(producer_->abort_transaction(timeout)); });
+}
+
+}  // namespace kdedup::pipeline
