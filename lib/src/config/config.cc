@@ -530,9 +530,6 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
                   format_duration_ms(c.window.count()) +
                   " (a tick must be at least 1ms): lengthen window or lower ticks_per_window");
     }
-    if (f.type == filter::FilterType::kTimer && f.equal_timers > 0 && f.equal_timers > 16) {
-      b.error({"filter", "equal_timers"}, "must be at most the number of probes per record");
-    }
   }
   c.filter = f;
 
