@@ -219,7 +219,9 @@ Decision AgingFilter::test_and_insert(const Fingerprint& fp, Tick now) {
     if (s0.generation > 0) {
       shift();
     } else {
-      s0.created = clock_;
+      // The slice is empty, so its newest-insertion tick moves with its
+      // creation tick (serialized state requires created <= last).
+      s0.created = s0.last = clock_;
       s0.tick_base = tick_base_;
     }
   }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <vector>
 
 #include "kdedup/common/bytes.h"
@@ -259,6 +260,23 @@ TEST(AgingFilter, SerializeRestoreGivesIdenticalFutureDecisions) {
         << i;
   }
   EXPECT_EQ((*restored)->serialize(), f.serialize());
+}
+
+// Idle stretches restart an empty s0 in place; every state along the way,
+// including right after such a restart, must restore.
+TEST(AgingFilter, EveryStateAlongAStreamWithIdleStretchesRestores) {
+  AgingFilter f(aging(64, 0.01, 20'000));
+  std::mt19937_64 rng(5);
+  Tick tick = 0;
+  for (std::uint64_t i = 0; i < 20'000; ++i) {
+    tick += rng() % 2;
+    if (i % 2'000 == 1'999) tick += 40;  // idle for more than a generation
+    f.test_and_insert(absent(i % 15'000), tick);
+    if (i % 250 != 0) continue;
+    auto restored = restore_filter(f.serialize());
+    ASSERT_TRUE(restored) << "after " << i << " inserts: " << restored.error().message;
+    EXPECT_EQ((*restored)->serialize(), f.serialize());
+  }
 }
 
 // Re-seals a modified payload so the checksum passes and the field checks
