@@ -45,9 +45,10 @@
 // with q_k(x) the exact probability that k distinct probes all hit cells set
 // by x elements in the same line (see sizing.h). k and cells per element are
 // chosen by solving fpp(lambda) = target numerically for each k and keeping
-// the k with the largest lambda (fewest cells per element). At fpp 1% this
-// gives about 11.8 cells (95 bits) per element with 8-bit timers and 10.7
-// cells (43 bits) with 4-bit timers.
+// the k with the largest lambda (fewest cells per element). Sub-filters are
+// sized at 0.9 x fpp (see the budget rule below); at fpp 1% that is k = 5 and
+// 12.2 cells (98 bits) per element with 8-bit timers, k = 6 and 11.0 cells
+// (44 bits) with 4-bit timers (the classic 1.44 log2(1/p) would say 9.8).
 //
 // Equal-timers heuristic (seed 000 §4, config.equal_timers = k'): a
 // duplicate needs all k timers alive and at least k' of them equal (set at
