@@ -198,18 +198,28 @@ int testbroker_main(int argc, char** argv) {
   }
 
   const std::string& bootstrap = (*cluster)->bootstrap();
-  std::printf("%s\n", bootstrap.c_str());
-  if (listener.fd >= 0) std::printf("control 127.0.0.1:%d\n", bound_port);
-  std::fflush(stdout);
+  // The file is complete (written, then renamed into place) before the
+  // stdout line appears, so a reader of either never sees a partial address.
   if (!bootstrap_file.empty()) {
-    std::ofstream f(bootstrap_file, std::ios::trunc);
-    f << bootstrap << "\n";
-    if (!f.flush()) {
-      std::fprintf(stderr, "kdedup testbroker: --bootstrap-file %s: cannot write\n",
-                   bootstrap_file.c_str());
+    const std::string tmp = bootstrap_file + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << bootstrap << "\n";
+      if (!f.flush()) {
+        std::fprintf(stderr, "kdedup testbroker: --bootstrap-file %s: cannot write\n",
+                     bootstrap_file.c_str());
+        return 1;
+      }
+    }
+    if (std::rename(tmp.c_str(), bootstrap_file.c_str()) != 0) {
+      std::fprintf(stderr, "kdedup testbroker: --bootstrap-file %s: %s\n", bootstrap_file.c_str(),
+                   std::strerror(errno));
       return 1;
     }
   }
+  std::printf("%s\n", bootstrap.c_str());
+  if (listener.fd >= 0) std::printf("control 127.0.0.1:%d\n", bound_port);
+  std::fflush(stdout);
   std::fprintf(stderr, "kdedup testbroker: %d brokers at %s\n", brokers, bootstrap.c_str());
 
   ControlChannel channel(**cluster);
