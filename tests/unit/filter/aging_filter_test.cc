@@ -267,7 +267,7 @@ TEST(AgingFilter, SerializeRestoreGivesIdenticalFutureDecisions) {
 // state must still restore. Frequent duplicates (small id domain) and a clock
 // advancing 0 or 1 tick hit it often; every state along the way is checked.
 TEST(AgingFilter, EveryStateAlongAStreamRestores) {
-  AgingFilter f(aging(64, 0.01, 20'000));
+  AgingFilter f(aging(64, 0.01, 1'000));
   std::mt19937_64 rng(5);
   Tick tick = 0;
   for (std::uint64_t i = 0; i < 1'500; ++i) {
