@@ -34,8 +34,8 @@ enum class FilterType : std::uint8_t { kTimer = 1, kAging = 2, kExact = 3 };
 
 /// How the timer filter decides to grow (seed 000 §5).
 enum class Growth : std::uint8_t {
-  kDensity = 0,      ///< seal when the share of live cells passes fpp^(1/k)
-  kCardinality = 1,  ///< seal when inserted count passes the capacity for fpp
+  kDensity = 0,      ///< seal when the last window's exact insert count passes the fpp budget
+  kCardinality = 1,  ///< seal when the insert count since creation passes the fpp budget
 };
 
 /// Everything that shapes a filter's decisions. Two filters built from equal
