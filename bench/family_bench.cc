@@ -43,10 +43,9 @@
 #include "kdedup/filter/exact_filter.h"
 #include "kdedup/filter/sliding_filter.h"
 
-// The shared deterministic stream generators and oracle runner of the test
-// suites. Benchmark programs link the library modules only, so the
-// generator's source is compiled into this program directly.
-#include "../tests/support/streams.cc"
+// The deterministic stream generators and oracle runner shared with the
+// filter tests (library kdedup::streams, see bench/CMakeLists.txt).
+#include "streams.h"
 
 namespace {
 
