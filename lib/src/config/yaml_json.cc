@@ -8,10 +8,12 @@
 
 #include "yaml_json.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
-#include <regex>
 #include <set>
 
 #include <yaml-cpp/yaml.h>
@@ -35,12 +37,14 @@ Json resolve_plain(const std::string& text) {
   }
   if (text == "true" || text == "True" || text == "TRUE") return Json(true);
   if (text == "false" || text == "False" || text == "FALSE") return Json(false);
-  static const std::regex kInt("^[-+]?[0-9]+$");
-  static const std::regex kHex("^0x[0-9a-fA-F]+$");
-  static const std::regex kOct("^0o[0-7]+$");
-  static const std::regex kFloat("^[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?$");
   if (text.size() > 64) return Json(text);
-  if (std::regex_match(text, kInt)) {
+  auto all_of = [](std::string_view t, auto pred) {
+    return !t.empty() && std::all_of(t.begin(), t.end(),
+                                     [&](char c) { return pred(static_cast<unsigned char>(c)); });
+  };
+  std::string_view body = text;
+  if (body.front() == '+' || body.front() == '-') body.remove_prefix(1);
+  if (all_of(body, ::isdigit)) {
     std::string_view digits = text;
     if (digits.front() == '+') digits.remove_prefix(1);
     std::int64_t value = 0;
@@ -51,14 +55,33 @@ Json resolve_plain(const std::string& text) {
     if (uec == std::errc() && up == digits.data() + digits.size()) return Json(uvalue);
     return Json(text);  // out of range: the schema will say it is not a number
   }
-  if (std::regex_match(text, kHex) || std::regex_match(text, kOct)) {
-    std::uint64_t value = 0;
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'o')) {
     int base = text[1] == 'x' ? 16 : 8;
-    auto [p, ec] = std::from_chars(text.data() + 2, text.data() + text.size(), value, base);
-    if (ec == std::errc() && p == text.data() + text.size()) return Json(value);
+    std::string_view rest = std::string_view(text).substr(2);
+    bool ok = base == 16 ? all_of(rest, ::isxdigit)
+                         : all_of(rest, [](int c) { return c >= '0' && c <= '7'; });
+    std::uint64_t value = 0;
+    auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), value, base);
+    if (ok && ec == std::errc() && p == rest.data() + rest.size()) return Json(value);
     return Json(text);
   }
-  if (std::regex_match(text, kFloat)) {
+  // Floats: [-+]?(.digits|digits[.digits?])([eE][-+]?digits)?
+  std::size_t k = 0;
+  std::size_t int_digits = 0, frac_digits = 0;
+  while (k < body.size() && std::isdigit(static_cast<unsigned char>(body[k]))) ++k, ++int_digits;
+  if (k < body.size() && body[k] == '.') {
+    ++k;
+    while (k < body.size() && std::isdigit(static_cast<unsigned char>(body[k]))) ++k, ++frac_digits;
+  }
+  bool mantissa = int_digits > 0 || frac_digits > 0;
+  if (mantissa && k < body.size() && (body[k] == 'e' || body[k] == 'E')) {
+    ++k;
+    if (k < body.size() && (body[k] == '+' || body[k] == '-')) ++k;
+    std::size_t exp_digits = 0;
+    while (k < body.size() && std::isdigit(static_cast<unsigned char>(body[k]))) ++k, ++exp_digits;
+    if (exp_digits == 0) mantissa = false;
+  }
+  if (mantissa && k == body.size()) {
     char* end = nullptr;
     double value = std::strtod(text.c_str(), &end);
     if (end == text.c_str() + text.size() && std::isfinite(value)) return Json(value);
