@@ -2,11 +2,14 @@
 
 #include <xxhash.h>
 
+#include <cassert>
+
 namespace kdedup {
 namespace {
 constexpr std::string_view kMagic = "KDDP";
 constexpr std::size_t kHeaderSize = 4 + 2 + 2 + 8;
 constexpr std::size_t kTrailerSize = 8;
+static_assert(kHeaderSize == kEnvelopeHeaderBytes && kTrailerSize == kEnvelopeTrailerBytes);
 }  // namespace
 
 Status ByteReader::expect_end(const char* what) const {
@@ -32,6 +35,19 @@ std::string seal_envelope(std::uint16_t kind, std::uint16_t version, std::string
   w.put_bytes(payload);
   w.put<std::uint64_t>(hash64(out));
   return out;
+}
+
+std::string seal_envelope_in_place(std::uint16_t kind, std::uint16_t version, std::string buffer) {
+  assert(buffer.size() >= kHeaderSize);
+  const std::uint64_t size = buffer.size() - kHeaderSize;
+  char* header = buffer.data();
+  std::memcpy(header, kMagic.data(), kMagic.size());
+  std::memcpy(header + 4, &version, sizeof version);
+  std::memcpy(header + 6, &kind, sizeof kind);
+  std::memcpy(header + 8, &size, sizeof size);
+  const std::uint64_t sum = hash64(buffer);
+  buffer.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  return buffer;
 }
 
 Result<Envelope> open_envelope(std::string_view blob, const char* what) {

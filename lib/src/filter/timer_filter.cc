@@ -426,16 +426,36 @@ void TimerFilter::maybe_shrink() {
   const double want = kGrowthHeadroom * static_cast<double>(alive_total());
   const std::uint64_t lines = lines_for(want, lambda_full_);  // runs every tick: no solve
   if (static_cast<double>(active.lines) > kShrinkFactor * static_cast<double>(lines)) {
-    seal_and_grow();
+    seal_and_grow(want);
   }
 }
 
-void TimerFilter::seal_and_grow() {
+double TimerFilter::growth_target() const {
+  // Rate extrapolation: the insertions of the last span, scaled to a window.
+  // Over a short span it can be wildly off (a burst inside the first tick of
+  // a long window would be multiplied by W + 1), so it is trusted only once
+  // the span covers kRateSpanShare of the window; before that, and as a cap
+  // at all times, growth is geometric as in scalable Bloom filters: at most
+  // kMaxGrowthStep times what the sealed active sub-filter holds.
+  const SubFilter& active = *subs_.back();
+  const std::uint32_t window = config_.ticks_per_window;
+  const std::uint64_t held =
+      config_.growth == Growth::kCardinality ? active.inserts : active.alive.sum;
+  const double geometric = kMaxGrowthStep * static_cast<double>(std::max<std::uint64_t>(1, held));
+  const Tick span_ticks = std::min<Tick>(window + 1, clock_ - first_tick_ + 1);
+  if (insertions_ == 0 ||
+      static_cast<double>(span_ticks) < kRateSpanShare * static_cast<double>(window + 1)) {
+    return geometric;
+  }
+  const double rate = static_cast<double>(alive_total()) / static_cast<double>(span_ticks);
+  return std::min(geometric, kGrowthHeadroom * rate * (window + 1));
+}
+
+void TimerFilter::seal_and_grow(double want) {
   if (subs_.size() >= kMaxSubfilters) return;
   const std::uint32_t window = config_.ticks_per_window;
-  const double span = static_cast<double>(std::min<Tick>(window + 1, clock_ - first_tick_ + 1));
-  const double rate = insertions_ == 0 ? 0.0 : static_cast<double>(alive_total()) / span;
-  const double want = std::max(1.0, kGrowthHeadroom * rate * (window + 1));
+  if (want <= 0) want = growth_target();
+  want = std::max(1.0, want);
   const double budget = kBudgetShare * (config_.fpp - fpp_budget_used());
   const std::uint64_t lines =
       lines_for(want, model_->lambda_for(budget > 0 ? budget : kBudgetShare * config_.fpp * 1e-3));
@@ -572,14 +592,23 @@ std::vector<std::uint64_t> TimerFilter::subfilter_bytes() const {
 }
 
 std::string TimerFilter::serialize() const {
-  std::string payload;
-  ByteWriter w(payload);
+  // The payload is written once, after room for the envelope header, into a
+  // buffer reserved at its final size: the cell arrays (nearly all the bytes,
+  // up to max_bytes per sub-filter) are copied exactly once and never moved.
+  std::uint64_t tail = 0;
+  for (const auto& s : subs_) {
+    tail += 7 * sizeof(std::uint64_t) + sizeof(std::uint32_t) +
+            s->alive.ring.size() * sizeof(std::uint32_t) + s->bytes();
+  }
+  std::string out(kEnvelopeHeaderBytes, '\0');
+  ByteWriter w(out);
   write_config(w, config_);
   w.put<std::uint32_t>(k_);
   w.put<Tick>(clock_);
   w.put<Tick>(first_tick_);
   w.put<std::uint64_t>(insertions_);
   w.put<std::uint32_t>(static_cast<std::uint32_t>(subs_.size()));
+  out.reserve(out.size() + tail + kEnvelopeTrailerBytes);
   for (const auto& s : subs_) {
     w.put<std::uint64_t>(s->lines);
     w.put<Tick>(s->created);
@@ -592,7 +621,8 @@ std::string TimerFilter::serialize() const {
     for (std::uint32_t c : s->alive.ring) w.put<std::uint32_t>(c);
     w.put_bytes(std::string_view(reinterpret_cast<const char*>(s->data.get()), s->bytes()));
   }
-  return seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), kVersion, payload);
+  return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kTimer), kVersion,
+                                std::move(out));
 }
 
 Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view payload,

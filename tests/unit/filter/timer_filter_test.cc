@@ -359,6 +359,28 @@ TEST(TimerFilter, SerializeRestoreGivesIdenticalFutureDecisions) {
   }
 }
 
+TEST(TimerFilter, InPlaceSealGivesTheCopyingEnvelopeByteForByte) {
+  // serialize() writes its payload after room for the header and seals it in
+  // place; the bytes must be exactly those of seal_envelope(payload).
+  for (const std::string& payload : {std::string(), std::string("x"), std::string(1000, '\7')}) {
+    std::string buffer(kEnvelopeHeaderBytes, '\xAB');
+    buffer += payload;
+    EXPECT_EQ(seal_envelope_in_place(5, 2, std::move(buffer)), seal_envelope(5, 2, payload));
+  }
+  auto f = make(timer_config(8, 100, 200));
+  for (std::uint64_t id = 0; id < 2000; ++id) {
+    (void)f->test_and_insert(identity_fingerprint(id, 11), id / 100);
+  }
+  ASSERT_GE(f->stats().subfilters, 2U);
+  const std::string blob = f->serialize();
+  auto env = open_envelope(blob, "timer filter state");
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(blob, seal_envelope(env->kind, env->version, env->payload));
+  auto back = restore_filter(blob);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ((*back)->serialize(), blob);
+}
+
 TEST(TimerFilter, RejectsEveryTruncationAndByteFlip) {
   StreamSpec spec = growing_stream(5);
   spec.ticks = 200;
@@ -515,6 +537,42 @@ TEST(TimerFilter, GrowsUnderBurstFromUndersizedStartAndShrinksAfter) {
     EXPECT_LT(end.bytes, max_bytes / 2);
     EXPECT_LE(end.bytes, 3 * presized);
     EXPECT_GE(end.bytes, presized / 2);
+  }
+}
+
+TEST(TimerFilter, BurstInsideOneTickGrowsGeometricallyNotByExtrapolation) {
+  // Regression: a burst that arrives within one tick of a long window (as
+  // with arrival time over a file) was extrapolated to (W + 1) times its size
+  // and capped only by max_bytes. Growth over a short span must stay within
+  // a small multiple of what holding the burst needs, and keep the fpp bound.
+  for (Growth growth : {Growth::kDensity, Growth::kCardinality}) {
+    SCOPED_TRACE(growth == Growth::kDensity ? "density" : "cardinality");
+    const std::uint32_t window = 192;
+    const std::uint64_t burst = 100'000;
+    FilterConfig c = timer_config(8, window, 5'000);
+    c.growth = growth;
+    c.max_bytes = 256ULL << 20;
+    auto f = make(c);
+    auto& timer = as_timer(*f);
+    std::uint64_t peak = 0, duplicates = 0;
+    double worst_budget = 0;
+    for (std::uint64_t id = 0; id < burst; ++id) {
+      duplicates += f->test_and_insert(identity_fingerprint(id, 9), 7) == Decision::kDuplicate;
+      if (id % 1024 == 0) {
+        peak = std::max(peak, f->stats().bytes);
+        worst_budget = std::max(worst_budget, timer.fpp_budget_used());
+      }
+    }
+    peak = std::max(peak, f->stats().bytes);
+    const std::uint64_t holding = make(timer_config(8, window, burst))->stats().bytes;
+    EXPECT_GE(f->stats().subfilters, 2U);
+    EXPECT_LE(peak, 6 * holding) << "peak " << peak << " vs " << holding << " to hold the burst";
+    EXPECT_LE(worst_budget, c.fpp);
+    EXPECT_LE(static_cast<double>(duplicates), 2 * c.fpp * static_cast<double>(burst));
+    // Every element of the burst is still remembered.
+    for (std::uint64_t id = 0; id < burst; id += 97) {
+      ASSERT_EQ(f->test_and_insert(identity_fingerprint(id, 9), 8), Decision::kDuplicate);
+    }
   }
 }
 

@@ -86,6 +86,17 @@ class ByteReader {
 [[nodiscard]] std::string seal_envelope(std::uint16_t kind, std::uint16_t version,
                                         std::string_view payload);
 
+/// Bytes of the envelope header before the payload, and of the checksum after.
+inline constexpr std::size_t kEnvelopeHeaderBytes = 16;
+inline constexpr std::size_t kEnvelopeTrailerBytes = 8;
+
+/// The same envelope as seal_envelope(), without copying a large payload:
+/// `buffer` holds kEnvelopeHeaderBytes placeholder bytes followed by the
+/// payload (reserve kEnvelopeTrailerBytes more so the checksum fits without a
+/// reallocation). Fills in the header, appends the checksum, returns buffer.
+[[nodiscard]] std::string seal_envelope_in_place(std::uint16_t kind, std::uint16_t version,
+                                                 std::string buffer);
+
 /// Header of an opened envelope; `payload` points into the input.
 struct Envelope {
   std::uint16_t kind;

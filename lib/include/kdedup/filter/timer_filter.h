@@ -65,9 +65,14 @@
 //   f_active <= 0.9 * (fpp - S)
 // (Growth::kDensity: by its live load; Growth::kCardinality: by its insert
 // count since creation, which never decreases, seed 000 §5). When the next
-// insertion would cross that, the active is sealed and a new one is added,
-// sized for 1.25 x recent insertion rate x (W + 1) elements at the budget left
-// at that moment, bounded by [min_bytes, max_bytes]. S only falls between
+// insertion would cross that, the active is sealed and a new one is added at
+// the budget left at that moment, bounded by [min_bytes, max_bytes] and sized
+// for at most kMaxGrowthStep (4) x the elements the sealed one holds
+// (geometric growth, as in scalable Bloom filters); once the insertions span
+// at least a quarter of the window, for less if 1.25 x recent insertion rate
+// x (W + 1) is smaller. A burst inside a short span is thus never
+// extrapolated to a whole window (a million lines in the first tick of a
+// 192-tick window would otherwise ask for 193 x their size). S only falls between
 // seals, so the union bound sum f_i <= fpp holds at all times. Sealed
 // sub-filters are freed once their newest insertion is older than the window.
 // A lone active sub-filter that has seen a whole window and is more than 1.5x
@@ -105,6 +110,11 @@ class TimerFilter final : public SlidingFilter {
   static constexpr double kGrowthHeadroom = 1.25;
   /// A lone sub-filter this many times too big for the current rate shrinks.
   static constexpr double kShrinkFactor = 1.5;
+  /// A new sub-filter holds at most this many times the sealed one's elements.
+  static constexpr double kMaxGrowthStep = 4.0;
+  /// Share of the window the insertions must span before their rate is
+  /// extrapolated to a whole window.
+  static constexpr double kRateSpanShare = 0.25;
   static constexpr std::size_t kMaxSubfilters = 32;
   /// Elements ahead that the batch path prefetches.
   static constexpr std::size_t kPrefetchDistance = 16;
@@ -150,7 +160,11 @@ class TimerFilter final : public SlidingFilter {
   void scrub_lines(SubFilter& s, std::uint64_t count, Tick ref, std::uint64_t extra_age);
   void refresh_threshold();
   void maybe_shrink();
-  void seal_and_grow();
+  /// Seals the active sub-filter and adds one sized for `want` elements
+  /// (0: growth_target()).
+  void seal_and_grow(double want = 0);
+  /// Elements a sub-filter added now should hold (geometric / rate rule).
+  [[nodiscard]] double growth_target() const;
   /// Lines holding `elements` at `lambda` elements per line, within min/max_bytes.
   [[nodiscard]] std::uint64_t lines_for(double elements, double lambda) const;
   [[nodiscard]] double subfilter_fpp(const SubFilter& s) const;
