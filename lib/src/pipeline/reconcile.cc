@@ -202,7 +202,8 @@ Result<ReconcileReport> read_output_tail(const ReconcileOptions& options,
       return fail(fmt::format("output reconciliation: cannot read '{}' partition {} from {}: {}",
                               output_topic, p, from, describe_kafka_error(code)));
     }
-    started.push_back(std::make_unique<Started>(Started{&consumer, topic.get(), p}));
+    // Built in place: a temporary Started would stop the fetch at once.
+    started.push_back(std::unique_ptr<Started>(new Started{&consumer, topic.get(), p}));
     end_of[p] = high;
     position[p] = from;
   }
@@ -242,7 +243,7 @@ Result<ReconcileReport> read_output_tail(const ReconcileOptions& options,
     std::vector<RdKafka::Headers::Header> all;
     if (const RdKafka::Headers* hs = m->headers(); hs != nullptr) all = hs->get_all();
     for (const auto& h : all) {
-      const std::string_view name = h.key();
+      const std::string name = h.key();  // returned by value
       const std::string_view value(static_cast<const char*>(h.value()),
                                    h.value() ? h.value_size() : 0);
       if (name == kProvenanceTopicHeader && !found.topic) found.topic = value;
