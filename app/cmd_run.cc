@@ -17,6 +17,8 @@
 #include "command.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/config/config.h"
+#include "kdedup/metrics/server.h"
+#include "kdedup/pipeline/instrumentation.h"
 #include "kdedup/pipeline/pipeline.h"
 
 namespace {
@@ -83,6 +85,48 @@ void log_summary(const kdedup::config::Config& c) {
       bootstrap == c.kafka.end() ? "(unset)" : bootstrap->second);
 }
 
+/// Metrics, /healthz and /readyz of one `kdedup run` (docs/metrics.md); all
+/// null when metrics.address is empty. Members are destroyed bottom-up:
+/// the bridge (reads the pipeline) must be reset before the pipeline goes,
+/// the server stops last.
+struct Observability {
+  std::unique_ptr<kdedup::metrics::Metrics> metrics;
+  std::unique_ptr<kdedup::pipeline::Instrumentation> instruments;
+  std::unique_ptr<kdedup::metrics::MetricsServer> server;
+  std::unique_ptr<kdedup::pipeline::StatsBridge> bridge;
+
+  kdedup::Status start(const kdedup::config::Config& c) {
+    if (c.metrics.address.empty()) return {};
+    kdedup::metrics::MetricsOptions o;
+    o.per_partition = c.metrics.per_partition;
+    o.fpp_target = c.filter.fpp;
+    auto m = kdedup::metrics::Metrics::create(o);
+    if (!m) return kdedup::fail("metrics: " + m.error().message);
+    metrics = std::move(*m);
+    instruments = std::make_unique<kdedup::pipeline::Instrumentation>(*metrics, c);
+    auto s = kdedup::metrics::MetricsServer::start(c.metrics.address, *metrics);
+    if (!s) return kdedup::fail("metrics.address: " + s.error().message);
+    server = std::move(*s);
+    spdlog::info("serving /metrics, /healthz and /readyz on http://{} (port {})", c.metrics.address,
+                 server->port());
+    return {};
+  }
+  kdedup::pipeline::SliceHooks hooks() {
+    return instruments ? instruments->hooks() : kdedup::pipeline::SliceHooks{};
+  }
+  void watch(const kdedup::pipeline::Pipeline& p, const kdedup::config::Config& c) {
+    if (!instruments) return;
+    bridge = std::make_unique<kdedup::pipeline::StatsBridge>(
+        *instruments, [&p] { return p.stats(); }, c.output.topic);
+    bridge->start();
+  }
+  void stop_watching() {
+    if (!metrics) return;
+    bridge.reset();  // one last round, then joined
+    metrics->health().set_not_ready("shutting down");
+  }
+};
+
 int run_main(int argc, char** argv) {
   CLI::App cli{
       "Runs the deduplication service: a consumer-group member that copies the input "
@@ -118,7 +162,12 @@ int run_main(int argc, char** argv) {
   setup_logging(config.log_level);
   log_summary(config);
 
-  auto pipeline = kdedup::pipeline::Pipeline::create(config);
+  Observability observability;
+  if (auto started = observability.start(config); !started) {
+    spdlog::error("configuration error: {}", started.error().message);
+    return 2;
+  }
+  auto pipeline = kdedup::pipeline::Pipeline::create(config, observability.hooks());
   if (!pipeline) {
     spdlog::error("configuration error: {}", pipeline.error().message);
     return 2;
@@ -128,7 +177,9 @@ int run_main(int argc, char** argv) {
     return 2;
   }
   install_signal_handlers();
+  observability.watch(**pipeline, config);
   auto status = (*pipeline)->run(g_stop);
+  observability.stop_watching();
   if (!status) {
     spdlog::error("kdedup run stopped: {}", status.error().message);
     return 1;

@@ -1,0 +1,226 @@
+#pragma once
+// Instrumentation: connects a running Pipeline to the metrics module without
+// touching the pipeline's hot path.
+//
+//   metrics = Metrics::create(...)                        // app
+//   Instrumentation inst(*metrics, config)                // app, before Pipeline::create
+//   pipeline = Pipeline::create(config, inst.hooks())     // slices get an AuditedFilter
+//   StatsBridge bridge(*metrics, inst, [&] { return pipeline->stats(); })
+//   bridge.start(); pipeline->run(stop); bridge.stop();
+//
+// Three pieces:
+// - AuditedFilter: a SlidingFilter decorator built by the make_slice hook.
+//   It forwards every call to the real filter and, on the owning worker
+//   thread, feeds each decision on an audited fingerprint to the partition's
+//   AuditSampler (observed false-positive rate) and publishes the filter's
+//   statistics into a FilterProbe every few batches.
+// - Instrumentation: the per-partition registry (PartitionMetrics handle,
+//   FilterProbe, generation) shared by the hook and the bridge.
+// - StatsBridge: a thread that once a period reads Pipeline::stats(), turns
+//   counter deltas into PartitionMetrics / Metrics updates, drops the handles
+//   of revoked partitions and drives /healthz and /readyz.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "kdedup/config/config.h"
+#include "kdedup/filter/sliding_filter.h"
+#include "kdedup/metrics/audit_sampler.h"
+#include "kdedup/metrics/metrics.h"
+#include "kdedup/pipeline/pipeline.h"
+#include "kdedup/pipeline/slice.h"
+#include "kdedup/pipeline/stats.h"
+
+namespace kdedup::pipeline {
+
+/// Filter statistics published by the worker that owns the filter and read
+/// by the StatsBridge thread (relaxed atomics: each field individually up to
+/// date, which is all a gauge needs).
+struct FilterProbe {
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::uint64_t> cells{0};
+  std::atomic<std::uint64_t> live_cells{0};
+  std::atomic<std::uint32_t> subfilters{0};
+  std::atomic<std::uint64_t> insertions{0};
+  std::atomic<double> fpp_estimate{0.0};
+  std::atomic<bool> published{false};  ///< false until the first publish()
+
+  void publish(const filter::FilterStats& s) noexcept;
+  [[nodiscard]] filter::FilterStats read() const noexcept;
+};
+
+/// A SlidingFilter that audits and measures another one.
+///
+/// Decisions are exactly the inner filter's. After each call the decisions
+/// on fingerprints the sampler selects (1/N of the identity space) go to the
+/// AuditSampler, whose counts are pushed to the partition's metrics once per
+/// batch; every `stats_every` batches, or at least a second apart, the inner
+/// filter's stats() is copied into the FilterProbe.
+///
+/// serialize() returns the *inner* filter's state: snapshots store the real
+/// filter, never this wrapper, so restore_filter() of the blob gives back
+/// the inner filter type (wrap it again when building the restored Slice).
+///
+/// Owned by the Slice; every method runs on the worker that owns the Slice.
+class AuditedFilter final : public filter::SlidingFilter {
+ public:
+  /// `sampler` empty = no audit (metrics.audit_sample: 0). `metrics` and
+  /// `probe` must not be null.
+  AuditedFilter(std::unique_ptr<filter::SlidingFilter> inner,
+                std::optional<metrics::AuditSampler> sampler,
+                std::shared_ptr<metrics::PartitionMetrics> metrics,
+                std::shared_ptr<FilterProbe> probe, std::uint32_t stats_every = 64);
+
+  [[nodiscard]] filter::FilterType type() const noexcept override { return inner_->type(); }
+  [[nodiscard]] const filter::FilterConfig& config() const noexcept override {
+    return inner_->config();
+  }
+  filter::Decision test_and_insert(const filter::Fingerprint& fp, filter::Tick now) override;
+  void test_and_insert_batch(std::span<const filter::Fingerprint> fps,
+                             std::span<const filter::Tick> ticks,
+                             std::span<filter::Decision> out) override;
+  void advance(filter::Tick now) override { inner_->advance(now); }
+  [[nodiscard]] filter::FilterStats stats() const override { return inner_->stats(); }
+  [[nodiscard]] std::string serialize() const override { return inner_->serialize(); }
+
+  [[nodiscard]] const filter::SlidingFilter& inner() const noexcept { return *inner_; }
+  /// Audit totals since creation (tests, logs); null without a sampler.
+  [[nodiscard]] const metrics::AuditCounts* audit_totals() const noexcept {
+    return sampler_ ? &sampler_->totals() : nullptr;
+  }
+
+ private:
+  void after_batch();
+
+  std::unique_ptr<filter::SlidingFilter> inner_;
+  std::optional<metrics::AuditSampler> sampler_;
+  std::shared_ptr<metrics::PartitionMetrics> metrics_;
+  std::shared_ptr<FilterProbe> probe_;
+  std::uint32_t stats_every_;
+  std::uint32_t batches_since_stats_ = 0;
+  std::chrono::steady_clock::time_point last_stats_{};
+};
+
+/// The per-partition instruments of one process: which PartitionMetrics
+/// handle and FilterProbe belong to each assigned partition. Built by the
+/// app, outlives the Pipeline and the StatsBridge. Thread-safe (a mutex;
+/// touched on assignment and once per bridge period, never per record).
+class Instrumentation {
+ public:
+  /// What the bridge needs to know about one partition's instruments.
+  struct Entry {
+    std::shared_ptr<metrics::PartitionMetrics> metrics;
+    std::shared_ptr<FilterProbe> probe;  ///< null in passthrough mode
+    std::uint64_t generation = 0;        ///< bumped on every (re)assignment
+  };
+
+  /// `config` gives the slice options and metrics.audit_sample.
+  Instrumentation(metrics::Metrics& metrics, const config::Config& config);
+
+  /// Hooks for Pipeline::create: make_slice builds a fresh Slice whose filter
+  /// is wrapped in an AuditedFilter. Restoring from a snapshot will plug in
+  /// here (restore_filter, then wrap) and report through
+  /// PartitionMetrics::restored(); until then every partition starts empty.
+  [[nodiscard]] SliceHooks hooks();
+
+  /// Builds the Slice for `id` (what hooks().make_slice calls).
+  [[nodiscard]] Result<std::unique_ptr<Slice>> make_slice(const PartitionId& id,
+                                                          const SliceOptions& options);
+
+  /// The entry for `id`, if one was made.
+  [[nodiscard]] std::optional<Entry> find(const PartitionId& id) const;
+  /// Forgets `id` (the bridge calls it once the partition is no longer
+  /// assigned); the AuditedFilter may still hold the handle until its Slice
+  /// is destroyed.
+  void forget(const PartitionId& id);
+  /// Creates the entry for `id` without a Slice (passthrough partitions seen
+  /// only through stats, and tests); returns the existing one if present.
+  Entry ensure(const PartitionId& id);
+
+  /// Readiness seam: true once every assigned partition is restored. Today
+  /// partitions start empty, so a partition is restored as soon as it is
+  /// assigned; the snapshot restore step will clear it while it replays.
+  [[nodiscard]] bool restored(const PartitionId& id) const;
+
+  [[nodiscard]] metrics::Metrics& metrics() noexcept { return metrics_; }
+
+ private:
+  metrics::Metrics& metrics_;
+  std::uint32_t audit_one_in_;
+  mutable std::mutex mu_;
+  std::map<PartitionId, Entry> entries_;
+  std::uint64_t next_generation_ = 1;
+};
+
+/// Feeds Pipeline::stats() into Metrics once a period on its own thread.
+///
+/// Per partition it publishes the deltas of the pipeline's counters since
+/// its previous reading (records in / distinct / duplicate / invalid by
+/// reason / DLQ, batch processing time, delivery errors), the filter
+/// statistics from the FilterProbe and the clock lag (wall clock minus the
+/// partition clock); instance-wide the rebalances, assigned partitions,
+/// workers and worker busy time. A partition absent from stats() is
+/// forgotten: its handle is dropped so its gauges disappear.
+///
+/// Health: the bridge beats /healthz after every stats() reading that
+/// answered, and sets /readyz from PipelineStats::ready (the first
+/// assignment callback ran, even with zero partitions) and
+/// Instrumentation::restored() of every assigned partition.
+///
+/// Owned by the app; start() once, stop() (or the destructor) joins the
+/// thread. publish() may be called directly instead of start() (tests).
+class StatsBridge {
+ public:
+  using Source = std::function<PipelineStats()>;
+  using WallClockMs = std::function<std::int64_t()>;
+
+  /// `delivery_topic` labels delivery errors (the pipeline counts them per
+  /// input partition, not per destination). `wall_ms` defaults to the system
+  /// clock.
+  StatsBridge(Instrumentation& instruments, Source source, std::string delivery_topic,
+              std::chrono::milliseconds period = std::chrono::seconds(1), WallClockMs wall_ms = {});
+  ~StatsBridge();
+  StatsBridge(const StatsBridge&) = delete;
+  StatsBridge& operator=(const StatsBridge&) = delete;
+
+  void start();
+  /// Publishes a last round and joins the thread. Idempotent.
+  void stop();
+  /// One round: read stats, publish deltas, update health. Not concurrent
+  /// with itself (the bridge thread, or the caller when not started).
+  void publish();
+
+ private:
+  struct Seen {
+    std::uint64_t generation = 0;
+    PartitionStats last;  // the previous reading (counters only)
+  };
+
+  void run();
+
+  Instrumentation& instruments_;
+  Source source_;
+  std::string delivery_topic_;
+  std::chrono::milliseconds period_;
+  WallClockMs wall_ms_;
+
+  std::map<PartitionId, Seen> seen_;
+  std::uint64_t rebalances_ = 0;
+  std::vector<std::uint64_t> busy_nanos_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kdedup::pipeline

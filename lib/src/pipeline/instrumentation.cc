@@ -1,0 +1,316 @@
+#include "kdedup/pipeline/instrumentation.h"
+
+#include <algorithm>
+#include <set>
+
+namespace kdedup::pipeline {
+
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+std::int64_t system_wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Counter delta that survives a counter starting over (a new Slice after a
+/// revoke and re-assign between two readings): then the new value is the
+/// whole delta.
+std::uint64_t delta(std::uint64_t now, std::uint64_t before) {
+  return now >= before ? now - before : now;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+void FilterProbe::publish(const filter::FilterStats& s) noexcept {
+  bytes.store(s.bytes, kRelaxed);
+  cells.store(s.cells, kRelaxed);
+  live_cells.store(s.live_cells, kRelaxed);
+  subfilters.store(s.subfilters, kRelaxed);
+  insertions.store(s.insertions, kRelaxed);
+  fpp_estimate.store(s.fpp_estimate, kRelaxed);
+  published.store(true, std::memory_order_release);
+}
+
+filter::FilterStats FilterProbe::read() const noexcept {
+  filter::FilterStats s;
+  s.bytes = bytes.load(kRelaxed);
+  s.cells = cells.load(kRelaxed);
+  s.live_cells = live_cells.load(kRelaxed);
+  s.subfilters = subfilters.load(kRelaxed);
+  s.insertions = insertions.load(kRelaxed);
+  s.fpp_estimate = fpp_estimate.load(kRelaxed);
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+
+AuditedFilter::AuditedFilter(std::unique_ptr<filter::SlidingFilter> inner,
+                             std::optional<metrics::AuditSampler> sampler,
+                             std::shared_ptr<metrics::PartitionMetrics> metrics,
+                             std::shared_ptr<FilterProbe> probe, std::uint32_t stats_every)
+    : inner_(std::move(inner)),
+      sampler_(std::move(sampler)),
+      metrics_(std::move(metrics)),
+      probe_(std::move(probe)),
+      stats_every_(std::max<std::uint32_t>(1, stats_every)) {
+  // The gauges exist from assignment on, before the first record.
+  probe_->publish(inner_->stats());
+  last_stats_ = std::chrono::steady_clock::now();
+}
+
+filter::Decision AuditedFilter::test_and_insert(const filter::Fingerprint& fp, filter::Tick now) {
+  const filter::Decision d = inner_->test_and_insert(fp, now);
+  if (sampler_ && sampler_->selects(fp)) sampler_->observe(fp, d, now);
+  after_batch();
+  return d;
+}
+
+void AuditedFilter::test_and_insert_batch(std::span<const filter::Fingerprint> fps,
+                                          std::span<const filter::Tick> ticks,
+                                          std::span<filter::Decision> out) {
+  inner_->test_and_insert_batch(fps, ticks, out);
+  if (sampler_) {
+    // selects() is a few multiplies; only the audited 1/N reach the shadow
+    // set, in order, so its ticks stay non-decreasing like the filter's.
+    for (std::size_t i = 0; i < fps.size(); ++i) {
+      if (sampler_->selects(fps[i])) sampler_->observe(fps[i], out[i], ticks[i]);
+    }
+  }
+  after_batch();
+}
+
+void AuditedFilter::after_batch() {
+  if (sampler_) {
+    const metrics::AuditCounts c = sampler_->drain();
+    if (c.sampled != 0) metrics_->add_audit(c);
+  }
+  // stats() walks sub-filter headers (cheap, but not free): refresh the
+  // gauges every few batches or once a second, whichever comes first.
+  if (++batches_since_stats_ < stats_every_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_stats_ < std::chrono::seconds(1)) return;
+  }
+  batches_since_stats_ = 0;
+  last_stats_ = std::chrono::steady_clock::now();
+  probe_->publish(inner_->stats());
+}
+
+// ---------------------------------------------------------------------------
+
+Instrumentation::Instrumentation(metrics::Metrics& metrics, const config::Config& config)
+    : metrics_(metrics), audit_one_in_(config.metrics.audit_sample) {}
+
+SliceHooks Instrumentation::hooks() {
+  SliceHooks h;
+  h.make_slice = [this](const PartitionId& id, const SliceOptions& options) {
+    return make_slice(id, options);
+  };
+  return h;
+}
+
+Result<std::unique_ptr<Slice>> Instrumentation::make_slice(const PartitionId& id,
+                                                           const SliceOptions& options) {
+  Entry entry;
+  entry.metrics = metrics_.partition(id.topic, id.partition);
+  if (options.filter_enabled) entry.probe = std::make_shared<FilterProbe>();
+  {
+    std::lock_guard lock(mu_);
+    entry.generation = next_generation_++;
+    entries_[id] = entry;
+  }
+  if (!options.filter_enabled) {
+    return std::make_unique<Slice>(id, options, nullptr, 0, -1);
+  }
+  auto inner = filter::make_filter(options.filter);
+  if (!inner) return fail(id.str() + ": cannot create the filter: " + inner.error().message);
+  std::optional<metrics::AuditSampler> sampler;
+  if (audit_one_in_ != 0) {
+    auto s = metrics::AuditSampler::create((*inner)->config().ticks_per_window, audit_one_in_);
+    if (!s) return fail(id.str() + ": metrics.audit_sample: " + s.error().message);
+    sampler.emplace(std::move(*s));
+  }
+  auto audited = std::make_unique<AuditedFilter>(std::move(*inner), std::move(sampler),
+                                                 entry.metrics, entry.probe);
+  return std::make_unique<Slice>(id, options, std::move(audited), 0, -1);
+}
+
+std::optional<Instrumentation::Entry> Instrumentation::find(const PartitionId& id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Instrumentation::forget(const PartitionId& id) {
+  std::shared_ptr<metrics::PartitionMetrics> last;  // released outside the lock
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  last = std::move(it->second.metrics);
+  entries_.erase(it);
+}
+
+Instrumentation::Entry Instrumentation::ensure(const PartitionId& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = entries_.find(id); it != entries_.end()) return it->second;
+  }
+  Entry entry;
+  entry.metrics = metrics_.partition(id.topic, id.partition);
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = entries_.emplace(id, entry);
+  if (inserted) it->second.generation = next_generation_++;
+  return it->second;
+}
+
+bool Instrumentation::restored(const PartitionId& /*id*/) const {
+  // Seam for the snapshot restore step: a partition is restored once its
+  // Slice exists, which today is immediately on assignment.
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+
+StatsBridge::StatsBridge(Instrumentation& instruments, Source source, std::string delivery_topic,
+                         std::chrono::milliseconds period, WallClockMs wall_ms)
+    : instruments_(instruments),
+      source_(std::move(source)),
+      delivery_topic_(std::move(delivery_topic)),
+      period_(period),
+      wall_ms_(wall_ms ? std::move(wall_ms) : WallClockMs(system_wall_ms)) {}
+
+StatsBridge::~StatsBridge() { stop(); }
+
+void StatsBridge::start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });
+}
+
+void StatsBridge::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+    publish();  // the last counts before the process exits
+  }
+}
+
+void StatsBridge::run() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    publish();
+    lock.lock();
+    cv_.wait_for(lock, period_, [this] { return stopping_; });
+  }
+}
+
+void StatsBridge::publish() {
+  metrics::Metrics& m = instruments_.metrics();
+  const PipelineStats s = source_();
+  const std::int64_t wall = wall_ms_();
+
+  // Instance-wide figures.
+  for (std::uint64_t i = delta(s.rebalances, rebalances_); i > 0; --i) m.add_rebalance();
+  rebalances_ = s.rebalances;
+  m.set_assigned_partitions(static_cast<std::int64_t>(s.assigned_partitions));
+  m.set_workers(static_cast<std::int64_t>(s.worker_busy_nanos.size()));
+  busy_nanos_.resize(s.worker_busy_nanos.size(), 0);
+  std::uint64_t busy = 0;
+  for (std::size_t w = 0; w < s.worker_busy_nanos.size(); ++w) {
+    busy += delta(s.worker_busy_nanos[w], busy_nanos_[w]);
+    busy_nanos_[w] = s.worker_busy_nanos[w];
+  }
+  m.add_busy_seconds(static_cast<double>(busy) / 1e9);
+
+  std::set<PartitionId> present;
+  std::uint64_t delivery_errors = 0;
+  std::size_t not_restored = 0;
+  for (const PartitionStats& p : s.partitions) {
+    PartitionId id{p.topic, p.partition};
+    present.insert(id);
+    if (!instruments_.restored(id)) ++not_restored;
+    const Instrumentation::Entry entry = instruments_.ensure(id);
+    Seen& seen = seen_[id];
+    if (seen.generation != entry.generation) {
+      // A new assignment: the pipeline's counters start over with its Slice.
+      seen.generation = entry.generation;
+      seen.last = PartitionStats{};
+    }
+    const PartitionStats& before = seen.last;
+
+    metrics::BatchCounts c;
+    c.in = delta(p.records_in, before.records_in);
+    c.distinct = delta(p.distinct, before.distinct);
+    c.duplicate = delta(p.duplicates, before.duplicates);
+    c.dlq = delta(p.dead_lettered, before.dead_lettered);
+    for (const auto& [reason, n] : p.invalid_reasons) {
+      auto it = before.invalid_reasons.find(reason);
+      c.invalid[m.reason_index(reason)] +=
+          delta(n, it == before.invalid_reasons.end() ? 0 : it->second);
+    }
+    // The pipeline sums batch times per partition; the histogram gets one
+    // observation per batch at the period's mean batch time (the spread
+    // within one period is not visible to the bridge).
+    const std::uint64_t batches = delta(p.batches, before.batches);
+    const std::uint64_t nanos = delta(p.batch_nanos, before.batch_nanos);
+    if (batches == 0) {
+      entry.metrics->add_batch(c, -1.0);
+    } else {
+      const double mean = static_cast<double>(nanos) / 1e9 / static_cast<double>(batches);
+      entry.metrics->add_batch(c, mean);
+      const metrics::BatchCounts none;
+      for (std::uint64_t b = 1; b < batches; ++b) entry.metrics->add_batch(none, mean);
+    }
+    delivery_errors += delta(p.delivery_errors, before.delivery_errors);
+
+    // Clock lag is wall clock minus the partition clock; before the first
+    // record there is no clock to trail, so report 0 rather than ~56 years.
+    const double lag = p.clock_ms > 0 ? static_cast<double>(wall - p.clock_ms) / 1e3 : 0.0;
+    if (entry.probe && entry.probe->published.load(std::memory_order_acquire)) {
+      entry.metrics->set_filter(entry.probe->read(), std::max(0.0, lag));
+    } else {
+      filter::FilterStats fs;  // passthrough: no filter state
+      fs.bytes = p.filter_bytes;
+      fs.subfilters = p.filter_subfilters;
+      fs.fpp_estimate = p.filter_fpp_estimate;
+      entry.metrics->set_filter(fs, std::max(0.0, lag));
+    }
+    seen.last = p;
+  }
+  if (delivery_errors != 0) m.add_delivery_errors(delivery_topic_, delivery_errors);
+
+  // Revoked partitions: their gauges disappear, their counters stay.
+  for (auto it = seen_.begin(); it != seen_.end();) {
+    if (present.count(it->first)) {
+      ++it;
+      continue;
+    }
+    instruments_.forget(it->first);
+    it = seen_.erase(it);
+  }
+
+  // Liveness: stats() answered, so the pipeline's registry is not wedged
+  // and this process still schedules threads. (The pipeline exposes no
+  // heartbeat of its consumer loop yet; see the module README.)
+  m.health().beat();
+  if (!s.ready) {
+    m.health().set_not_ready("joining the consumer group");
+  } else if (not_restored != 0) {
+    m.health().set_not_ready("restoring " + std::to_string(not_restored) + " of " +
+                             std::to_string(s.partitions.size()) + " partitions");
+  } else {
+    m.health().set_ready();
+  }
+}
+
+}  // namespace kdedup::pipeline

@@ -1,0 +1,326 @@
+// AuditedFilter (same decisions as the filter it wraps, confirmed false
+// positives counted, snapshots of the real filter) and StatsBridge (counter
+// deltas, revocation, re-assignment, health) against a fake stats source.
+
+#include "kdedup/pipeline/instrumentation.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/metric_family.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace kdedup::pipeline {
+namespace {
+
+using LabelMap = std::map<std::string, std::string>;
+using filter::Decision;
+using filter::Fingerprint;
+using filter::Tick;
+
+const prometheus::ClientMetric* find_sample(const std::vector<prometheus::MetricFamily>& families,
+                                            const std::string& name, const LabelMap& labels) {
+  for (const auto& f : families) {
+    if (f.name != name) continue;
+    for (const auto& m : f.metric) {
+      LabelMap got;
+      for (const auto& l : m.label) got[l.name] = l.value;
+      if (got == labels) return &m;
+    }
+  }
+  return nullptr;
+}
+
+double value(metrics::Metrics& m, const std::string& name, const LabelMap& labels = {}) {
+  const auto fs = m.collect();
+  const auto* s = find_sample(fs, name, labels);
+  if (s == nullptr) return -1.0;
+  // Counters, gauges and histograms keep their figure in different fields.
+  if (s->counter.value != 0.0) return s->counter.value;
+  if (s->gauge.value != 0.0) return s->gauge.value;
+  return static_cast<double>(s->histogram.sample_count);
+}
+
+std::unique_ptr<metrics::Metrics> make_metrics() {
+  auto m = metrics::Metrics::create({});
+  EXPECT_TRUE(m) << m.error().message;
+  return std::move(*m);
+}
+
+std::unique_ptr<filter::SlidingFilter> make(filter::FilterConfig c) {
+  auto f = filter::make_filter(c);
+  EXPECT_TRUE(f) << f.error().message;
+  return std::move(*f);
+}
+
+/// A stream over `ids` distinct identities (so about half repeat), ticks
+/// advancing slowly.
+std::vector<Fingerprint> stream(std::size_t n, std::uint64_t ids, std::uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Fingerprint> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t id = rng() % ids;
+    out.push_back({id * 0x9E3779B97F4A7C15ULL + 1, (id + 7) * 0xC2B2AE3D27D4EB4FULL});
+  }
+  return out;
+}
+
+struct Audited {
+  std::unique_ptr<metrics::Metrics> metrics = make_metrics();
+  std::shared_ptr<FilterProbe> probe = std::make_shared<FilterProbe>();
+  std::unique_ptr<AuditedFilter> filter;
+
+  Audited(const filter::FilterConfig& c, std::uint32_t one_in) {
+    auto sampler = metrics::AuditSampler::create(make(c)->config().ticks_per_window, one_in);
+    EXPECT_TRUE(sampler) << sampler.error().message;
+    filter = std::make_unique<AuditedFilter>(make(c), std::move(*sampler),
+                                             std::shared_ptr(metrics->partition("in", 0)), probe,
+                                             /*stats_every=*/4);
+  }
+};
+
+TEST(AuditedFilter, DecidesExactlyLikeTheFilterItWraps) {
+  filter::FilterConfig c;  // timer filter
+  c.capacity = 2'000;
+  Audited audited(c, 1);
+  auto plain = make(c);
+  const auto fps = stream(20'000, 3'000, 1);
+  std::vector<Tick> ticks(fps.size());
+  for (std::size_t i = 0; i < fps.size(); ++i) ticks[i] = i / 500;
+
+  std::size_t duplicates = 0;
+  for (std::size_t at = 0; at < fps.size(); at += 256) {
+    const std::size_t n = std::min<std::size_t>(256, fps.size() - at);
+    std::vector<Decision> a(n), b(n);
+    const std::span<const Fingerprint> f(fps.data() + at, n);
+    const std::span<const Tick> t(ticks.data() + at, n);
+    if ((at / 256) % 2 == 0) {
+      audited.filter->test_and_insert_batch(f, t, a);
+      plain->test_and_insert_batch(f, t, b);
+    } else {  // the single-record path too
+      for (std::size_t i = 0; i < n; ++i) {
+        a[i] = audited.filter->test_and_insert(f[i], t[i]);
+        b[i] = plain->test_and_insert(f[i], t[i]);
+      }
+    }
+    ASSERT_EQ(a, b) << "batch at " << at;
+    for (auto d : a) duplicates += d == Decision::kDuplicate;
+  }
+  EXPECT_GT(duplicates, 5'000u);
+  EXPECT_EQ(audited.filter->stats().insertions, plain->stats().insertions);
+  EXPECT_EQ(audited.filter->type(), plain->type());
+  // Every decision was audited (N = 1) and pushed to the partition's series.
+  EXPECT_EQ(audited.filter->audit_totals()->sampled, fps.size());
+  EXPECT_EQ(
+      value(*audited.metrics, "kdedup_audit_sampled_total", {{"topic", "in"}, {"partition", "0"}}),
+      static_cast<double>(fps.size()));
+  EXPECT_EQ(audited.probe->read().insertions, plain->stats().insertions);
+}
+
+TEST(AuditedFilter, CountsConfirmedFalsePositivesOfATinyFilter) {
+  filter::FilterConfig c;
+  c.type = filter::FilterType::kAging;
+  c.capacity = 16;  // far too small for what follows: it saturates
+  c.fpp = 0.1;
+  Audited audited(c, 1);
+  // Only distinct identities: every "duplicate" is a false positive.
+  std::vector<Fingerprint> fps;
+  for (std::uint64_t i = 0; i < 4'000; ++i) {
+    fps.push_back({i * 0x9E3779B97F4A7C15ULL + 3, i * 0xD6E8FEB86659FD93ULL + 5});
+  }
+  std::vector<Tick> ticks(fps.size(), 1);
+  std::vector<Decision> out(fps.size());
+  audited.filter->test_and_insert_batch(fps, ticks, out);
+  const auto fp =
+      static_cast<std::uint64_t>(std::count(out.begin(), out.end(), Decision::kDuplicate));
+  ASSERT_GT(fp, 100u) << "the filter was meant to saturate";
+  const auto& totals = *audited.filter->audit_totals();
+  EXPECT_EQ(totals.false_positives, fp);
+  EXPECT_EQ(totals.truly_new, fps.size());
+  EXPECT_EQ(totals.false_negatives, 0u);
+  const LabelMap l{{"topic", "in"}, {"partition", "0"}};
+  EXPECT_EQ(value(*audited.metrics, "kdedup_audit_false_positives_total", l),
+            static_cast<double>(fp));
+  EXPECT_EQ(value(*audited.metrics, "kdedup_audit_truly_new_total", l),
+            static_cast<double>(fps.size()));
+}
+
+TEST(AuditedFilter, SerializesTheInnerFilter) {
+  filter::FilterConfig c;
+  c.type = filter::FilterType::kExact;
+  Audited audited(c, 1);
+  auto plain = make(c);
+  const auto fps = stream(1'000, 400, 2);
+  for (std::size_t i = 0; i < fps.size(); ++i) {
+    (void)audited.filter->test_and_insert(fps[i], i / 100);
+    (void)plain->test_and_insert(fps[i], i / 100);
+  }
+  const std::string blob = audited.filter->serialize();
+  EXPECT_EQ(blob, plain->serialize());
+  auto restored = filter::restore_filter(blob);
+  ASSERT_TRUE(restored) << restored.error().message;
+  EXPECT_EQ((*restored)->type(), filter::FilterType::kExact);
+  EXPECT_EQ(dynamic_cast<AuditedFilter*>(restored->get()), nullptr);
+  EXPECT_EQ((*restored)->stats().insertions, plain->stats().insertions);
+}
+
+TEST(Instrumentation, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
+  auto m = make_metrics();
+  config::Config cfg;
+  cfg.metrics.audit_sample = 8;
+  Instrumentation inst(*m, cfg);
+  SliceOptions o;
+  o.window_ms = 60'000;
+  o.filter.type = filter::FilterType::kExact;
+  auto slice = inst.hooks().make_slice(PartitionId{"in", 2}, o);
+  ASSERT_TRUE(slice) << slice.error().message;
+  EXPECT_NE(dynamic_cast<const AuditedFilter*>((*slice)->filter()), nullptr);
+  EXPECT_EQ((*slice)->filter()->type(), filter::FilterType::kExact);
+  // The Slice derives its tick from the (forwarded) config.
+  EXPECT_EQ((*slice)->tick_ms(), 60'000 / (*slice)->filter()->config().ticks_per_window);
+  const auto first = inst.find(PartitionId{"in", 2});
+  ASSERT_TRUE(first);
+  EXPECT_NE(first->probe, nullptr);
+
+  o.filter_enabled = false;
+  auto passthrough = inst.make_slice(PartitionId{"in", 2}, o);
+  ASSERT_TRUE(passthrough);
+  EXPECT_EQ((*passthrough)->filter(), nullptr);
+  const auto second = inst.find(PartitionId{"in", 2});
+  ASSERT_TRUE(second);
+  EXPECT_GT(second->generation, first->generation);
+  EXPECT_EQ(second->probe, nullptr);
+}
+
+class BridgeTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<metrics::Metrics> m = make_metrics();
+  config::Config cfg;
+  Instrumentation inst{*m, cfg};
+  PipelineStats now;
+  std::int64_t wall_ms = 1'700'000'010'000;
+  StatsBridge bridge{inst, [this] { return now; }, "out", std::chrono::milliseconds(10),
+                     [this] { return wall_ms; }};
+  const LabelMap p0{{"topic", "in"}, {"partition", "0"}};
+
+  PartitionStats& partition(std::int32_t p) {
+    for (auto& s : now.partitions) {
+      if (s.partition == p) return s;
+    }
+    PartitionStats s;
+    s.topic = "in";
+    s.partition = p;
+    now.partitions.push_back(s);
+    return now.partitions.back();
+  }
+};
+
+TEST_F(BridgeTest, PublishesCounterDeltasOnce) {
+  now.ready = true;
+  now.rebalances = 1;
+  now.assigned_partitions = 1;
+  now.worker_busy_nanos = {500'000'000, 250'000'000};
+  auto& p = partition(0);
+  p.records_in = 10;
+  p.distinct = 6;
+  p.duplicates = 2;
+  p.invalid = 2;
+  p.dead_lettered = 2;
+  p.invalid_reasons = {{"missing_key", 2}};
+  p.batches = 4;
+  p.batch_nanos = 4'000'000;
+  p.clock_ms = 1'700'000'000'000;
+  bridge.publish();
+  bridge.publish();  // nothing new: nothing added twice
+
+  EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 10);
+  EXPECT_EQ(value(*m, "kdedup_records_distinct_total", p0), 6);
+  EXPECT_EQ(value(*m, "kdedup_records_duplicate_total", p0), 2);
+  EXPECT_EQ(value(*m, "kdedup_records_dlq_total", p0), 2);
+  EXPECT_EQ(value(*m, "kdedup_records_invalid_total",
+                  {{"topic", "in"}, {"partition", "0"}, {"reason", "missing_key"}}),
+            2);
+  EXPECT_EQ(value(*m, "kdedup_batch_processing_seconds", {{"topic", "in"}}), 4);
+  EXPECT_EQ(value(*m, "kdedup_consumer_rebalances_total"), 1);
+  EXPECT_EQ(value(*m, "kdedup_consumer_assigned_partitions"), 1);
+  EXPECT_EQ(value(*m, "kdedup_workers"), 2);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_worker_busy_seconds_total"), 0.75);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_lag_seconds", p0), 10.0);
+  EXPECT_EQ(m->health().readiness().status, 200);
+  EXPECT_EQ(m->health().liveness().status, 200);
+
+  p.records_in = 15;
+  p.distinct = 9;
+  p.duplicates = 4;
+  p.invalid_reasons = {{"missing_key", 2}, {"not_json", 1}};
+  p.delivery_errors = 3;
+  p.batches = 5;
+  now.rebalances = 3;
+  now.worker_busy_nanos = {600'000'000, 250'000'000};
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 15);
+  EXPECT_EQ(value(*m, "kdedup_records_distinct_total", p0), 9);
+  EXPECT_EQ(value(*m, "kdedup_records_duplicate_total", p0), 4);
+  EXPECT_EQ(value(*m, "kdedup_records_invalid_total",
+                  {{"topic", "in"}, {"partition", "0"}, {"reason", "not_json"}}),
+            1);
+  EXPECT_EQ(value(*m, "kdedup_producer_delivery_errors_total", {{"topic", "out"}}), 3);
+  EXPECT_EQ(value(*m, "kdedup_batch_processing_seconds", {{"topic", "in"}}), 5);
+  EXPECT_EQ(value(*m, "kdedup_consumer_rebalances_total"), 3);
+  EXPECT_NEAR(value(*m, "kdedup_worker_busy_seconds_total"), 0.85, 1e-9);
+}
+
+TEST_F(BridgeTest, RevokedPartitionsLoseTheirGaugesAndReassignedOnesStartOver) {
+  now.ready = true;
+  partition(0).records_in = 100;
+  partition(1).records_in = 7;
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_filter_clock_lag_seconds", p0), 0.0);  // present; no clock yet
+
+  // Partition 0 revoked: its gauges go, its counter stays.
+  now.partitions.erase(now.partitions.begin());
+  bridge.publish();
+  EXPECT_EQ(find_sample(m->collect(), "kdedup_filter_bytes", p0), nullptr);
+  EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 100);
+  EXPECT_FALSE(inst.find(PartitionId{"in", 0}));
+
+  // Re-assigned with fresh pipeline counters (a new Slice): they count from
+  // zero again and the exported counter keeps growing.
+  SliceOptions o;
+  o.filter.type = filter::FilterType::kExact;
+  ASSERT_TRUE(inst.make_slice(PartitionId{"in", 0}, o));
+  partition(0).records_in = 30;
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 130);
+  EXPECT_NE(find_sample(m->collect(), "kdedup_filter_bytes", p0), nullptr);
+}
+
+TEST_F(BridgeTest, ReadyOnceTheGroupAssignedEvenNothing) {
+  bridge.publish();
+  auto r = m->health().readiness();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("joining the consumer group"), std::string::npos) << r.body;
+  now.ready = true;  // first assignment callback, zero partitions
+  bridge.publish();
+  EXPECT_EQ(m->health().readiness().status, 200);
+}
+
+TEST_F(BridgeTest, ThreadPublishesUntilStopped) {
+  now.ready = true;
+  partition(0).records_in = 1;
+  bridge.start();
+  for (int i = 0; i < 200 && value(*m, "kdedup_records_in_total", p0) != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 1);
+  bridge.stop();
+  partition(0).records_in = 5;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 1);  // joined: no more rounds
+}
+
+}  // namespace
+}  // namespace kdedup::pipeline
