@@ -150,6 +150,29 @@ std::uint32_t scrub_cells(T* cells, std::uint32_t lo, std::uint32_t hi, bool wra
   return cleared;
 }
 
+// Clears the expired cells of one 64-byte line of b-bit cells (live codes:
+// [lo, hi], cyclic when `wrap`). Returns cells cleared.
+template <unsigned Bits>
+std::uint32_t scrub_line(std::uint8_t* line, std::uint32_t lo, std::uint32_t hi, bool wrap) {
+  if constexpr (Bits == 4) {
+    std::uint8_t low[64], high[64];
+    for (int j = 0; j < 64; ++j) {
+      low[j] = line[j] & 0xF;
+      high[j] = static_cast<std::uint8_t>(line[j] >> 4);
+    }
+    const std::uint32_t cleared = scrub_cells<std::uint8_t, 64>(low, lo, hi, wrap) +
+                                  scrub_cells<std::uint8_t, 64>(high, lo, hi, wrap);
+    if (cleared != 0) {
+      for (int j = 0; j < 64; ++j) line[j] = static_cast<std::uint8_t>(low[j] | (high[j] << 4));
+    }
+    return cleared;
+  } else if constexpr (Bits == 8) {
+    return scrub_cells<std::uint8_t, 64>(line, lo, hi, wrap);
+  } else {
+    return scrub_cells<std::uint16_t, 32>(reinterpret_cast<std::uint16_t*>(line), lo, hi, wrap);
+  }
+}
+
 }  // namespace
 
 // Insertions per tick over the last W + 1 ticks, in buckets of `width` ticks
@@ -242,6 +265,7 @@ Result<std::unique_ptr<TimerFilter>> TimerFilter::create(const FilterConfig& con
   f->cells_per_line_ = 512 / config.timer_bits;
   f->modulus_ = static_cast<std::uint32_t>((1U << config.timer_bits) - 1);
   f->period_ = f->modulus_ - 2 - config.ticks_per_window;  // P = G - 1 >= 1
+  f->refresh_codes();
   const std::uint32_t max_k = 64 / log2_of(f->cells_per_line_);
   const auto layout = sizing::choose_layout(f->cells_per_line_, kBudgetShare * config.fpp, max_k);
   if (layout.k == 0 || !(layout.elements_per_block > 0)) {
@@ -334,30 +358,18 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
   std::uint64_t i = s.cursor;
   for (std::uint64_t n = 0; n < count; ++n, i = i + 1 == s.lines ? 0 : i + 1) {
     std::uint8_t* line = s.line(i);
-    std::uint32_t cleared = 0;
+    const auto l = static_cast<std::uint32_t>(lo);
     switch (config_.timer_bits) {
-      case 4: {
-        std::uint8_t low[64], high[64];
-        for (int j = 0; j < 64; ++j) {
-          low[j] = line[j] & 0xF;
-          high[j] = static_cast<std::uint8_t>(line[j] >> 4);
-        }
-        cleared =
-            scrub_cells<std::uint8_t, 64>(low, static_cast<std::uint32_t>(lo), ref_code, wrap) +
-            scrub_cells<std::uint8_t, 64>(high, static_cast<std::uint32_t>(lo), ref_code, wrap);
-        for (int j = 0; j < 64; ++j) line[j] = static_cast<std::uint8_t>(low[j] | (high[j] << 4));
+      case 4:
+        s.nonempty -= scrub_line<4>(line, l, ref_code, wrap);
         break;
-      }
       case 8:
-        cleared =
-            scrub_cells<std::uint8_t, 64>(line, static_cast<std::uint32_t>(lo), ref_code, wrap);
+        s.nonempty -= scrub_line<8>(line, l, ref_code, wrap);
         break;
       default:
-        cleared = scrub_cells<std::uint16_t, 32>(reinterpret_cast<std::uint16_t*>(line),
-                                                 static_cast<std::uint32_t>(lo), ref_code, wrap);
+        s.nonempty -= scrub_line<16>(line, l, ref_code, wrap);
         break;
     }
-    s.nonempty -= cleared;
   }
   s.swept += count;
   s.cursor = i;
@@ -401,9 +413,11 @@ void TimerFilter::move_clock(Tick now) {
   if (now - old > window) {
     clear_all(now);
     clock_ = now;
+    refresh_codes();
   } else {
     for (auto& s : subs_) catch_up(*s, old, now);
     clock_ = now;
+    refresh_codes();
     for (auto& s : subs_) s->alive.advance(now, window);
     // Free sealed sub-filters whose newest insertion left the window.
     const SubFilter* active = subs_.back().get();
@@ -413,6 +427,15 @@ void TimerFilter::move_clock(Tick now) {
   }
   maybe_shrink();
   refresh_threshold();
+}
+
+void TimerFilter::refresh_codes() {
+  // The insert path needs these for every operation; a division per op (the
+  // modulus is a runtime value) cost more than the rest of the age test.
+  now_code_ = static_cast<std::uint32_t>(clock_ % modulus_) + 1;
+  const std::int64_t lo = static_cast<std::int64_t>(now_code_) - config_.ticks_per_window;
+  live_wrap_ = lo < 1;
+  live_lo_ = static_cast<std::uint32_t>(live_wrap_ ? lo + modulus_ : lo);
 }
 
 void TimerFilter::advance(Tick now) {
@@ -472,7 +495,7 @@ Decision TimerFilter::decide(const Fingerprint& fp) {
   std::uint32_t pos[16];
   probe_positions<C::kPerLine>(fp.lo, k_, pos);
   const std::uint32_t m = modulus_;
-  const std::uint32_t now_code = static_cast<std::uint32_t>(clock_ % m) + 1;
+  const std::uint32_t now_code = now_code_;
   const std::uint32_t window = config_.ticks_per_window;
   const std::uint32_t equal = config_.equal_timers;
   for (auto it = subs_.rbegin(); it != subs_.rend(); ++it) {
@@ -520,7 +543,9 @@ Decision TimerFilter::decide(const Fingerprint& fp) {
     std::uint64_t ahead = a.cursor + kScrubPrefetchLines;
     if (ahead >= a.lines) ahead %= a.lines;
     __builtin_prefetch(a.line(ahead), 1, 0);
-    scrub_lines(a, 1, clock_, 0);
+    a.nonempty -= scrub_line<Bits>(a.line(a.cursor), live_lo_, now_code_, live_wrap_);
+    ++a.swept;
+    a.cursor = a.cursor + 1 == a.lines ? 0 : a.cursor + 1;
   }
   return Decision::kDistinct;
 }
@@ -653,6 +678,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
   if (*k != f->k_) return bad("k " + std::to_string(*k) + " does not match the config");
   f->subs_.clear();
   f->clock_ = *clock;
+  f->refresh_codes();
   f->first_tick_ = *first_tick;
   f->insertions_ = *insertions;
   const std::uint32_t window = config->ticks_per_window;

@@ -155,6 +155,8 @@ class TimerFilter final : public SlidingFilter {
 
   explicit TimerFilter(const FilterConfig& config);
   void move_clock(Tick now);
+  /// Recomputes now_code_ and the live interval after clock_ changed.
+  void refresh_codes();
   void clear_all(Tick now);
   void catch_up(SubFilter& s, Tick old_clock, Tick now);
   void scrub_lines(SubFilter& s, std::uint64_t count, Tick ref, std::uint64_t extra_age);
@@ -185,6 +187,9 @@ class TimerFilter final : public SlidingFilter {
   std::vector<std::unique_ptr<SubFilter>> subs_;  // oldest first; back() is active
   std::uint64_t active_limit_ = 0;                // elements the active may hold now
   Tick clock_ = 0;
+  std::uint32_t now_code_ = 1;  // code(clock_)
+  std::uint32_t live_lo_ = 1;   // live codes: [live_lo_, now_code_], cyclic if live_wrap_
+  bool live_wrap_ = false;
   Tick first_tick_ = 0;  // tick of the first insertion (rate estimate)
   std::uint64_t insertions_ = 0;
 };
