@@ -182,7 +182,11 @@ StatsBridge::StatsBridge(Instrumentation& instruments, Source source, std::strin
       source_(std::move(source)),
       delivery_topic_(std::move(delivery_topic)),
       period_(period),
-      wall_ms_(wall_ms ? std::move(wall_ms) : WallClockMs(system_wall_ms)) {}
+      wall_ms_(wall_ms ? std::move(wall_ms) : WallClockMs(system_wall_ms)) {
+  // A labelled counter exists only once touched; start it at zero so
+  // rate() and alerts see the series before the first failure.
+  instruments_.metrics().add_delivery_errors(delivery_topic_, 0);
+}
 
 StatsBridge::~StatsBridge() { stop(); }
 
