@@ -4,41 +4,21 @@
 #include <gtest/gtest.h>
 #include <prometheus/metric_family.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "exercise.h"
 #include "kdedup/metrics/metrics.h"
+#include "metrics_doc.h"
 
 namespace kdedup::metrics {
 namespace {
 
-std::string trim(std::string s) {
-  const auto b = s.find_first_not_of(" \t");
-  const auto e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
 // Rows of the reference tables: "| `kdedup_name` | type | labels | ... |".
 std::map<std::string, std::string> documented_metrics() {
-  std::ifstream in(std::string(KDEDUP_SOURCE_DIR) + "/docs/metrics.md");
-  EXPECT_TRUE(in) << "docs/metrics.md is missing";
-  std::map<std::string, std::string> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("| `kdedup_", 0) != 0) continue;
-    std::vector<std::string> cells;
-    std::stringstream row(line.substr(1));
-    std::string cell;
-    while (std::getline(row, cell, '|')) cells.push_back(trim(cell));
-    EXPECT_GE(cells.size(), 6u) << "short row: " << line;
-    if (cells.size() < 2) continue;
-    const std::string name = cells[0].substr(1, cells[0].find('`', 1) - 1);
-    EXPECT_FALSE(out.count(name)) << name << " is documented twice";
-    out[name] = cells[1];
-  }
-  return out;
+  const auto doc =
+      kdedup::testing::read_metrics_doc(std::string(KDEDUP_SOURCE_DIR) + "/docs/metrics.md");
+  for (const auto& problem : doc.problems) ADD_FAILURE() << "docs/metrics.md: " << problem;
+  return doc.types;
 }
 
 std::string type_name(prometheus::MetricType t) {
