@@ -21,12 +21,14 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKDEDUP_WERROR=ON 
 FROM debian:bookworm-slim AS runtime
 ARG VERSION=0.1.0
 ARG REVISION=unknown
+# Where the source lives (e.g. --build-arg SOURCE=<repository URL>); empty by default.
+ARG SOURCE=""
 LABEL org.opencontainers.image.title="kdedup" \
       org.opencontainers.image.description="Kafka deduplication service: drops events already delivered within a sliding window" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://github.com/kdedup/kdedup"
+      org.opencontainers.image.source="${SOURCE}"
 ENV DEBIAN_FRONTEND=noninteractive
 COPY scripts/setup /tmp/setup
 RUN /tmp/setup --runtime && rm -rf /var/lib/apt/lists/* /tmp/setup \
