@@ -129,10 +129,17 @@ class DeliveryReports final : public RdKafka::DeliveryReportCb {
 };
 
 /// Client-level events: fatal errors stop the service; the rest are logged.
+/// With an event callback set, librdkafka also delivers its own log lines
+/// here (from its internal threads), so they are forwarded to our log:
+/// without that, `kafka.debug: cgrp,consumer` would print nothing.
 class ClientEvents final : public RdKafka::EventCb {
  public:
   ClientEvents(FatalError& fatal, const char* client) : fatal_(fatal), client_(client) {}
   void event_cb(RdKafka::Event& event) override {
+    if (event.type() == RdKafka::Event::EVENT_LOG) {
+      log_line(event);
+      return;
+    }
     if (event.type() != RdKafka::Event::EVENT_ERROR) return;
     if (event.fatal()) {
       fatal_.set(std::string(client_) + " fatal error: " + describe_kafka_error(event.err()) +
@@ -148,6 +155,16 @@ class ClientEvents final : public RdKafka::EventCb {
   }
 
  private:
+  void log_line(const RdKafka::Event& event) const {
+    // Debug lines only exist when the operator turned on librdkafka `debug`
+    // contexts, so they are shown at info rather than hidden by log_level.
+    const auto sev = event.severity();
+    const auto level = sev <= RdKafka::Event::EVENT_SEVERITY_ERROR     ? spdlog::level::err
+                       : sev == RdKafka::Event::EVENT_SEVERITY_WARNING ? spdlog::level::warn
+                                                                       : spdlog::level::info;
+    spdlog::log(level, "librdkafka {} {}: {}", client_, event.fac(), event.str());
+  }
+
   FatalError& fatal_;
   const char* client_;
   Clock::time_point last_log_{};
@@ -546,10 +563,11 @@ struct Assigned {
   std::uint32_t worker = 0;
   std::shared_ptr<OffsetTracker> tracker;
   std::shared_ptr<PartitionCounters> counters;
-  std::int64_t committed = -1;  // last offset this process committed
+  std::int64_t committed = -1;  // last offset the group coordinator confirmed
+  std::int64_t stored = -1;     // last position handed to the client's committer
 };
 
-struct Pipeline::Impl final : public RdKafka::RebalanceCb {
+struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::OffsetCommitCb {
   config::Config config;
   SliceHooks hooks;
   SliceOptions options;
@@ -575,6 +593,14 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb {
   std::thread delivery_thread;
   std::atomic<bool> delivery_stop{false};
 
+  // Consumer-thread state for the commit protocol (see store_offsets()).
+  std::map<PartitionId, std::int64_t> confirmed;  // every coordinator-confirmed commit
+  bool seen_rebalance = false;  // a rebalance callback ran (the join completed once)
+  // How long a member that is stopped before its first join completed waits
+  // for it: a join takes at most about a session timeout.
+  std::chrono::milliseconds first_join_wait{50'000};
+  bool shutting_down = false;
+
   bool ran = false;
   bool closed = false;
   bool threads_stopped = false;
@@ -593,13 +619,17 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb {
   Status run(const std::atomic<bool>& stop);
   void rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode err,
                     std::vector<RdKafka::TopicPartition*>& partitions) override;
+  void offset_commit_cb(RdKafka::ErrorCode err,
+                        std::vector<RdKafka::TopicPartition*>& offsets) override;
   void assign(std::vector<RdKafka::TopicPartition*>& partitions);
   void revoke(std::vector<RdKafka::TopicPartition*>& partitions);
   void dispatch(MessagePtr message);
   void flush_pending();
   [[nodiscard]] std::size_t queued_records() const;
   void wait_delivered(const std::vector<PartitionId>& ids, Clock::time_point deadline);
-  void commit(const std::vector<PartitionId>& ids, bool log_success);
+  void store_offsets(const std::vector<PartitionId>& ids);
+  [[nodiscard]] bool all_stored_confirmed() const;
+  void drain_until(Clock::time_point deadline, const std::function<bool()>& done);
   [[nodiscard]] std::vector<PartitionId> assigned_ids() const;
   void stop_threads();
 };
@@ -638,10 +668,23 @@ Status Pipeline::Impl::build_clients() {
   config::KafkaProperties cprops{{"auto.offset.reset", "earliest"}};
   for (auto& [k, v] : config::consumer_properties(config)) cprops[k] = v;
   cprops["group.id"] = config.group_id;
-  cprops["enable.auto.commit"] = "false";
+  // Commits: the pipeline only *stores* positions whose outputs were all
+  // delivered (store_offsets()); librdkafka's own committer sends them. It
+  // commits only while the group is stable, and commits a revoked
+  // partition's stored position before it rejoins, i.e. before the partition
+  // can go to another member. An application-timed commitSync cannot know
+  // that a rejoin is pending: see store_offsets() for what that breaks.
+  cprops["enable.auto.commit"] = "true";
+  cprops["auto.commit.interval.ms"] =
+      std::to_string(std::max<std::int64_t>(1, config.commit_interval.count()));
   cprops["enable.auto.offset.store"] = "false";
   if (auto s = apply_properties(*cconf, cprops, "consumer"); !s) return s;
+  if (std::string session; cconf->get("session.timeout.ms", session) == RdKafka::Conf::CONF_OK) {
+    first_join_wait = std::chrono::milliseconds(std::stoll(session) + 5'000);
+  }
   if (cconf->set("rebalance_cb", static_cast<RdKafka::RebalanceCb*>(this), err) !=
+          RdKafka::Conf::CONF_OK ||
+      cconf->set("offset_commit_cb", static_cast<RdKafka::OffsetCommitCb*>(this), err) !=
           RdKafka::Conf::CONF_OK ||
       cconf->set("event_cb", &consumer_events, err) != RdKafka::Conf::CONF_OK) {
     return fail("consumer: " + err);
@@ -783,46 +826,114 @@ void Pipeline::Impl::wait_delivered(const std::vector<PartitionId>& ids,
   }
 }
 
-void Pipeline::Impl::commit(const std::vector<PartitionId>& ids, bool log_success) {
+// Why the pipeline stores offsets instead of committing them itself.
+//
+// It used to call commitSync() every commit_interval from the consumer
+// thread. When another member joins, the coordinator answers our heartbeat
+// with REBALANCE_IN_PROGRESS and librdkafka sends a JoinGroup, which the
+// coordinator parks until the group's join phase ends (the test broker waits
+// session.timeout.ms - 1000 ms; a real broker waits for every member). A
+// broker serves one request per connection at a time, so an OffsetCommit sent
+// meanwhile waits behind the JoinGroup and is judged after the new generation
+// exists: ILLEGAL_GENERATION. librdkafka 2.0.2 takes that answer as "our
+// assignment is lost": it revokes everything as lost (nothing gets
+// committed), resets its generation, and its SyncGroup for the new generation
+// then fails too, which aborts the round for every member. With a commit due
+// every 200 ms one always landed in the 5 s join phase, so the joining member
+// only ever got "assigned 0 partition(s)" and the first member kept losing
+// its partitions (`debug: cgrp` shows "OffsetCommit ... in join-state
+// wait-join", then "(lost): OffsetCommit error: Illegal generation").
+// librdkafka's own committer only commits in the steady state, and on
+// revocation commits the revoked partitions' stored positions and waits for
+// the answer before it rejoins. So the pipeline decides *what* may be
+// committed (OffsetTracker::committable(), every output delivered) and
+// librdkafka decides *when*.
+void Pipeline::Impl::store_offsets(const std::vector<PartitionId>& ids) {
   std::vector<RdKafka::TopicPartition*> offsets;
   std::vector<std::pair<Assigned*, std::int64_t>> updates;
   for (const auto& id : ids) {
     auto it = assigned.find(id);
     if (it == assigned.end()) continue;
     auto pos = it->second.tracker->committable();
-    if (!pos || *pos <= it->second.committed) continue;
+    if (!pos || *pos <= it->second.stored) continue;
     offsets.push_back(RdKafka::TopicPartition::create(id.topic, id.partition, *pos));
     updates.emplace_back(&it->second, *pos);
   }
   if (offsets.empty()) return;
-  RdKafka::ErrorCode err = consumer->commitSync(offsets);
-  std::string committed;
+  RdKafka::ErrorCode err = consumer->offsets_store(offsets);
   for (std::size_t i = 0; i < offsets.size(); ++i) {
     auto* tp = offsets[i];
     if (err == RdKafka::ERR_NO_ERROR && tp->err() == RdKafka::ERR_NO_ERROR) {
-      {
-        std::lock_guard lock(registry_mu);
-        updates[i].first->committed = updates[i].second;
-      }
-      if (log_success) {
-        committed += (committed.empty() ? "" : ", ") + tp->topic() + "[" +
-                     std::to_string(tp->partition()) + "]@" + std::to_string(tp->offset());
-      }
+      updates[i].first->stored = updates[i].second;
     } else {
-      spdlog::warn(
-          "commit of {}[{}] at offset {} failed: {}; records after the last commit "
-          "will be read again",
-          tp->topic(), tp->partition(), updates[i].second,
-          describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err()));
+      spdlog::warn("cannot hand offset {} of {}[{}] to the committer: {}; it will be retried",
+                   updates[i].second, tp->topic(), tp->partition(),
+                   describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err()));
     }
   }
   RdKafka::TopicPartition::destroy(offsets);
-  if (!committed.empty()) spdlog::info("committed {}", committed);
+}
+
+void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
+                                      std::vector<RdKafka::TopicPartition*>& offsets) {
+  if (err == RdKafka::ERR__NO_OFFSET) return;  // nothing new to commit
+  std::string released;
+  for (auto* tp : offsets) {
+    PartitionId id{tp->topic(), tp->partition()};
+    const RdKafka::ErrorCode e = err != RdKafka::ERR_NO_ERROR ? err : tp->err();
+    if (e == RdKafka::ERR_REBALANCE_IN_PROGRESS) {
+      // Sent just before the group started a rebalance: the position stays
+      // stored and the committer sends it again once the group is stable.
+      spdlog::debug("commit of {} at offset {} deferred: group is rebalancing", id.str(),
+                    tp->offset());
+      continue;
+    }
+    if (e != RdKafka::ERR_NO_ERROR) {
+      spdlog::warn(
+          "commit of {} at offset {} failed: {}; records after the last commit will be read "
+          "again",
+          id.str(), tp->offset(), describe_kafka_error(e));
+      continue;
+    }
+    if (tp->offset() < 0) continue;
+    confirmed[id] = std::max(confirmed[id], tp->offset());
+    auto it = assigned.find(id);
+    if (it != assigned.end()) {
+      std::lock_guard lock(registry_mu);
+      it->second.committed = std::max(it->second.committed, tp->offset());
+    }
+    // Final commits (of partitions already handed back, or at shutdown) are
+    // what an operator checks after a rebalance; the periodic ones are noise.
+    if (it == assigned.end() || shutting_down) {
+      released += (released.empty() ? "" : ", ") + id.str() + "@" + std::to_string(tp->offset());
+    }
+  }
+  if (!released.empty()) spdlog::info("committed {}", released);
+}
+
+bool Pipeline::Impl::all_stored_confirmed() const {
+  for (const auto& [id, a] : assigned) {
+    if (a.stored < 0) continue;
+    auto it = confirmed.find(id);
+    if (it == confirmed.end() || it->second < a.stored) return false;
+  }
+  return true;
+}
+
+void Pipeline::Impl::drain_until(Clock::time_point deadline, const std::function<bool()>& done) {
+  // Serves callbacks (rebalance, commit results) without processing records:
+  // a record fetched now is neither processed nor stored, so whoever owns its
+  // partition next reads it again.
+  while (!done() && Clock::now() < deadline) {
+    MessagePtr msg(consumer->consume(50));
+    (void)msg;
+  }
 }
 
 void Pipeline::Impl::rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode err,
                                   std::vector<RdKafka::TopicPartition*>& partitions) {
   rebalances.fetch_add(1, std::memory_order_relaxed);
+  seen_rebalance = true;
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
     assign(partitions);
     return;
@@ -841,9 +952,11 @@ void Pipeline::Impl::rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode 
 
 void Pipeline::Impl::assign(std::vector<RdKafka::TopicPartition*>& partitions) {
   std::vector<PartitionId> ids;
+  std::vector<RdKafka::TopicPartition*> added;  // cooperative: only what is new to us
   for (auto* tp : partitions) {
     PartitionId id{tp->topic(), tp->partition()};
     if (assigned.count(id)) continue;  // already ours (eager protocol re-assign)
+    added.push_back(tp);
     auto slice = hooks.make_slice ? hooks.make_slice(id, options) : Slice::create(id, options);
     if (!slice) {
       fatal.set("cannot set up partition " + id.str() + ": " + slice.error().message);
@@ -863,7 +976,9 @@ void Pipeline::Impl::assign(std::vector<RdKafka::TopicPartition*>& partitions) {
     ids.push_back(id);
   }
   if (consumer->rebalance_protocol() == "COOPERATIVE") {
-    std::unique_ptr<RdKafka::Error> e(consumer->incremental_assign(partitions));
+    // Handing librdkafka a partition it already has would be an error
+    // (_CONFLICT); the eager assign() below replaces the whole set instead.
+    std::unique_ptr<RdKafka::Error> e(consumer->incremental_assign(added));
     if (e) fatal.set("cannot take the assigned partitions: " + e->str());
   } else {
     consumer->assign(partitions);
@@ -887,11 +1002,21 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   }
   // 1. finish in-flight records of these partitions
   for (auto& [w, _] : by_worker) workers[w]->barrier();
-  // 2. wait for their outputs, then commit (not when the partitions are
-  //    already lost: another member owns them and our commit would fail)
+  // 2. wait for their outputs, then store the final positions: librdkafka
+  //    commits them when we unassign below and waits for the answer before
+  //    it rejoins, so the next owner starts exactly there. Not when the
+  //    partitions are already lost: another member owns them and a commit
+  //    would be refused.
+  std::string final_positions;
   if (!lost) {
     wait_delivered(ids, Clock::now() + config.shutdown_timeout);
-    commit(ids, true);
+    store_offsets(ids);
+    for (const auto& id : ids) {
+      const auto& a = assigned.at(id);
+      final_positions +=
+          (final_positions.empty() ? "" : ", ") + id.str() + "@" +
+          (a.stored < 0 ? std::string("(nothing processed)") : std::to_string(a.stored));
+    }
   }
   // 3. release the slices (snapshot hook), then hand the partitions back
   for (auto& [w, list] : by_worker) {
@@ -908,8 +1033,9 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   } else {
     consumer->unassign();
   }
-  spdlog::info("{} {} partition(s): {} (now {} in total)", lost ? "lost" : "revoked", ids.size(),
-               join_partitions(ids), assigned.size());
+  spdlog::info("{} {} partition(s): {} (now {} in total){}", lost ? "lost" : "revoked", ids.size(),
+               join_partitions(ids), assigned.size(),
+               final_positions.empty() ? "" : "; committing " + final_positions);
 }
 
 Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
@@ -931,7 +1057,10 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
   // flat when the output is slower than the input.
   const std::size_t max_queued =
       static_cast<std::size_t>(config.batch_size) * workers.size() * 8 + 1024;
-  auto next_commit = Clock::now() + config.commit_interval;
+  // Storing is local (no request): often enough that librdkafka's committer
+  // always has a recent position, whatever its interval.
+  constexpr auto kStoreEvery = std::chrono::milliseconds(50);
+  auto next_store = Clock::now() + kStoreEvery;
   const auto max_linger = std::chrono::milliseconds(5);
 
   while (!stop.load(std::memory_order_relaxed) && !fatal.raised()) {
@@ -961,9 +1090,9 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
       }
       if (Clock::now() - first_pending >= max_linger) flush_pending();
     }
-    if (Clock::now() >= next_commit) {
-      commit(assigned_ids(), false);
-      next_commit = Clock::now() + config.commit_interval;
+    if (Clock::now() >= next_store) {
+      store_offsets(assigned_ids());
+      next_store = Clock::now() + kStoreEvery;
     }
   }
 
@@ -976,9 +1105,30 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
   const auto deadline =
       Clock::now() + (graceful ? config.shutdown_timeout : std::chrono::milliseconds(5'000));
   wait_delivered(assigned_ids(), deadline);
-  commit(assigned_ids(), true);
+  shutting_down = true;
+  store_offsets(assigned_ids());
+  // Wait (serving callbacks) until the committer confirmed every stored
+  // position: it commits only while the group is stable, so this also waits
+  // out a rebalance in progress instead of committing into it. close() would
+  // commit them too, but a commit sent while a rejoin is pending is refused
+  // (see store_offsets()) and the next owner would read them again.
+  drain_until(deadline, [this] { return all_stored_confirmed(); });
+  if (!all_stored_confirmed()) {
+    spdlog::warn(
+        "not every final offset was confirmed within shutdown_timeout; close() tries once "
+        "more, else the next owner reads those records again");
+  }
+  // librdkafka 2.0.2 asserts in rd_kafka_sticky_assignor_state_destroy() when
+  // a cooperative-sticky member is closed before its first SyncGroup
+  // completed (the assignor state is still NULL; fixed in librdkafka 2.3.0,
+  // confluentinc/librdkafka#4312). Such a member holds nothing, so waiting
+  // for that first round (assigned 0 partitions or more) costs no progress.
+  if (!seen_rebalance) {
+    spdlog::info("waiting for the group join to complete before leaving");
+    drain_until(Clock::now() + first_join_wait, [this] { return seen_rebalance; });
+  }
   // close() revokes everything through rebalance_cb (which finds nothing
-  // left to do) and leaves the group.
+  // left to do but hand the partitions back) and leaves the group.
   closed = true;
   if (RdKafka::ErrorCode err = consumer->close(); err != RdKafka::ERR_NO_ERROR) {
     spdlog::warn("leaving the consumer group: {}", describe_kafka_error(err));
