@@ -304,8 +304,9 @@ void StatsBridge::publish() {
   }
 
   // Liveness: stats() answered, so the pipeline's registry is not wedged
-  // and this process still schedules threads. (The pipeline exposes no
-  // heartbeat of its consumer loop yet; see the module README.)
+  // and this process still schedules threads. The pipeline exposes no
+  // heartbeat of its consumer loop yet: a consumer loop stuck outside the
+  // registry lock goes unnoticed until it exposes one.
   m.health().beat();
   if (!s.ready) {
     m.health().set_not_ready("joining the consumer group");
