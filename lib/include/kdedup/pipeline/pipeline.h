@@ -8,8 +8,10 @@
 // Threads (DESIGN.md "Architecture"):
 // - the consumer thread: the one that calls run(). It polls the consumer,
 //   hands records to workers in batches, serves rebalance callbacks
-//   (cooperative: finish in-flight records, commit, then release) and
-//   commits every commit_interval;
+//   (cooperative: finish in-flight records, store their final positions,
+//   release; librdkafka commits them before it rejoins) and hands
+//   committable positions to librdkafka's committer, which commits every
+//   commit_interval while the group is stable;
 // - `threads` worker threads, each the only owner of its partitions' Slices:
 //   identity -> fingerprint -> filter decision -> produce;
 // - one delivery thread serving producer delivery reports into the
@@ -62,7 +64,10 @@ class Pipeline {
 
   /// Runs the service until `stop` is true (then shuts down gracefully and
   /// returns success) or a fatal error (returned). Call once, from the thread
-  /// that owns the Pipeline.
+  /// that owns the Pipeline. A graceful stop waits, within shutdown_timeout,
+  /// until every final position was committed (a rebalance in progress is
+  /// waited out, not committed into) and, if the member never completed a
+  /// group join, for that first join (librdkafka 2.0.2 aborts otherwise).
   [[nodiscard]] Status run(const std::atomic<bool>& stop);
 
   /// A copy of the counters; any thread, any time.
