@@ -136,11 +136,7 @@ int demo_main(int argc, char** argv) {
   app.add_flag("--keep-going", keep_going,
                "After the summary keep broker and instances running until Ctrl-C (explore with "
                "kcat at the printed bootstrap address)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto code = kdedup::app::parse_command_line(app, argc, argv)) return *code;
 
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;

@@ -38,9 +38,6 @@
 namespace kdedup::app {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 constexpr std::size_t kBatch = 4096;           // records per test_and_insert_batch
 constexpr std::size_t kReadChunk = 1 << 20;    // bytes per read(2)
 constexpr std::size_t kWriteBuffer = 1 << 20;  // bytes buffered per output
@@ -561,14 +558,7 @@ int filter_main(int argc, char** argv) {
   app.add_option("--salt", o.salt, "Secret salt for identity hashing")->envname("KDEDUP_SALT");
   app.add_option("--stats", o.stats, "Write run statistics as one JSON object to this file");
   app.add_flag("--strict", o.strict, "Stop with exit code 2 at the first invalid line");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitUsage;
-  }
+  if (auto code = kdedup::app::parse_command_line(app, argc, argv)) return *code;
   return run_filter(o);
 }
 

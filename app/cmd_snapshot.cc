@@ -24,10 +24,6 @@
 namespace kdedup::app {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
 std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -223,14 +219,7 @@ int snapshot_main(int argc, char** argv) {
   delete_cmd->add_option("--partition", partition, "Input partition")
       ->required()
       ->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitUsage;
-  }
+  if (auto code = kdedup::app::parse_command_line(app, argc, argv)) return *code;
   if (inspect_cmd->parsed()) return inspect(dir, json, verify);
   return erase(dir, topic, partition);
 }

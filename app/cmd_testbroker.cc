@@ -145,11 +145,7 @@ int testbroker_main(int argc, char** argv) {
                  "Loopback TCP port for control commands (0 = pick one; printed as the second "
                  "stdout line 'control 127.0.0.1:PORT')")
       ->check(CLI::Range(0, 65535));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto code = kdedup::app::parse_command_line(app, argc, argv)) return *code;
 
   std::vector<TopicSpec> topics;
   for (const auto& s : topic_specs) {

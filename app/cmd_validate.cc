@@ -27,11 +27,7 @@ int validate_main(int argc, char** argv) {
       ->allow_extra_args(false);
   cli.add_flag("--print-schema", print_schema,
                "print the JSON Schema the config is checked against");
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto code = kdedup::app::parse_command_line(cli, argc, argv)) return *code;
   if (print_schema) {
     std::fwrite(kdedup::config::schema_json().data(), 1, kdedup::config::schema_json().size(),
                 stdout);

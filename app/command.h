@@ -4,8 +4,13 @@
 // dispatches on argv[1]. Subcommands only wire library modules together.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace kdedup::app {
 
@@ -20,6 +25,17 @@ struct Command {
 };
 
 std::vector<Command>& commands();
+
+/// Exit codes shared by every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  ///< runtime failure
+inline constexpr int kExitUsage = 2;    ///< bad usage or invalid input
+
+/// Parses a subcommand's command line with CLI11. Returns the code the
+/// subcommand must exit with now — 0 after printing --help, kExitUsage after
+/// printing CLI11's message for a usage error (it names the flag) — or
+/// std::nullopt when the subcommand should go on and run.
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv);
 
 struct CommandRegistration {
   CommandRegistration(std::string name, std::string summary, CommandMain main) {

@@ -6,12 +6,24 @@
 #include <cstring>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "command.h"
 
 namespace kdedup::app {
 std::vector<Command>& commands() {
   static std::vector<Command> registry;
   return registry;
+}
+
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI::Success (--help) exits 0; every other parse error is bad usage.
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  return std::nullopt;
 }
 }  // namespace kdedup::app
 
