@@ -595,7 +595,7 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
 
   // Consumer-thread state for the commit protocol (see store_offsets()).
   std::map<PartitionId, std::int64_t> confirmed;  // every coordinator-confirmed commit
-  bool seen_rebalance = false;  // a rebalance callback ran (the join completed once)
+  bool joined_once = false;  // an assignment arrived once (a SyncGroup succeeded)
   // How long a member that is stopped before its first join completed waits
   // for it: a join takes at most about a session timeout.
   std::chrono::milliseconds first_join_wait{50'000};
@@ -933,8 +933,8 @@ void Pipeline::Impl::drain_until(Clock::time_point deadline, const std::function
 void Pipeline::Impl::rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode err,
                                   std::vector<RdKafka::TopicPartition*>& partitions) {
   rebalances.fetch_add(1, std::memory_order_relaxed);
-  seen_rebalance = true;
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
+    joined_once = true;  // a SyncGroup succeeded (even with 0 partitions)
     assign(partitions);
     return;
   }
@@ -1123,9 +1123,9 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
   // completed (the assignor state is still NULL; fixed in librdkafka 2.3.0,
   // confluentinc/librdkafka#4312). Such a member holds nothing, so waiting
   // for that first round (assigned 0 partitions or more) costs no progress.
-  if (!seen_rebalance) {
+  if (!joined_once) {
     spdlog::info("waiting for the group join to complete before leaving");
-    drain_until(Clock::now() + first_join_wait, [this] { return seen_rebalance; });
+    drain_until(Clock::now() + first_join_wait, [this] { return joined_once; });
   }
   // close() revokes everything through rebalance_cb (which finds nothing
   // left to do but hand the partitions back) and leaves the group.

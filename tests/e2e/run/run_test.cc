@@ -395,5 +395,26 @@ TEST(RunE2E, MoreInstancesThanPartitionsShareAndStopCleanly) {
   EXPECT_EQ(got, oracle);
 }
 
+// librdkafka 2.0.2 aborts in close() (rd_kafka_sticky_assignor_state_destroy
+// assertion, fixed in 2.3.0) when a cooperative-sticky member that got a
+// JoinGroup answer but no successful SyncGroup yet is closed. The injected
+// SyncGroup error makes the first round fail; SIGTERM lands before the
+// second: the instance waits for it and exits 0 (exit 134 without the wait).
+TEST(RunE2E, StopBeforeTheFirstSuccessfulSyncExitsCleanly) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:2", "out:2", "dlq:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  ASSERT_TRUE(b.control("errors SyncGroup 1 REBALANCE_IN_PROGRESS"));
+  TempDir dir;
+  write_file(dir.file("c.yaml"), config_yaml(b.bootstrap()));
+  auto inst = start_instance(dir, "i", dir.file("c.yaml"));
+  ASSERT_TRUE(inst.process);
+  std::this_thread::sleep_for(3500ms);  // first JoinGroup answer after ~3 s
+  inst.process->signal(SIGTERM);
+  EXPECT_EQ(inst.process->wait(30s), 0) << inst.log();
+  EXPECT_NE(inst.log().find("waiting for the group join"), std::string::npos) << inst.log();
+  EXPECT_NE(inst.log().find("stopped cleanly"), std::string::npos) << inst.log();
+}
+
 }  // namespace
 }  // namespace kdedup::testing
