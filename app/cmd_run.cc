@@ -140,11 +140,7 @@ int run_main(int argc, char** argv) {
                  "--set kafka.bootstrap.servers=host:9092 (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli.exit(e) == 0 ? 0 : 2;
-  }
+  if (auto code = kdedup::app::parse_command_line(cli, argc, argv)) return *code;
 
   auto report = kdedup::config::check_config_file(path, overrides);
   for (const auto& w : report.warnings) {
