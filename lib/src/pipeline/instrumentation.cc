@@ -1,7 +1,11 @@
 #include "kdedup/pipeline/instrumentation.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <set>
+
+#include "kdedup/metrics/stats_json.h"
 
 namespace kdedup::pipeline {
 
@@ -110,6 +114,7 @@ SliceHooks Instrumentation::hooks() {
   h.make_slice = [this](const PartitionId& id, const SliceOptions& options) {
     return make_slice(id, options);
   };
+  h.on_statistics = [this](std::string_view json) { offer_statistics(json); };
   return h;
 }
 
@@ -168,6 +173,21 @@ Instrumentation::Entry Instrumentation::ensure(const PartitionId& id) {
   return it->second;
 }
 
+void Instrumentation::offer_statistics(std::string_view json) {
+  std::string copy(json);  // allocated outside the lock
+  std::lock_guard lock(statistics_mu_);
+  if (statistics_.size() >= kMaxPendingStatistics) statistics_.pop_front();
+  statistics_.push_back(std::move(copy));
+}
+
+std::vector<std::string> Instrumentation::take_statistics() {
+  std::lock_guard lock(statistics_mu_);
+  std::vector<std::string> out(std::make_move_iterator(statistics_.begin()),
+                               std::make_move_iterator(statistics_.end()));
+  statistics_.clear();
+  return out;
+}
+
 bool Instrumentation::restored(const PartitionId& /*id*/) const {
   // Seam for the snapshot restore step: a partition is restored once its
   // Slice exists, which today is immediately on assignment.
@@ -177,12 +197,14 @@ bool Instrumentation::restored(const PartitionId& /*id*/) const {
 // ---------------------------------------------------------------------------
 
 StatsBridge::StatsBridge(Instrumentation& instruments, Source source, std::string delivery_topic,
-                         std::chrono::milliseconds period, WallClockMs wall_ms)
+                         std::chrono::milliseconds period, WallClockMs wall_ms,
+                         std::chrono::milliseconds loop_stale_after)
     : instruments_(instruments),
       source_(std::move(source)),
       delivery_topic_(std::move(delivery_topic)),
       period_(period),
-      wall_ms_(wall_ms ? std::move(wall_ms) : WallClockMs(system_wall_ms)) {
+      wall_ms_(wall_ms ? std::move(wall_ms) : WallClockMs(system_wall_ms)),
+      loop_stale_after_(loop_stale_after) {
   // A labelled counter exists only once touched; start it at zero so
   // rate() and alerts see the series before the first failure.
   instruments_.metrics().add_delivery_errors(delivery_topic_, 0);
@@ -222,6 +244,17 @@ void StatsBridge::publish() {
   metrics::Metrics& m = instruments_.metrics();
   const PipelineStats s = source_();
   const std::int64_t wall = wall_ms_();
+
+  // librdkafka statistics: parsed here, off the clients' poll threads.
+  for (const std::string& json : instruments_.take_statistics()) {
+    auto parsed = metrics::parse_statistics(json);
+    if (!parsed) {
+      ++statistics_rejected_;
+      spdlog::debug("ignoring a librdkafka statistics document: {}", parsed.error().message);
+      continue;
+    }
+    m.apply_statistics(*parsed);
+  }
 
   // Instance-wide figures.
   for (std::uint64_t i = delta(s.rebalances, rebalances_); i > 0; --i) m.add_rebalance();
@@ -289,6 +322,7 @@ void StatsBridge::publish() {
       fs.fpp_estimate = p.filter_fpp_estimate;
       entry.metrics->set_filter(fs, std::max(0.0, lag));
     }
+    entry.metrics->set_queue_depth(p.queued);
     seen.last = p;
   }
   if (delivery_errors != 0) m.add_delivery_errors(delivery_topic_, delivery_errors);
@@ -303,11 +337,13 @@ void StatsBridge::publish() {
     it = seen_.erase(it);
   }
 
-  // Liveness: stats() answered, so the pipeline's registry is not wedged
-  // and this process still schedules threads. The pipeline exposes no
-  // heartbeat of its consumer loop yet: a consumer loop stuck outside the
-  // registry lock goes unnoticed until it exposes one.
-  m.health().beat();
+  // Liveness: stats() answered (the pipeline's registry is not wedged) and
+  // the consumer loop turned recently (-1: run() has not started it yet, so
+  // startup is bounded by the app, not by this check).
+  if (s.consumer_loop_age_ms < 0 ||
+      std::chrono::milliseconds(s.consumer_loop_age_ms) <= loop_stale_after_) {
+    m.health().beat();
+  }
   if (!s.ready) {
     m.health().set_not_ready("joining the consumer group");
   } else if (not_restored != 0) {

@@ -42,6 +42,11 @@ constexpr const char* kSourceOffsetHeader = "kdedup-source-offset";
 constexpr const char* kErrorHeader = "kdedup-error";
 constexpr const char* kErrorMessageHeader = "kdedup-error-message";
 
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
 std::int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -134,10 +139,17 @@ class DeliveryReports final : public RdKafka::DeliveryReportCb {
 /// without that, `kafka.debug: cgrp,consumer` would print nothing.
 class ClientEvents final : public RdKafka::EventCb {
  public:
-  ClientEvents(FatalError& fatal, const char* client) : fatal_(fatal), client_(client) {}
+  /// `on_statistics` (may hold an empty function) outlives this object.
+  ClientEvents(FatalError& fatal, const char* client,
+               const std::function<void(std::string_view)>& on_statistics)
+      : fatal_(fatal), client_(client), on_statistics_(on_statistics) {}
   void event_cb(RdKafka::Event& event) override {
     if (event.type() == RdKafka::Event::EVENT_LOG) {
       log_line(event);
+      return;
+    }
+    if (event.type() == RdKafka::Event::EVENT_STATS) {
+      if (on_statistics_) on_statistics_(event.str());
       return;
     }
     if (event.type() != RdKafka::Event::EVENT_ERROR) return;
@@ -167,6 +179,7 @@ class ClientEvents final : public RdKafka::EventCb {
 
   FatalError& fatal_;
   const char* client_;
+  const std::function<void(std::string_view)>& on_statistics_;
   Clock::time_point last_log_{};
   RdKafka::ErrorCode last_err_ = RdKafka::ERR_NO_ERROR;
 };
@@ -299,6 +312,8 @@ class Worker {
                       id.str());
       } else {
         process_partition(*it->second, std::span(records).subspan(begin, end - begin));
+        it->second->counters()->queued.fetch_sub(static_cast<std::int64_t>(end - begin),
+                                                 std::memory_order_relaxed);
         if (failed_) return;
       }
       begin = end;
@@ -573,8 +588,8 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
   SliceOptions options;
   FatalError fatal;
   DeliveryReports reports{fatal};
-  ClientEvents producer_events{fatal, "producer"};
-  ClientEvents consumer_events{fatal, "consumer"};
+  ClientEvents producer_events{fatal, "producer", hooks.on_statistics};
+  ClientEvents consumer_events{fatal, "consumer", hooks.on_statistics};
   std::unique_ptr<RdKafka::Producer> producer;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
   std::unique_ptr<Shared> shared;
@@ -587,6 +602,10 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
   std::map<PartitionId, Assigned> assigned;
   std::atomic<std::uint64_t> rebalances{0};
   std::atomic<bool> ready{false};
+  // Consumer-loop heartbeat: steady-clock nanoseconds of the loop's last
+  // turn, -1 before run() starts it (see PipelineStats::consumer_loop_age_ms).
+  std::atomic<std::int64_t> loop_beat_ns{-1};
+  void beat_loop() noexcept { loop_beat_ns.store(steady_ns(), std::memory_order_relaxed); }
   std::vector<std::vector<MessagePtr>> pending;  // per worker, not yet pushed
   Clock::time_point first_pending{};
 
@@ -652,6 +671,10 @@ Status Pipeline::Impl::build_clients() {
   // Producer: kdedup's defaults, then the user's, then the forced keys.
   std::unique_ptr<RdKafka::Conf> pconf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   config::KafkaProperties pprops{{"linger.ms", "5"}, {"message.max.bytes", "16777216"}};
+  // Statistics feed consumer lag and producer queue metrics; a user's
+  // statistics.interval.ms (kafka / consumer / producer) wins.
+  constexpr const char* kStatisticsEveryMs = "5000";
+  if (hooks.on_statistics) pprops["statistics.interval.ms"] = kStatisticsEveryMs;
   for (auto& [k, v] : config::producer_properties(config)) pprops[k] = v;
   pprops["enable.idempotence"] = "true";
   if (auto s = apply_properties(*pconf, pprops, "producer"); !s) return s;
@@ -666,6 +689,7 @@ Status Pipeline::Impl::build_clients() {
   // Without a committed offset, start from the beginning: a dedup service
   // should not skip records that were already waiting.
   config::KafkaProperties cprops{{"auto.offset.reset", "earliest"}};
+  if (hooks.on_statistics) cprops["statistics.interval.ms"] = kStatisticsEveryMs;
   for (auto& [k, v] : config::consumer_properties(config)) cprops[k] = v;
   cprops["group.id"] = config.group_id;
   // Commits: the pipeline only *stores* positions whose outputs were all
@@ -769,6 +793,7 @@ void Pipeline::Impl::dispatch(MessagePtr message) {
   PartitionId id{message->topic_name(), message->partition()};
   auto it = assigned.find(id);
   if (it == assigned.end()) return;  // not ours (any more): not committed, re-read by the owner
+  it->second.counters->queued.fetch_add(1, std::memory_order_relaxed);
   auto& batch = pending[it->second.worker];
   if (batch.empty() &&
       std::all_of(pending.begin(), pending.end(), [](const auto& p) { return p.empty(); })) {
@@ -925,6 +950,7 @@ void Pipeline::Impl::drain_until(Clock::time_point deadline, const std::function
   // a record fetched now is neither processed nor stored, so whoever owns its
   // partition next reads it again.
   while (!done() && Clock::now() < deadline) {
+    beat_loop();
     MessagePtr msg(consumer->consume(50));
     (void)msg;
   }
@@ -1064,6 +1090,7 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
   const auto max_linger = std::chrono::milliseconds(5);
 
   while (!stop.load(std::memory_order_relaxed) && !fatal.raised()) {
+    beat_loop();
     if (queued_records() > max_queued) {
       flush_pending();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -1172,6 +1199,10 @@ PipelineStats Pipeline::stats() const {
   PipelineStats s;
   s.rebalances = impl_->rebalances.load(std::memory_order_relaxed);
   s.ready = impl_->ready.load(std::memory_order_relaxed);
+  if (const std::int64_t beat = impl_->loop_beat_ns.load(std::memory_order_relaxed); beat >= 0) {
+    const std::int64_t now = steady_ns();
+    s.consumer_loop_age_ms = std::max<std::int64_t>(0, (now - beat) / 1'000'000);
+  }
   std::lock_guard lock(impl_->registry_mu);
   s.assigned_partitions = impl_->assigned.size();
   for (const auto& w : impl_->workers) s.worker_busy_nanos.push_back(w->busy_nanos());
@@ -1198,6 +1229,8 @@ PipelineStats Pipeline::stats() const {
     p.in_flight = a.tracker->in_flight();
     p.batches = c.batches.load(std::memory_order_relaxed);
     p.batch_nanos = c.batch_nanos.load(std::memory_order_relaxed);
+    p.queued = static_cast<std::uint64_t>(
+        std::max<std::int64_t>(0, c.queued.load(std::memory_order_relaxed)));
     p.invalid_reasons = c.invalid_reasons();
     p.filter_bytes = c.filter_bytes.load(std::memory_order_relaxed);
     p.filter_subfilters = c.filter_subfilters.load(std::memory_order_relaxed);

@@ -308,6 +308,85 @@ TEST_F(BridgeTest, ReadyOnceTheGroupAssignedEvenNothing) {
   EXPECT_EQ(m->health().readiness().status, 200);
 }
 
+TEST_F(BridgeTest, StatisticsFeedConsumerLagAndProducerQueueOffTheCallbackThread) {
+  now.ready = true;
+  const SliceHooks hooks = inst.hooks();
+  ASSERT_TRUE(hooks.on_statistics);
+  hooks.on_statistics(R"({"name": "rdkafka#consumer-1", "type": "consumer", "ts": 1,
+    "topics": {"in": {"topic": "in", "partitions": {
+      "0": {"partition": 0, "consumer_lag": 42},
+      "-1": {"partition": -1, "consumer_lag": -1}}}}})");
+  hooks.on_statistics(R"({"name": "rdkafka#producer-2", "type": "producer", "ts": 1,
+    "msg_cnt": 37, "msg_size": 18432})");
+  hooks.on_statistics("{not json");
+  // Nothing is parsed on the caller's thread: the bridge does it.
+  EXPECT_EQ(find_sample(m->collect(), "kdedup_consumer_lag", p0), nullptr);
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_consumer_lag", p0), 42);
+  EXPECT_EQ(value(*m, "kdedup_producer_queue_messages"), 37);
+  EXPECT_EQ(value(*m, "kdedup_producer_queue_bytes"), 18432);
+  EXPECT_EQ(bridge.statistics_rejected(), 1u);
+  EXPECT_TRUE(inst.take_statistics().empty());
+
+  // A burst beyond the bound keeps the newest documents only.
+  for (std::size_t i = 0; i < Instrumentation::kMaxPendingStatistics + 3; ++i) {
+    inst.offer_statistics(std::to_string(i));
+  }
+  const auto kept = inst.take_statistics();
+  ASSERT_EQ(kept.size(), Instrumentation::kMaxPendingStatistics);
+  EXPECT_EQ(kept.back(), std::to_string(Instrumentation::kMaxPendingStatistics + 2));
+}
+
+TEST_F(BridgeTest, PublishesQueueDepthPerPartition) {
+  now.ready = true;
+  partition(0).queued = 123;
+  partition(1).queued = 0;
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_queue_depth", p0), 123);
+  partition(0).queued = 0;
+  bridge.publish();
+  const auto* s = find_sample(m->collect(), "kdedup_queue_depth", p0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->gauge.value, 0.0);
+}
+
+TEST(BridgeHeartbeat, BeatsOnlyWhileTheConsumerLoopTurns) {
+  metrics::MetricsOptions o;
+  o.heartbeat_timeout = std::chrono::milliseconds(50);
+  auto created = metrics::Metrics::create(o);
+  ASSERT_TRUE(created) << created.error().message;
+  metrics::Metrics& m = **created;
+  config::Config cfg;
+  Instrumentation inst{m, cfg};
+  PipelineStats now;
+  now.ready = true;
+  StatsBridge bridge{inst,
+                     [&] { return now; },
+                     "out",
+                     std::chrono::milliseconds(10),
+                     {},
+                     /*loop_stale_after=*/std::chrono::seconds(10)};
+
+  // Before run() starts the loop (-1), and while it turns, the bridge beats.
+  bridge.publish();
+  EXPECT_EQ(m.health().liveness().status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  now.consumer_loop_age_ms = 5;
+  bridge.publish();
+  EXPECT_EQ(m.health().liveness().status, 200);
+
+  // The loop is stuck: the bridge still answers but no longer beats, so
+  // /healthz fails once the heartbeat timeout passed.
+  now.consumer_loop_age_ms = 10'001;
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  bridge.publish();
+  EXPECT_EQ(m.health().liveness().status, 503);
+
+  now.consumer_loop_age_ms = 0;  // it turned again
+  bridge.publish();
+  EXPECT_EQ(m.health().liveness().status, 200);
+}
+
 TEST_F(BridgeTest, ThreadPublishesUntilStopped) {
   now.ready = true;
   partition(0).records_in = 1;

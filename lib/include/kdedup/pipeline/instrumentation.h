@@ -24,13 +24,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "kdedup/config/config.h"
 #include "kdedup/filter/sliding_filter.h"
@@ -127,7 +130,8 @@ class Instrumentation {
   Instrumentation(metrics::Metrics& metrics, const config::Config& config);
 
   /// Hooks for Pipeline::create: make_slice builds a fresh Slice whose filter
-  /// is wrapped in an AuditedFilter. Restoring from a snapshot will plug in
+  /// is wrapped in an AuditedFilter; on_statistics hands librdkafka's
+  /// statistics documents to offer_statistics(). Restoring from a snapshot will plug in
   /// here (restore_filter, then wrap) and report through
   /// PartitionMetrics::restored(); until then every partition starts empty.
   [[nodiscard]] SliceHooks hooks();
@@ -151,6 +155,15 @@ class Instrumentation {
   /// assigned; the snapshot restore step will clear it while it replays.
   [[nodiscard]] bool restored(const PartitionId& id) const;
 
+  /// Keeps one librdkafka statistics document for the bridge to parse (the
+  /// caller is librdkafka's poll thread, i.e. the consumer or delivery
+  /// thread, so nothing is parsed here). At most kMaxPendingStatistics wait;
+  /// beyond that the oldest is dropped (a newer one supersedes it).
+  void offer_statistics(std::string_view json);
+  /// The documents offered since the last call, oldest first (bridge thread).
+  [[nodiscard]] std::vector<std::string> take_statistics();
+  static constexpr std::size_t kMaxPendingStatistics = 8;
+
   [[nodiscard]] metrics::Metrics& metrics() noexcept { return metrics_; }
 
  private:
@@ -159,20 +172,30 @@ class Instrumentation {
   mutable std::mutex mu_;
   std::map<PartitionId, Entry> entries_;
   std::uint64_t next_generation_ = 1;
+  std::mutex statistics_mu_;
+  std::deque<std::string> statistics_;
 };
 
 /// Feeds Pipeline::stats() into Metrics once a period on its own thread.
 ///
+/// Each round also parses the librdkafka statistics documents waiting in
+/// Instrumentation (consumer lag, producer queue); a document that does not
+/// parse is logged at debug and counted (statistics_rejected()).
+///
 /// Per partition it publishes the deltas of the pipeline's counters since
 /// its previous reading (records in / distinct / duplicate / invalid by
 /// reason / DLQ, batch processing time, delivery errors), the filter
-/// statistics from the FilterProbe and the clock lag (wall clock minus the
-/// partition clock); instance-wide the rebalances, assigned partitions,
+/// statistics from the FilterProbe, the clock lag (wall clock minus the
+/// partition clock) and the queue depth (records dispatched to the
+/// partition's worker and not processed yet); instance-wide the rebalances, assigned partitions,
 /// workers and worker busy time. A partition absent from stats() is
 /// forgotten: its handle is dropped so its gauges disappear.
 ///
-/// Health: the bridge beats /healthz after every stats() reading that
-/// answered, and sets /readyz from PipelineStats::ready (the first
+/// Health: the bridge beats /healthz after a stats() reading that answered
+/// and whose consumer loop turned within `loop_stale_after` (or has not
+/// started yet): a consumer loop stuck in a callback, a worker barrier or
+/// the client stops the beats, and /healthz fails once Health's own
+/// stale_after passed too. It sets /readyz from PipelineStats::ready (the first
 /// assignment callback ran, even with zero partitions) and
 /// Instrumentation::restored() of every assigned partition.
 ///
@@ -187,7 +210,8 @@ class StatsBridge {
   /// input partition, not per destination). `wall_ms` defaults to the system
   /// clock.
   StatsBridge(Instrumentation& instruments, Source source, std::string delivery_topic,
-              std::chrono::milliseconds period = std::chrono::seconds(1), WallClockMs wall_ms = {});
+              std::chrono::milliseconds period = std::chrono::seconds(1), WallClockMs wall_ms = {},
+              std::chrono::milliseconds loop_stale_after = std::chrono::seconds(10));
   ~StatsBridge();
   StatsBridge(const StatsBridge&) = delete;
   StatsBridge& operator=(const StatsBridge&) = delete;
@@ -198,6 +222,9 @@ class StatsBridge {
   /// One round: read stats, publish deltas, update health. Not concurrent
   /// with itself (the bridge thread, or the caller when not started).
   void publish();
+
+  /// Statistics documents that did not parse since start (tests, logs).
+  [[nodiscard]] std::uint64_t statistics_rejected() const noexcept { return statistics_rejected_; }
 
  private:
   struct Seen {
@@ -212,6 +239,8 @@ class StatsBridge {
   std::string delivery_topic_;
   std::chrono::milliseconds period_;
   WallClockMs wall_ms_;
+  std::chrono::milliseconds loop_stale_after_;
+  std::uint64_t statistics_rejected_ = 0;
 
   std::map<PartitionId, Seen> seen_;
   std::uint64_t rebalances_ = 0;

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string_view>
 
 #include "kdedup/common/result.h"
 #include "kdedup/config/config.h"
@@ -44,6 +45,13 @@ struct SliceHooks {
   /// Called after a revoked partition's outputs were delivered and its offset
   /// committed, just before the Slice is destroyed (the point to snapshot it).
   std::function<void(Slice&)> on_release;
+  /// Receives each librdkafka statistics document (JSON) of the consumer and
+  /// the producer. Set: the pipeline asks both clients for statistics every
+  /// `statistics.interval.ms` (5000 unless `kafka` / `consumer` /
+  /// `producer` set it). Runs on the thread that polls the client (the
+  /// consumer thread, the delivery thread): hand the text over, do not parse
+  /// it there.
+  std::function<void(std::string_view)> on_statistics;
 };
 
 class Pipeline {

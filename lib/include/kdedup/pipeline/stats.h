@@ -37,6 +37,10 @@ struct PartitionCounters {
   std::atomic<std::int64_t> next_offset{-1};   ///< one past the last processed offset
   std::atomic<std::uint64_t> batches{0};
   std::atomic<std::uint64_t> batch_nanos{0};  ///< total processing time of this partition's batches
+  /// Records handed to the partition's worker and not processed yet: the
+  /// consumer thread adds one per record it dispatches, the worker subtracts
+  /// a whole run of the partition's records at once.
+  std::atomic<std::int64_t> queued{0};
   // Filter statistics, refreshed by the owning worker after each batch.
   std::atomic<std::uint64_t> filter_bytes{0};
   std::atomic<std::uint32_t> filter_subfilters{0};
@@ -66,6 +70,7 @@ struct PartitionStats {
   std::int64_t committed_offset = -1;  ///< last offset committed by this process; -1 = none yet
   std::uint64_t in_flight = 0;         ///< outputs awaiting delivery reports
   std::uint64_t batches = 0, batch_nanos = 0;
+  std::uint64_t queued = 0;  ///< records dispatched to its worker, not processed yet
   std::map<std::string, std::uint64_t> invalid_reasons;
   // Filter statistics, refreshed by the owning worker after each batch.
   std::uint64_t filter_bytes = 0;
@@ -80,6 +85,10 @@ struct PipelineStats {
   std::uint64_t assigned_partitions = 0;
   std::vector<std::uint64_t> worker_busy_nanos;  ///< per worker thread
   bool ready = false;                            ///< joined the group and processing
+  /// Milliseconds since the consumer loop last turned (polled the consumer
+  /// or waited for room in the worker queues); -1 before run() started it.
+  /// A loop stuck anywhere (a callback, a blocked worker barrier) grows it.
+  std::int64_t consumer_loop_age_ms = -1;
 };
 
 }  // namespace kdedup::pipeline
