@@ -345,7 +345,8 @@ TEST_F(BridgeTest, PublishesQueueDepthPerPartition) {
   EXPECT_EQ(value(*m, "kdedup_queue_depth", p0), 123);
   partition(0).queued = 0;
   bridge.publish();
-  const auto* s = find_sample(m->collect(), "kdedup_queue_depth", p0);
+  const auto families = m->collect();
+  const auto* s = find_sample(families, "kdedup_queue_depth", p0);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->gauge.value, 0.0);
 }
