@@ -11,9 +11,7 @@
 // also run against a real kdedup on the test broker.
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -32,32 +30,21 @@
 #include "http_get.h"
 #include "kdedup/metrics/server.h"
 #include "process.h"
+#include "prometheus_query.h"
 
 namespace kdedup::metrics {
 namespace {
 
+using kdedup::testing::collect_panel_queries;
+using kdedup::testing::free_port;
 using kdedup::testing::http_get;
+using kdedup::testing::PanelQuery;
+using kdedup::testing::source_path;
 using kdedup::testing::url_encode;
 using namespace std::chrono_literals;
 
 constexpr const char* kPrometheus = "/usr/bin/prometheus";
 constexpr const char* kPromtool = "/usr/bin/promtool";
-
-std::string source_path(const std::string& rel) {
-  return std::string(KDEDUP_SOURCE_DIR) + "/" + rel;
-}
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // A Prometheus server in a temp dir; stopped (SIGTERM, then SIGKILL) when the
 // object dies.
@@ -112,83 +99,6 @@ class PrometheusServer {
   std::string log_;
 };
 
-struct QueryResult {
-  bool ok = false;    // HTTP 200 and status "success"
-  std::string error;  // Prometheus' error or a transport problem
-  std::vector<std::map<std::string, std::string>> series;  // label sets of the result
-};
-
-QueryResult query(int port, const std::string& promql) {
-  QueryResult r;
-  const auto resp = http_get(port, "/api/v1/query?query=" + url_encode(promql));
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (parser.parse(resp.body).get(doc) != simdjson::SUCCESS) {
-    r.error = "HTTP " + std::to_string(resp.status) + ", unparseable body: " + resp.body;
-    return r;
-  }
-  std::string_view status, error;
-  if (doc["status"].get_string().get(status) || status != "success") {
-    if (!doc["error"].get_string().get(error)) r.error = std::string(error);
-    return r;
-  }
-  r.ok = true;
-  std::string_view type;
-  if (doc["data"]["resultType"].get_string().get(type) || type != "vector") {
-    r.error = "result type is not a vector";
-    r.ok = false;
-    return r;
-  }
-  simdjson::dom::array result;
-  if (doc["data"]["result"].get_array().get(result)) return r;
-  for (simdjson::dom::element s : result) {
-    std::map<std::string, std::string> labels;
-    simdjson::dom::object metric;
-    if (!s["metric"].get_object().get(metric)) {
-      for (auto [k, v] : metric) {
-        std::string_view value;
-        if (!v.get_string().get(value)) labels[std::string(k)] = std::string(value);
-      }
-    }
-    r.series.push_back(std::move(labels));
-  }
-  return r;
-}
-
-// Grafana variables -> values that select everything.
-std::string substitute(std::string expr) {
-  const std::vector<std::pair<std::string, std::string>> vars{
-      {"$__rate_interval", "1m"}, {"$__interval", "15s"}, {"$__range", "5m"},
-      {"$namespace", ".*"},       {"$pod", ".*"},         {"$topic", ".*"},
-      {"$partition", ".*"}};
-  for (const auto& [var, value] : vars) {
-    for (std::size_t pos; (pos = expr.find(var)) != std::string::npos;) {
-      expr.replace(pos, var.size(), value);
-    }
-  }
-  return expr;
-}
-
-struct PanelQuery {
-  std::string panel;
-  std::string expr;
-};
-
-void collect_panel_queries(simdjson::dom::array panels, std::vector<PanelQuery>& out) {
-  for (simdjson::dom::element p : panels) {
-    std::string_view title;
-    if (p["title"].get_string().get(title)) title = "(untitled)";
-    simdjson::dom::array nested;
-    if (!p["panels"].get_array().get(nested)) collect_panel_queries(nested, out);
-    simdjson::dom::array targets;
-    if (p["targets"].get_array().get(targets)) continue;
-    for (simdjson::dom::element t : targets) {
-      std::string_view expr;
-      if (!t["expr"].get_string().get(expr)) out.push_back({std::string(title), std::string(expr)});
-    }
-  }
-}
-
 class PrometheusIntegration : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -235,10 +145,11 @@ class PrometheusIntegration : public ::testing::Test {
     // Enough scrapes of both targets for rate(), deriv() and increase().
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < deadline) {
-      auto r = query(prometheus_->port(), "count(count_over_time(kdedup_build_info[1m]) >= 4)");
+      auto r = kdedup::testing::query_prometheus(
+          prometheus_->port(), "count(count_over_time(kdedup_build_info[1m]) >= 4)");
       if (r.ok && !r.series.empty()) {
-        auto c =
-            query(prometheus_->port(), "count(count_over_time(kdedup_build_info[1m]) >= 4) == 2");
+        auto c = kdedup::testing::query_prometheus(
+            prometheus_->port(), "count(count_over_time(kdedup_build_info[1m]) >= 4) == 2");
         if (c.ok && !c.series.empty()) break;
       }
       std::this_thread::sleep_for(250ms);
@@ -282,7 +193,7 @@ class PrometheusIntegration : public ::testing::Test {
 
 TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
   const int port = prometheus_->port();
-  auto up = query(port, "up{job=\"kdedup\"} == 1");
+  auto up = kdedup::testing::query_prometheus(port, "up{job=\"kdedup\"} == 1");
   ASSERT_TRUE(up.ok) << up.error;
   ASSERT_EQ(up.series.size(), 2u) << "both test instances must be scraped\n" << prometheus_->log();
 
@@ -304,8 +215,8 @@ TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
   collect_panel_queries(panels, queries);
   ASSERT_GT(queries.size(), 30u);
   for (const auto& q : queries) {
-    const std::string promql = substitute(q.expr);
-    auto r = query(port, promql);
+    const std::string promql = kdedup::testing::substitute_grafana_variables(q.expr);
+    auto r = kdedup::testing::query_prometheus(port, promql);
     EXPECT_TRUE(r.ok) << "panel '" << q.panel << "': " << promql << "\n  " << r.error;
     EXPECT_FALSE(r.series.empty()) << "panel '" << q.panel << "' returned no data: " << promql;
   }
@@ -329,10 +240,11 @@ TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
     const std::string d(def);
     ASSERT_EQ(d.rfind("label_values(", 0), 0u) << d;
     const std::size_t comma = d.rfind(',');
-    const std::string selector = substitute(d.substr(13, comma - 13));
+    const std::string selector =
+        kdedup::testing::substitute_grafana_variables(d.substr(13, comma - 13));
     std::string label = d.substr(comma + 1, d.size() - comma - 2);
     label.erase(0, label.find_first_not_of(' '));
-    auto r = query(port, selector);
+    auto r = kdedup::testing::query_prometheus(port, selector);
     ASSERT_TRUE(r.ok) << "variable " << name << ": " << selector << "\n  " << r.error;
     ASSERT_FALSE(r.series.empty()) << "variable " << name << ": no series for " << selector;
     EXPECT_TRUE(r.series.front().count(label)) << "variable " << name << ": no label " << label;
@@ -353,7 +265,7 @@ TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
       EXPECT_TRUE(rule["annotations"]["summary"] && rule["annotations"]["description"]) << name;
       const std::string runbook = rule["annotations"]["runbook"].as<std::string>("");
       EXPECT_EQ(runbook.rfind("docs/metrics.md#", 0), 0u) << name;
-      auto r = query(port, expr);
+      auto r = kdedup::testing::query_prometheus(port, expr);
       ASSERT_TRUE(r.ok) << name << ": " << expr << "\n  " << r.error;
       std::set<std::string> pods;
       for (const auto& s : r.series) pods.insert(s.count("pod") ? s.at("pod") : "(none)");

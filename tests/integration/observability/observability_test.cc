@@ -6,9 +6,7 @@
 // dashboard panel query and every alert expression without error.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <simdjson.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -25,6 +23,7 @@
 #include "http_get.h"
 #include "kdedup/testbroker/child_process.h"
 #include "metrics_doc.h"
+#include "prometheus_query.h"
 
 namespace kdedup::testing {
 namespace {
@@ -35,10 +34,6 @@ using testbroker::ChildProcess;
 
 constexpr const char* kPrometheus = "/usr/bin/prometheus";
 constexpr const char* kPromtool = "/usr/bin/promtool";
-
-std::string source_path(const std::string& rel) {
-  return std::string(KDEDUP_SOURCE_DIR) + "/" + rel;
-}
 
 /// Sum of the samples of `name` in a text exposition whose label set
 /// contains every `labels` entry (written `key="value"`).
@@ -65,71 +60,6 @@ double sum_samples(const std::string& text, const std::string& name,
     if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
   }
   return sum;
-}
-
-/// Reads a Prometheus /api/v1/query answer: ok and the number of series.
-struct QueryResult {
-  bool ok = false;
-  std::string error;
-  std::size_t series = 0;
-};
-
-QueryResult query(int port, const std::string& promql) {
-  QueryResult r;
-  const auto resp = http_get(port, "/api/v1/query?query=" + url_encode(promql));
-  simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  if (parser.parse(resp.body).get(doc) != simdjson::SUCCESS) {
-    r.error = "HTTP " + std::to_string(resp.status) + ": " + resp.body;
-    return r;
-  }
-  std::string_view status, error;
-  if (doc["status"].get_string().get(status) || status != "success") {
-    if (!doc["error"].get_string().get(error)) r.error = std::string(error);
-    return r;
-  }
-  r.ok = true;
-  simdjson::dom::array result;
-  if (!doc["data"]["result"].get_array().get(result)) r.series = result.size();
-  return r;
-}
-
-std::string substitute(std::string expr) {
-  const std::vector<std::pair<std::string, std::string>> vars{
-      {"$__rate_interval", "1m"}, {"$__interval", "15s"}, {"$__range", "5m"},
-      {"$namespace", ".*"},       {"$pod", ".*"},         {"$topic", ".*"},
-      {"$partition", ".*"}};
-  for (const auto& [var, value] : vars) {
-    for (std::size_t pos; (pos = expr.find(var)) != std::string::npos;) {
-      expr.replace(pos, var.size(), value);
-    }
-  }
-  return expr;
-}
-
-void panel_queries(simdjson::dom::array panels, std::vector<std::string>& out) {
-  for (simdjson::dom::element p : panels) {
-    simdjson::dom::array nested, targets;
-    if (!p["panels"].get_array().get(nested)) panel_queries(nested, out);
-    if (p["targets"].get_array().get(targets)) continue;
-    for (simdjson::dom::element t : targets) {
-      std::string_view expr;
-      if (!t["expr"].get_string().get(expr)) out.emplace_back(expr);
-    }
-  }
-}
-
-/// A port nobody listens on right now (the kernel's pick for port 0).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 TEST(Observability, RunningServiceExportsWhatItDid) {
@@ -276,12 +206,12 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   const auto scraped_by = std::chrono::steady_clock::now() + 30s;
   bool scraped = false;
   while (!scraped && std::chrono::steady_clock::now() < scraped_by) {
-    auto r = query(prom_port, "count_over_time(kdedup_build_info[1m]) >= 3");
-    scraped = r.ok && r.series > 0;
+    auto r = query_prometheus(prom_port, "count_over_time(kdedup_build_info[1m]) >= 3");
+    scraped = r.ok && !r.series.empty();
     if (!scraped) std::this_thread::sleep_for(250ms);
   }
   ASSERT_TRUE(scraped) << read_file(dir.file("prometheus.log"));
-  EXPECT_EQ(query(prom_port, "up{job=\"kdedup\"} == 1").series, 1u);
+  EXPECT_EQ(query_prometheus(prom_port, "up{job=\"kdedup\"} == 1").series.size(), 1u);
 
   simdjson::dom::parser parser;
   simdjson::dom::element dash;
@@ -289,14 +219,15 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   ASSERT_EQ(parser.parse(json).get(dash), simdjson::SUCCESS);
   simdjson::dom::array panels;
   ASSERT_FALSE(dash["panels"].get_array().get(panels));
-  std::vector<std::string> exprs;
-  panel_queries(panels, exprs);
+  std::vector<PanelQuery> exprs;
+  collect_panel_queries(panels, exprs);
   ASSERT_FALSE(exprs.empty());
   std::size_t with_data = 0;
-  for (const auto& e : exprs) {
-    auto r = query(prom_port, substitute(e));
-    EXPECT_TRUE(r.ok) << "dashboard query failed: " << e << "\n" << r.error;
-    with_data += r.series > 0;
+  for (const auto& q : exprs) {
+    auto r = query_prometheus(prom_port, substitute_grafana_variables(q.expr));
+    EXPECT_TRUE(r.ok) << "dashboard query failed (panel '" << q.panel << "'): " << q.expr << "\n"
+                      << r.error;
+    with_data += !r.series.empty();
   }
   // Every panel has data from this run (consumer lag included, from the
   // statistics) but, allowing for scrape timing, one.
@@ -307,7 +238,7 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   for (const auto& group : rules["groups"]) {
     for (const auto& rule : group["rules"]) {
       const std::string expr = rule["expr"].as<std::string>();
-      auto r = query(prom_port, expr);
+      auto r = query_prometheus(prom_port, expr);
       EXPECT_TRUE(r.ok) << "alert " << rule["alert"].as<std::string>("") << ": " << r.error;
       ++alerts;
     }
