@@ -553,6 +553,9 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.state.snapshot_interval = b.duration({"state", "snapshot_interval"}, c.state.snapshot_interval);
   c.state.snapshot_records =
       b.number<std::uint64_t>({"state", "snapshot_records"}, c.state.snapshot_records);
+  c.state.reconcile_tail_records =
+      b.number<std::int64_t>({"state", "reconcile_tail_records"}, c.state.reconcile_tail_records);
+  c.state.min_free_bytes = b.bytes({"state", "min_free_bytes"}, c.state.min_free_bytes);
   c.metrics.address = b.str({"metrics", "address"}, c.metrics.address);
   c.metrics.per_partition = b.boolean({"metrics", "per_partition"}, true);
   c.metrics.audit_sample =

@@ -81,6 +81,8 @@ TEST(ConfigLoad, MinimalConfigGetsDocumentedDefaults) {
   EXPECT_EQ(c.commit_interval.count(), 1000);
   EXPECT_EQ(c.shutdown_timeout.count(), 30'000);
   EXPECT_EQ(c.state.dir, "/var/lib/kdedup");
+  EXPECT_EQ(c.state.reconcile_tail_records, 10'000);
+  EXPECT_EQ(c.state.min_free_bytes, 64ULL << 20);
   EXPECT_EQ(c.metrics.address, "0.0.0.0:9464");
   EXPECT_EQ(c.metrics.audit_sample, 1024u);
   EXPECT_EQ(c.log_level, "info");
@@ -116,7 +118,8 @@ shutdown_timeout: 1m
 kafka: {bootstrap.servers: "k:9092", linger.ms: 5, enable.ssl.certificate.verification: false}
 consumer: {fetch.max.bytes: 1048576}
 producer: {compression.type: zstd}
-state: {dir: /data, snapshot_interval: 10s, snapshot_records: 7}
+state: {dir: /data, snapshot_interval: 10s, snapshot_records: 7, reconcile_tail_records: 500,
+        min_free_bytes: 1GiB}
 metrics: {address: "", per_partition: false, audit_sample: 0}
 log_level: debug
 )");
@@ -152,10 +155,26 @@ log_level: debug
   EXPECT_EQ(c.state.dir, "/data");
   EXPECT_EQ(c.state.snapshot_interval.count(), 10'000);
   EXPECT_EQ(c.state.snapshot_records, 7u);
+  EXPECT_EQ(c.state.reconcile_tail_records, 500);
+  EXPECT_EQ(c.state.min_free_bytes, 1ULL << 30);
   EXPECT_EQ(c.metrics.address, "");
   EXPECT_FALSE(c.metrics.per_partition);
   EXPECT_EQ(c.metrics.audit_sample, 0u);
   EXPECT_EQ(c.log_level, "debug");
+}
+
+TEST(ConfigLoad, StateKeys) {
+  // An empty state dir turns snapshots off (every assignment rebuilds).
+  auto none = check(std::string(kMinimal) + "state: {dir: \"\"}\n");
+  ASSERT_TRUE(none.ok()) << errors_of(none);
+  EXPECT_EQ(none.config->state.dir, "");
+  auto zero = check(std::string(kMinimal) + "state: {reconcile_tail_records: 0}\n");
+  EXPECT_TRUE(has_error_at(zero, "state.reconcile_tail_records", "")) << errors_of(zero);
+  auto bad = check(std::string(kMinimal) + "state: {min_free_bytes: lots}\n");
+  EXPECT_TRUE(has_error_at(bad, "state.min_free_bytes", "")) << errors_of(bad);
+  auto big = check(std::string(kMinimal), {"state.min_free_bytes=1TiB"});
+  ASSERT_TRUE(big.ok()) << errors_of(big);
+  EXPECT_EQ(big.config->state.min_free_bytes, 1ULL << 40);
 }
 
 TEST(ConfigLoad, NumericLookingStringsStayStrings) {

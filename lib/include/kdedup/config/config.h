@@ -62,9 +62,18 @@ struct IdentityConfig {
 };
 
 struct StateConfig {
-  std::string dir = "/var/lib/kdedup";  ///< RocksDB snapshot directory
+  /// RocksDB snapshot directory; empty = no snapshots (every assignment
+  /// rebuilds from Kafka).
+  std::string dir = "/var/lib/kdedup";
   milliseconds snapshot_interval{30'000};
   std::uint64_t snapshot_records = 1'000'000;
+  /// Records read from the end of each output partition on assignment
+  /// (output reconciliation, pipeline/reconcile.h): at least
+  /// commit_interval x the output rate of one partition, with margin.
+  std::int64_t reconcile_tail_records = 10'000;
+  /// Free space kept on the state volume: a snapshot that would leave less
+  /// is refused as "disk full" (state::StoreOptions::min_free_bytes).
+  std::uint64_t min_free_bytes = 64ULL << 20;
 };
 
 struct MetricsConfig {
