@@ -1,0 +1,261 @@
+#include "verifier.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <unordered_map>
+
+#include <simdjson.h>
+
+namespace kdedup::testing {
+namespace {
+
+using SourceId = std::tuple<std::string, std::int32_t, std::int64_t>;
+using TopicPartition = std::pair<std::string, std::int32_t>;
+
+std::string describe(const SourceId& id) {
+  return std::get<0>(id) + "[" + std::to_string(std::get<1>(id)) + "]@" +
+         std::to_string(std::get<2>(id));
+}
+
+std::string describe_output(const OutputRecord& r) {
+  return "output[" + std::to_string(r.partition) + "]@" + std::to_string(r.offset);
+}
+
+void note(std::size_t& count, std::vector<std::string>& examples, std::size_t keep,
+          std::string text) {
+  ++count;
+  if (examples.size() < keep) examples.push_back(std::move(text));
+}
+
+template <class T>
+std::optional<T> parse_decimal(const std::string& text) {
+  T value{};
+  if (text.empty() || text[0] == '-' || text[0] == '+') return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+/// How the oracle judged one input record.
+enum class Verdict : std::uint8_t { kDistinct, kDuplicate, kAmbiguous };
+
+}  // namespace
+
+std::string VerifyReport::to_string() const {
+  std::ostringstream o;
+  o << "verifier: input " << input_records << ", oracle-distinct " << oracle_distinct << ", output "
+    << output_records << ", ambiguous (window edge) " << ambiguous << " | lost " << lost
+    << ", duplicated " << duplicated << ", out of order " << out_of_order << ", unexpected "
+    << unexpected << (ok() ? " -> OK" : " -> FAILED") << "\n";
+  auto list = [&o](const char* kind, std::size_t n, const std::vector<std::string>& ex) {
+    if (n == 0) return;
+    o << "  " << kind << " (" << n << ", first " << ex.size() << "):\n";
+    for (const auto& e : ex) o << "    " << e << "\n";
+  };
+  list("lost", lost, lost_examples);
+  list("duplicated", duplicated, duplicated_examples);
+  list("out of order", out_of_order, out_of_order_examples);
+  list("unexpected", unexpected, unexpected_examples);
+  return o.str();
+}
+
+VerifyReport verify_output(const std::vector<InputRecord>& input,
+                           const std::vector<OutputRecord>& output, const VerifySpec& spec) {
+  VerifyReport report;
+  report.input_records = input.size();
+  report.output_records = output.size();
+  const std::int64_t window = spec.window_ms;
+  const std::int64_t tick =
+      spec.tick_ms > 0 ? spec.tick_ms : std::max<std::int64_t>(1, window / 64);
+
+  // Output in (partition, offset) order: the order a reader of each output
+  // partition sees.
+  std::vector<const OutputRecord*> out_sorted;
+  out_sorted.reserve(output.size());
+  for (const auto& r : output) out_sorted.push_back(&r);
+  std::sort(out_sorted.begin(), out_sorted.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->partition, a->offset) < std::tie(b->partition, b->offset);
+  });
+
+  std::map<SourceId, const InputRecord*> by_source;
+  std::map<TopicPartition, std::vector<const InputRecord*>> by_partition;
+  for (const auto& r : input) {
+    by_source[{r.topic, r.partition, r.offset}] = &r;
+    by_partition[{r.topic, r.partition}].push_back(&r);
+  }
+  std::map<SourceId, std::size_t> copies;  // emissions per source offset
+  for (const auto* r : out_sorted) {
+    if (r->malformed.empty() && r->source_topic && r->source_partition && r->source_offset) {
+      ++copies[{*r->source_topic, *r->source_partition, *r->source_offset}];
+    }
+  }
+
+  // The oracle, and which emitted records repeat an identity emitted within
+  // the window before them (judged on the emitted timeline).
+  std::map<SourceId, Verdict> verdicts;
+  std::set<SourceId> reemitted_within_window;
+  for (auto& [tp, records] : by_partition) {
+    std::sort(records.begin(), records.end(),
+              [](const auto* a, const auto* b) { return a->offset < b->offset; });
+    std::unordered_map<std::string, std::int64_t> delivered;  // oracle: identity -> clock
+    std::unordered_map<std::string, std::int64_t> emitted;    // output: identity -> clock
+    std::int64_t clock = 0;
+    for (const auto* r : records) {
+      clock = std::max(clock, r->timestamp_ms);
+      const SourceId id{r->topic, r->partition, r->offset};
+      const bool in_output = copies.count(id) > 0;
+      Verdict v = Verdict::kDistinct;
+      if (auto it = delivered.find(r->identity); it != delivered.end()) {
+        const std::int64_t age = clock - it->second;
+        if (age < window - tick) {
+          v = Verdict::kDuplicate;
+        } else if (age <= window + tick) {
+          v = Verdict::kAmbiguous;
+        }
+      }
+      verdicts[id] = v;
+      if (v == Verdict::kAmbiguous) ++report.ambiguous;
+      // At the window edge the oracle follows what the output did.
+      const bool oracle_delivers =
+          v == Verdict::kDistinct || (v == Verdict::kAmbiguous && in_output);
+      if (oracle_delivers) delivered[r->identity] = clock;
+      if (v == Verdict::kDistinct) {
+        ++report.oracle_distinct;
+        if (!in_output) {
+          note(
+              report.lost, report.lost_examples, spec.examples,
+              describe(id) + " identity '" + r->identity + "': oracle-distinct, not in the output");
+        }
+      }
+      if (in_output) {
+        if (auto it = emitted.find(r->identity); it != emitted.end()) {
+          if (clock - it->second < window - tick) reemitted_within_window.insert(id);
+        }
+        emitted[r->identity] = clock;
+      }
+    }
+  }
+
+  std::map<std::pair<std::int32_t, TopicPartition>, std::int64_t> highest;  // per output partition
+  std::map<SourceId, std::size_t> seen;
+  for (const auto* r : out_sorted) {
+    if (!r->malformed.empty()) {
+      note(report.unexpected, report.unexpected_examples, spec.examples,
+           describe_output(*r) + ": malformed provenance: " + r->malformed);
+      continue;
+    }
+    if (!r->source_topic || !r->source_partition || !r->source_offset) {
+      note(report.unexpected, report.unexpected_examples, spec.examples,
+           describe_output(*r) + ": no provenance headers");
+      continue;
+    }
+    const SourceId id{*r->source_topic, *r->source_partition, *r->source_offset};
+    const auto src = by_source.find(id);
+    if (src == by_source.end()) {
+      note(report.unexpected, report.unexpected_examples, spec.examples,
+           describe_output(*r) + " <- " + describe(id) + ": no such input record");
+      continue;
+    }
+    const std::size_t copy = ++seen[id];
+    if (copy > 1) {
+      note(report.duplicated, report.duplicated_examples, spec.examples,
+           describe_output(*r) + " <- " + describe(id) + ": copy " + std::to_string(copy) +
+               " of the same source offset");
+      continue;
+    }
+    const TopicPartition source_tp{std::get<0>(id), std::get<1>(id)};
+    auto& top = highest.try_emplace({r->partition, source_tp}, -1).first->second;
+    if (*r->source_offset < top) {
+      note(report.out_of_order, report.out_of_order_examples, spec.examples,
+           describe_output(*r) + " <- " + describe(id) + ": after source offset " +
+               std::to_string(top) + " in the same output partition");
+    }
+    top = std::max(top, *r->source_offset);
+    const InputRecord& in = *src->second;
+    if (spec.check_payload && (r->key != in.key || r->value != in.value)) {
+      note(report.unexpected, report.unexpected_examples, spec.examples,
+           describe_output(*r) + " <- " + describe(id) + ": key/value differ from the source");
+      continue;
+    }
+    if (verdicts[id] == Verdict::kDuplicate) {
+      if (reemitted_within_window.count(id)) {
+        note(report.duplicated, report.duplicated_examples, spec.examples,
+             describe_output(*r) + " <- " + describe(id) + ": identity '" + in.identity +
+                 "' emitted again within the window");
+      } else {
+        note(report.unexpected, report.unexpected_examples, spec.examples,
+             describe_output(*r) + " <- " + describe(id) + ": identity '" + in.identity +
+                 "' is an oracle duplicate (its first occurrence was not emitted)");
+      }
+    }
+  }
+  return report;
+}
+
+Result<std::vector<InputRecord>> to_input_records(
+    const std::vector<testbroker::KafkaRecord>& records, const std::string& extractor) {
+  std::vector<InputRecord> out;
+  out.reserve(records.size());
+  const bool by_key = extractor == "key";
+  const std::string pointer =
+      extractor.rfind("json:", 0) == 0 ? extractor.substr(5) : std::string();
+  if (!by_key && pointer.empty()) {
+    return fail("verifier: identity extractor '" + extractor + "' not supported (key, json:/ptr)");
+  }
+  simdjson::dom::parser parser;
+  for (const auto& r : records) {
+    InputRecord in{r.topic, r.partition, r.offset, {}, r.timestamp_ms, r.key, r.value};
+    const std::string where =
+        r.topic + "[" + std::to_string(r.partition) + "]@" + std::to_string(r.offset);
+    if (by_key) {
+      if (!r.key) return fail("verifier: input " + where + " has no key");
+      in.identity = *r.key;
+    } else {
+      simdjson::dom::element doc;
+      if (parser.parse(r.value).get(doc) != simdjson::SUCCESS) {
+        return fail("verifier: input " + where + " value is not JSON");
+      }
+      simdjson::dom::element field;
+      if (doc.at_pointer(pointer).get(field) != simdjson::SUCCESS) {
+        return fail("verifier: input " + where + " has no field " + pointer);
+      }
+      in.identity = simdjson::minify(field);
+    }
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaRecord>& records) {
+  std::vector<OutputRecord> out;
+  out.reserve(records.size());
+  for (const auto& r : records) {
+    OutputRecord o;
+    o.partition = r.partition;
+    o.offset = r.offset;
+    o.key = r.key;
+    o.value = r.value;
+    auto topic = r.header("kdedup-source-topic");
+    auto partition = r.header("kdedup-source-partition");
+    auto offset = r.header("kdedup-source-offset");
+    if (topic || partition || offset) {
+      o.source_topic = topic;
+      if (partition) o.source_partition = parse_decimal<std::int32_t>(*partition);
+      if (offset) o.source_offset = parse_decimal<std::int64_t>(*offset);
+      if (!topic || !partition || !offset) {
+        o.malformed = "incomplete provenance headers";
+      } else if (!o.source_partition) {
+        o.malformed = "kdedup-source-partition '" + *partition + "' is not a decimal";
+      } else if (!o.source_offset) {
+        o.malformed = "kdedup-source-offset '" + *offset + "' is not a decimal";
+      }
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace kdedup::testing

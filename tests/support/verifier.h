@@ -1,0 +1,112 @@
+#pragma once
+// OutputVerifier: judges a deduplicated output topic against the exact oracle
+// of its input, for the failure-injection tests (kill -9, corrupt snapshots,
+// broker faults). Independent of the pipeline's code: it sees only what a
+// user could read from Kafka.
+//
+// The oracle (DESIGN.md "Semantics", seed 000 Definition 4 with an exact
+// filter): per input topic-partition, in offset order, the partition clock is
+// the largest record timestamp seen so far; a record is distinct iff no
+// earlier distinct record of the same identity was delivered less than
+// `window` before the clock. Records whose age against that earlier
+// delivery lies within one tick of the window edge are "ambiguous" (the
+// pipeline judges age in ticks); there the oracle follows what the output
+// did, and they are never counted as lost or unexpected.
+//
+// What the report counts, separately:
+//   lost        oracle-distinct input records absent from the output
+//   duplicated  extra copies of a source offset, and emitted records whose
+//               identity was already emitted (from another offset) within
+//               the window before them
+//   out_of_order per output partition and source partition, a provenance
+//               offset lower than one emitted before it (copies excluded:
+//               those are duplicated)
+//   unexpected  output records that are not oracle-distinct and not already
+//               counted as duplicated: oracle duplicates that were emitted,
+//               records without or with malformed provenance, provenance
+//               naming no input record, key/value differing from the source
+//
+// Plain value functions; no shared state.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kdedup/common/result.h"
+#include "kdedup/testbroker/kafka_io.h"
+
+namespace kdedup::testing {
+
+/// One input record as produced.
+struct InputRecord {
+  std::string topic;
+  std::int32_t partition = 0;
+  std::int64_t offset = 0;
+  std::string identity;  ///< what the dedup identity extractor yields
+  std::int64_t timestamp_ms = 0;
+  std::optional<std::string> key;
+  std::string value;
+};
+
+/// One output record with its provenance headers as read.
+struct OutputRecord {
+  std::int32_t partition = 0;  ///< output partition
+  std::int64_t offset = 0;     ///< output offset
+  std::optional<std::string> source_topic;
+  std::optional<std::int32_t> source_partition;
+  std::optional<std::int64_t> source_offset;
+  std::string malformed;  ///< non-empty: why the provenance could not be parsed
+  std::optional<std::string> key;
+  std::string value;
+};
+
+struct VerifySpec {
+  std::int64_t window_ms = 0;  ///< the configured window (> 0)
+  std::int64_t tick_ms = 0;    ///< window precision; 0 = window / 64
+  bool check_payload = true;   ///< compare output key/value to the source record
+  std::size_t examples = 5;    ///< examples kept per kind
+};
+
+struct VerifyReport {
+  std::size_t input_records = 0;
+  std::size_t oracle_distinct = 0;
+  std::size_t output_records = 0;
+  std::size_t ambiguous = 0;  ///< input records within one tick of the window edge
+  std::size_t lost = 0;
+  std::size_t duplicated = 0;
+  std::size_t out_of_order = 0;
+  std::size_t unexpected = 0;
+  std::vector<std::string> lost_examples;
+  std::vector<std::string> duplicated_examples;
+  std::vector<std::string> out_of_order_examples;
+  std::vector<std::string> unexpected_examples;
+
+  /// No loss, no duplicate, nothing out of order, nothing unexpected.
+  [[nodiscard]] bool ok() const noexcept {
+    return lost == 0 && duplicated == 0 && out_of_order == 0 && unexpected == 0;
+  }
+  /// Figures on one line, then up to `examples` examples of each kind.
+  [[nodiscard]] std::string to_string() const;
+};
+
+/// Compares `output` with the oracle of `input`. Input records may come in
+/// any order; they are judged per topic-partition in offset order.
+[[nodiscard]] VerifyReport verify_output(const std::vector<InputRecord>& input,
+                                         const std::vector<OutputRecord>& output,
+                                         const VerifySpec& spec);
+
+/// Input records from a topic read: identity by `extractor`, which is `key`
+/// or `json:/pointer` (the value's field at that JSON Pointer, compared as
+/// minified JSON). Fails naming the record whose identity cannot be
+/// extracted (no key, invalid JSON, missing field).
+[[nodiscard]] Result<std::vector<InputRecord>> to_input_records(
+    const std::vector<testbroker::KafkaRecord>& records, const std::string& extractor);
+
+/// Output records from a topic read, provenance parsed from the
+/// kdedup-source-topic/-partition/-offset headers.
+[[nodiscard]] std::vector<OutputRecord> to_output_records(
+    const std::vector<testbroker::KafkaRecord>& records);
+
+}  // namespace kdedup::testing
