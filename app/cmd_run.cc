@@ -1,7 +1,9 @@
 // `kdedup run --config FILE [--set key.path=value]...`: the deduplication
-// service. Loads the config, checks the topics, runs the pipeline until
-// SIGTERM/SIGINT (graceful: finish in-flight, flush, commit, leave the group;
-// exit 0) or a fatal error (exit 1). Configuration errors exit 2.
+// service. Loads the config, opens the snapshot store in state.dir (unless
+// empty), checks the topics, runs the pipeline until SIGTERM/SIGINT
+// (graceful: finish in-flight, flush, commit, snapshot, leave the group;
+// exit 0) or a fatal error (exit 1; a snapshot write error is one).
+// Configuration errors, including a state dir that cannot be used, exit 2.
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -20,6 +22,7 @@
 #include "kdedup/metrics/server.h"
 #include "kdedup/pipeline/instrumentation.h"
 #include "kdedup/pipeline/pipeline.h"
+#include "kdedup/state/snapshot_store.h"
 
 namespace {
 
@@ -158,12 +161,32 @@ int run_main(int argc, char** argv) {
   setup_logging(config.log_level);
   log_summary(config);
 
+  // The snapshot store: before anything joins the group, so a state dir that
+  // cannot be used stops the start instead of a rebalance later.
+  std::unique_ptr<kdedup::state::SnapshotStore> store;
+  if (config.state.dir.empty()) {
+    spdlog::info(
+        "state.dir is empty: no snapshots, every assigned partition is rebuilt from Kafka");
+  } else {
+    kdedup::state::StoreOptions so;
+    so.min_free_bytes = config.state.min_free_bytes;
+    auto opened = kdedup::state::SnapshotStore::open(config.state.dir, so);
+    if (!opened) {
+      spdlog::error("state.dir: {}", opened.error().message);
+      return 2;
+    }
+    store = std::move(*opened);
+    spdlog::info("snapshots in {} every {} or {} records per partition", config.state.dir,
+                 kdedup::format_duration_ms(config.state.snapshot_interval.count()),
+                 config.state.snapshot_records);
+  }
+
   Observability observability;
   if (auto started = observability.start(config); !started) {
     spdlog::error("configuration error: {}", started.error().message);
     return 2;
   }
-  auto pipeline = kdedup::pipeline::Pipeline::create(config, observability.hooks());
+  auto pipeline = kdedup::pipeline::Pipeline::create(config, observability.hooks(), store.get());
   if (!pipeline) {
     spdlog::error("configuration error: {}", pipeline.error().message);
     return 2;

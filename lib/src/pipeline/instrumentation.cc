@@ -111,15 +111,51 @@ Instrumentation::Instrumentation(metrics::Metrics& metrics, const config::Config
 
 SliceHooks Instrumentation::hooks() {
   SliceHooks h;
-  h.make_slice = [this](const PartitionId& id, const SliceOptions& options) {
-    return make_slice(id, options);
+  h.make_slice = [this](const PartitionId& id, const SliceOptions& options, SliceStart start) {
+    return make_slice(id, options, std::move(start));
   };
   h.on_statistics = [this](std::string_view json) { offer_statistics(json); };
+  h.on_recovered = [this](const PartitionId& id, const RecoveryOutcome& outcome) {
+    recovered(id, outcome);
+  };
+  h.on_snapshot = [this](const PartitionId& id, const Result<state::WriteReport>& result) {
+    snapshot_written(id, result);
+  };
   return h;
 }
 
+void Instrumentation::recovered(const PartitionId& id, const RecoveryOutcome& outcome) {
+  auto entry = find(id);
+  if (!entry) return;
+  switch (outcome.reason) {
+    case RecoveryReason::kRestored:
+      entry->metrics->restored(outcome.seconds, outcome.restored_bytes);
+      break;
+    case RecoveryReason::kRebuildFromWindow:
+    case RecoveryReason::kNoHistory:
+      entry->metrics->rebuilt(0);  // replayed records are counted as they go
+      break;
+    case RecoveryReason::kFreshPartition:
+      break;  // nothing was lost: a partition this group never committed
+  }
+}
+
+void Instrumentation::snapshot_written(const PartitionId& id,
+                                       const Result<state::WriteReport>& result) {
+  std::shared_ptr<metrics::PartitionMetrics> handle;
+  if (auto entry = find(id)) handle = entry->metrics;
+  if (!handle) handle = metrics_.partition(id.topic, id.partition);
+  if (result) {
+    handle->snapshot_written(std::chrono::duration<double>(result->write_time).count(),
+                             result->bytes_written);
+  } else {
+    handle->snapshot_failed();
+  }
+}
+
 Result<std::unique_ptr<Slice>> Instrumentation::make_slice(const PartitionId& id,
-                                                           const SliceOptions& options) {
+                                                           const SliceOptions& options,
+                                                           SliceStart start) {
   Entry entry;
   entry.metrics = metrics_.partition(id.topic, id.partition);
   if (options.filter_enabled) entry.probe = std::make_shared<FilterProbe>();
@@ -129,9 +165,11 @@ Result<std::unique_ptr<Slice>> Instrumentation::make_slice(const PartitionId& id
     entries_[id] = entry;
   }
   if (!options.filter_enabled) {
-    return std::make_unique<Slice>(id, options, nullptr, 0, -1);
+    return std::make_unique<Slice>(id, options, nullptr, start.clock_ms, start.next_offset);
   }
-  auto inner = filter::make_filter(options.filter);
+  Result<std::unique_ptr<filter::SlidingFilter>> inner =
+      start.filter ? Result<std::unique_ptr<filter::SlidingFilter>>(std::move(start.filter))
+                   : filter::make_filter(options.filter);
   if (!inner) return fail(id.str() + ": cannot create the filter: " + inner.error().message);
   std::optional<metrics::AuditSampler> sampler;
   if (audit_one_in_ != 0) {
@@ -141,7 +179,8 @@ Result<std::unique_ptr<Slice>> Instrumentation::make_slice(const PartitionId& id
   }
   auto audited = std::make_unique<AuditedFilter>(std::move(*inner), std::move(sampler),
                                                  entry.metrics, entry.probe);
-  return std::make_unique<Slice>(id, options, std::move(audited), 0, -1);
+  return std::make_unique<Slice>(id, options, std::move(audited), start.clock_ms,
+                                 start.next_offset);
 }
 
 std::optional<Instrumentation::Entry> Instrumentation::find(const PartitionId& id) const {
@@ -186,12 +225,6 @@ std::vector<std::string> Instrumentation::take_statistics() {
                                std::make_move_iterator(statistics_.end()));
   statistics_.clear();
   return out;
-}
-
-bool Instrumentation::restored(const PartitionId& /*id*/) const {
-  // Seam for the snapshot restore step: a partition is restored once its
-  // Slice exists, which today is immediately on assignment.
-  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -275,7 +308,7 @@ void StatsBridge::publish() {
   for (const PartitionStats& p : s.partitions) {
     PartitionId id{p.topic, p.partition};
     present.insert(id);
-    if (!instruments_.restored(id)) ++not_restored;
+    if (p.restoring) ++not_restored;
     const Instrumentation::Entry entry = instruments_.ensure(id);
     Seen& seen = seen_[id];
     if (seen.generation != entry.generation) {
@@ -309,6 +342,7 @@ void StatsBridge::publish() {
       for (std::uint64_t b = 1; b < batches; ++b) entry.metrics->add_batch(none, mean);
     }
     delivery_errors += delta(p.delivery_errors, before.delivery_errors);
+    entry.metrics->add_replayed(delta(p.replayed, before.replayed));
 
     // Clock lag is wall clock minus the partition clock; before the first
     // record there is no clock to trail, so report 0 rather than ~56 years.

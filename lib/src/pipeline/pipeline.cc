@@ -5,7 +5,12 @@
 // - an offset is registered with its OffsetTracker before any of its outputs
 //   is produced, so no delivery report can overtake the registration;
 // - a revoked partition is released only after its queued records were
-//   processed, their outputs delivered and the position committed.
+//   processed, their outputs delivered and the position committed;
+// - a recovering partition's records before its ReplayRule's end are
+//   decided but never produced, and the position handed to the committer
+//   never goes below the committed offset it started from;
+// - a snapshot capture is written only once a commit covers it
+//   (Snapshotter), so no snapshot is ahead of the committed offset.
 
 #include "kdedup/pipeline/pipeline.h"
 
@@ -19,15 +24,21 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include <librdkafka/rdkafkacpp.h>
 
+#include <fmt/format.h>
+
 #include "kafka_errors.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
+#include "kdedup/pipeline/reconcile.h"
+#include "kdedup/pipeline/snapshotter.h"
+#include "kdedup/state/snapshot_store.h"
 
 namespace kdedup::pipeline {
 
@@ -186,12 +197,13 @@ class ClientEvents final : public RdKafka::EventCb {
 
 /// A unit of work for a worker, processed strictly in queue order.
 struct Work {
-  enum class Kind : std::uint8_t { kRecords, kAdopt, kBarrier, kRelease, kStop };
+  enum class Kind : std::uint8_t { kRecords, kAdopt, kBarrier, kRelease, kCapture, kStop };
   Kind kind = Kind::kRecords;
   std::vector<MessagePtr> records;
   std::unique_ptr<Slice> slice;              // kAdopt
   std::vector<PartitionId> partitions;       // kRelease
-  std::shared_ptr<std::promise<void>> done;  // kBarrier, kRelease
+  std::vector<PartitionId> capture;          // kRelease: snapshot these first
+  std::shared_ptr<std::promise<void>> done;  // kBarrier, kRelease, kCapture
 };
 
 /// What the worker threads share (read-only after start, or thread-safe).
@@ -201,6 +213,7 @@ struct Shared {
   FatalError& fatal;
   filter::Fingerprinter fingerprinter;
   SliceHooks& hooks;
+  Snapshotter* snapshotter = nullptr;  // null: no snapshots
 };
 
 /// One worker thread and its queue. The queue is the only thing shared with
@@ -231,10 +244,12 @@ class Worker {
   }
 
   /// Consumer thread: returns once everything queued before has been processed.
-  void barrier(Work::Kind kind = Work::Kind::kBarrier, std::vector<PartitionId> partitions = {}) {
+  void barrier(Work::Kind kind = Work::Kind::kBarrier, std::vector<PartitionId> partitions = {},
+               std::vector<PartitionId> capture = {}) {
     Work w;
     w.kind = kind;
     w.partitions = std::move(partitions);
+    w.capture = std::move(capture);
     w.done = std::make_shared<std::promise<void>>();
     auto fut = w.done->get_future();
     push(std::move(w));
@@ -276,9 +291,19 @@ class Worker {
           for (const auto& id : work.partitions) {
             auto it = slices_.find(id);
             if (it == slices_.end()) continue;
+            // The final snapshot, at the final stored position: librdkafka
+            // commits it once the rebalance callback returned, and the
+            // commit result releases the capture to the store.
+            if (std::find(work.capture.begin(), work.capture.end(), id) != work.capture.end()) {
+              capture(*it->second);
+            }
             if (shared_.hooks.on_release) shared_.hooks.on_release(*it->second);
             slices_.erase(it);
           }
+          work.done->set_value();
+          break;
+        case Work::Kind::kCapture:
+          for (auto& [id, slice] : slices_) capture(*slice);
           work.done->set_value();
           break;
         case Work::Kind::kBarrier:
@@ -315,9 +340,46 @@ class Worker {
         it->second->counters()->queued.fetch_sub(static_cast<std::int64_t>(end - begin),
                                                  std::memory_order_relaxed);
         if (failed_) return;
+        maybe_capture(*it->second, end - begin);
       }
       begin = end;
     }
+  }
+
+  /// Takes a snapshot capture of `slice` at its current position when one
+  /// is due (state.snapshot_interval or snapshot_records since the last) and
+  /// none of that partition is waiting or being written.
+  void maybe_capture(Slice& slice, std::size_t records) {
+    if (shared_.snapshotter == nullptr || slice.filter() == nullptr) return;
+    auto& schedule = slice.captures();
+    schedule.records_since += records;
+    const auto& state = shared_.config.state;
+    if (schedule.records_since < state.snapshot_records &&
+        Clock::now() - schedule.last_time < state.snapshot_interval) {
+      return;
+    }
+    if (shared_.snapshotter->busy(slice.id())) return;
+    capture(slice);
+  }
+
+  /// Copies the slice's state into a capture for the Snapshotter (the only
+  /// snapshot work on the worker: one serialization of the filter). Skipped
+  /// when nothing changed since the last capture.
+  void capture(Slice& slice) {
+    if (shared_.snapshotter == nullptr || slice.filter() == nullptr) return;
+    auto& schedule = slice.captures();
+    const std::int64_t next = slice.next_offset();
+    schedule.records_since = 0;
+    schedule.last_time = Clock::now();
+    if (next < 0 || next == schedule.last_offset) return;
+    schedule.last_offset = next;
+    // serialize() of the AuditedFilter is the inner filter's state.
+    state::SnapshotCapture c = state::capture_snapshot(
+        state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), next,
+        slice.clock().now_ms(), shared_.fingerprinter.salt_digest());
+    spdlog::debug("captured {} at offset {} ({} bytes in {:.3f} ms)", slice.id().str(), next,
+                  c.state.size(), static_cast<double>(c.capture_time.count()) / 1e6);
+    shared_.snapshotter->offer(std::move(c));
   }
 
   enum class Action : std::uint8_t { kOutput, kDuplicate, kDeadLetter, kDrop };
@@ -331,6 +393,11 @@ class Worker {
 
     actions_.assign(n, Action::kOutput);
     reasons_.assign(n, {});
+    // Replayed records (recovery): decided like the others so the filter
+    // learns them, but nothing is produced and they are not input.
+    const ReplayRule& rule = slice.replay();
+    const bool any_replay = n > 0 && records.front()->offset() < rule.end();
+    replayed_.assign(n, 0);
     fps_.clear();
     ticks_.clear();
     valid_index_.clear();
@@ -339,6 +406,10 @@ class Worker {
 
     for (std::size_t i = 0; i < n; ++i) {
       RdKafka::Message& m = *records[i];
+      if (any_replay && rule.replays(m.offset())) {
+        replayed_[i] = 1;
+        actions_[i] = Action::kDrop;
+      }
       auto ts = m.timestamp();
       const std::int64_t ts_ms =
           ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
@@ -379,6 +450,9 @@ class Worker {
         }
         continue;
       }
+      // An invalid record already handled by the previous owner: nothing to
+      // route again (and on_invalid: fail must not stop on it).
+      if (replayed_[i]) continue;
       counters.invalid.fetch_add(1, std::memory_order_relaxed);
       counters.count_invalid_reason(identity::to_string(extracted.error().reason));
       reasons_[i] = std::move(extracted.error());
@@ -414,7 +488,7 @@ class Worker {
       decisions_.resize(fps_.size());
       slice.decide(fps_, ticks_, decisions_);
       for (std::size_t v = 0; v < valid_index_.size(); ++v) {
-        if (decisions_[v] == filter::Decision::kDuplicate)
+        if (decisions_[v] == filter::Decision::kDuplicate && !replayed_[valid_index_[v]])
           actions_[valid_index_[v]] = Action::kDuplicate;
       }
     }
@@ -422,9 +496,14 @@ class Worker {
     // Register every processed record before producing anything.
     processed_.clear();
     const bool route_duplicates = !cfg.duplicates_topic.empty();
-    std::uint64_t distinct = 0, duplicates = 0, dead = 0;
+    std::uint64_t distinct = 0, duplicates = 0, dead = 0, replayed = 0;
     for (std::size_t i = 0; i < stop_at; ++i) {
       std::uint32_t outputs = 0;
+      if (replayed_[i]) {
+        ++replayed;
+        processed_.push_back({records[i]->offset(), 0});
+        continue;
+      }
       switch (actions_[i]) {
         case Action::kOutput:
           outputs = 1;
@@ -443,7 +522,8 @@ class Worker {
       }
       processed_.push_back({records[i]->offset(), outputs});
     }
-    counters.records_in.fetch_add(stop_at, std::memory_order_relaxed);
+    counters.records_in.fetch_add(stop_at - replayed, std::memory_order_relaxed);
+    if (replayed != 0) counters.replayed.fetch_add(replayed, std::memory_order_relaxed);
     counters.distinct.fetch_add(distinct, std::memory_order_relaxed);
     counters.duplicates.fetch_add(duplicates, std::memory_order_relaxed);
     counters.dead_lettered.fetch_add(dead, std::memory_order_relaxed);
@@ -560,6 +640,7 @@ class Worker {
   // Worker-thread state, only touched by loop().
   std::map<PartitionId, std::unique_ptr<Slice>> slices_;
   std::vector<Action> actions_;
+  std::vector<char> replayed_;
   std::vector<std::optional<identity::ExtractError>> reasons_;
   std::vector<filter::Fingerprint> fps_;
   std::vector<filter::Tick> ticks_;
@@ -579,7 +660,15 @@ struct Assigned {
   std::shared_ptr<OffsetTracker> tracker;
   std::shared_ptr<PartitionCounters> counters;
   std::int64_t committed = -1;  // last offset the group coordinator confirmed
-  std::int64_t stored = -1;     // last position handed to the client's committer
+  // Last position handed to the client's committer; starts at the committed
+  // offset, so replayed records (below it) are never stored again.
+  std::int64_t stored = -1;
+  // Recovery: restoring until the partition's position reaches restore_end
+  // (the plan's rebuild_until, capped at the high watermark seen then).
+  bool restoring = false;
+  std::int64_t restore_end = 0;
+  Clock::time_point assigned_at{};
+  RecoveryOutcome outcome;
 };
 
 struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::OffsetCommitCb {
@@ -593,6 +682,9 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
   std::unique_ptr<RdKafka::Producer> producer;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
   std::unique_ptr<Shared> shared;
+  state::SnapshotStore* store = nullptr;     // null: no snapshots
+  std::unique_ptr<Snapshotter> snapshotter;  // set when store is
+  std::int32_t output_partitions = -1;       // from check_topics(); -1 = ask on first use
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::uint32_t> slices_per_worker;
 
@@ -624,13 +716,15 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
   bool closed = false;
   bool threads_stopped = false;
 
-  explicit Impl(const config::Config& c, SliceHooks h)
-      : config(c), hooks(std::move(h)), options(slice_options(c)) {}
+  explicit Impl(const config::Config& c, SliceHooks h, state::SnapshotStore* s)
+      : config(c), hooks(std::move(h)), options(slice_options(c)), store(s) {}
 
   ~Impl() override {
     // Leave the group before the workers go away (close() may call back).
     if (consumer && !closed) consumer->close();
     stop_threads();
+    // Writes still queued call back into the Snapshotter: finish them first.
+    if (store != nullptr) store->drain();
   }
 
   Status build_clients();
@@ -642,6 +736,13 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
                         std::vector<RdKafka::TopicPartition*>& offsets) override;
   void assign(std::vector<RdKafka::TopicPartition*>& partitions);
   void revoke(std::vector<RdKafka::TopicPartition*>& partitions);
+  [[nodiscard]] Result<std::map<PartitionId, std::int64_t>> recover(
+      const std::vector<PartitionId>& ids);
+  void check_restored();
+  void finish_recovery(const PartitionId& id, Assigned& a);
+  void on_committed(const PartitionId& id, std::int64_t offset);
+  void on_snapshot_written(const PartitionId& id, const Result<state::WriteReport>& result);
+  [[nodiscard]] ReconcileOptions reader_options() const;
   void dispatch(MessagePtr message);
   void flush_pending();
   [[nodiscard]] std::size_t queued_records() const;
@@ -726,6 +827,16 @@ Status Pipeline::Impl::build_clients() {
   }
   slices_per_worker.assign(threads, 0);
   pending.resize(threads);
+  if (store != nullptr && config.filter_enabled) {
+    snapshotter = std::make_unique<Snapshotter>(
+        [s = store](state::SnapshotCapture c, Snapshotter::Done done) {
+          s->submit(std::move(c), std::move(done));
+        },
+        [this](const PartitionId& id, const Result<state::WriteReport>& r) {
+          on_snapshot_written(id, r);
+        });
+    shared->snapshotter = snapshotter.get();
+  }
   return {};
 }
 
@@ -765,6 +876,7 @@ Status Pipeline::Impl::check_topics() {
     spdlog::info("input topic '{}': {} partitions", topic, *n);
   }
   auto out = lookup(config.output.topic);
+  if (out) output_partitions = *out;
   if (!out) {
     errors.push_back("output.topic: " + out.error().message);
   } else if (config.output.partitioning == config::Partitioning::kInput && *out < max_input) {
@@ -918,15 +1030,13 @@ void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
           "commit of {} at offset {} failed: {}; records after the last commit will be read "
           "again",
           id.str(), tp->offset(), describe_kafka_error(e));
+      // A released partition's final capture waited for this commit.
+      if (snapshotter && !assigned.count(id)) snapshotter->drop(id);
       continue;
     }
     if (tp->offset() < 0) continue;
-    confirmed[id] = std::max(confirmed[id], tp->offset());
+    on_committed(id, tp->offset());
     auto it = assigned.find(id);
-    if (it != assigned.end()) {
-      std::lock_guard lock(registry_mu);
-      it->second.committed = std::max(it->second.committed, tp->offset());
-    }
     // Final commits (of partitions already handed back, or at shutdown) are
     // what an operator checks after a rebalance; the periodic ones are noise.
     if (it == assigned.end() || shutting_down) {
@@ -934,6 +1044,35 @@ void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
     }
   }
   if (!released.empty()) spdlog::info("committed {}", released);
+}
+
+// The one place that learns "offset X of partition P is committed": the
+// commit callback calls it (idempotent mode); a transaction commit calls it
+// for the offsets it carried.
+void Pipeline::Impl::on_committed(const PartitionId& id, std::int64_t offset) {
+  confirmed[id] = std::max(confirmed[id], offset);
+  if (auto it = assigned.find(id); it != assigned.end()) {
+    std::lock_guard lock(registry_mu);
+    it->second.committed = std::max(it->second.committed, offset);
+  }
+  if (snapshotter) snapshotter->committed(id, offset);
+}
+
+void Pipeline::Impl::on_snapshot_written(const PartitionId& id,
+                                         const Result<state::WriteReport>& result) {
+  if (!result) {
+    fatal.set(fmt::format(
+        "cannot write the snapshot of {} to state.dir '{}': {}. Stopping cleanly: delivered "
+        "records are committed and the next start restores the last good snapshots (or "
+        "rebuilds from Kafka). Free space on that volume or repair it, or point state.dir at "
+        "another directory",
+        id.str(), store->dir(), result.error().message));
+  } else {
+    spdlog::debug("snapshot of {} written: {} bytes ({} of {} chunks) in {:.1f} ms", id.str(),
+                  result->bytes_written, result->chunks_written, result->chunks_total,
+                  static_cast<double>(result->write_time.count()) / 1e6);
+  }
+  if (hooks.on_snapshot) hooks.on_snapshot(id, result);
 }
 
 bool Pipeline::Impl::all_stored_confirmed() const {
@@ -983,23 +1122,22 @@ void Pipeline::Impl::assign(std::vector<RdKafka::TopicPartition*>& partitions) {
     PartitionId id{tp->topic(), tp->partition()};
     if (assigned.count(id)) continue;  // already ours (eager protocol re-assign)
     added.push_back(tp);
-    auto slice = hooks.make_slice ? hooks.make_slice(id, options) : Slice::create(id, options);
-    if (!slice) {
-      fatal.set("cannot set up partition " + id.str() + ": " + slice.error().message);
-      break;
-    }
-    const std::uint32_t w = choose_worker(slices_per_worker);
-    ++slices_per_worker[w];
-    Assigned a{w, (*slice)->tracker(), (*slice)->counters(), -1};
-    {
-      std::lock_guard lock(registry_mu);
-      assigned.emplace(id, a);
-    }
-    Work work;
-    work.kind = Work::Kind::kAdopt;
-    work.slice = std::move(*slice);
-    workers[w]->push(std::move(work));
     ids.push_back(id);
+  }
+  // Recovery decides where each new partition starts. On failure the
+  // partitions are still taken (librdkafka's assignment must match the
+  // group's) but get no Slice: their records are skipped, never committed,
+  // and the fatal error stops the service.
+  if (!ids.empty() && !fatal.raised()) {
+    auto fetch = recover(ids);
+    if (!fetch) {
+      fatal.set("recovery of the assigned partitions failed: " + fetch.error().message);
+    } else {
+      for (auto* tp : added) {
+        auto it = fetch->find(PartitionId{tp->topic(), tp->partition()});
+        if (it != fetch->end()) tp->set_offset(it->second);
+      }
+    }
   }
   if (consumer->rebalance_protocol() == "COOPERATIVE") {
     // Handing librdkafka a partition it already has would be an error
@@ -1012,6 +1150,254 @@ void Pipeline::Impl::assign(std::vector<RdKafka::TopicPartition*>& partitions) {
   spdlog::info("assigned {} partition(s): {} (now {} in total)", ids.size(), join_partitions(ids),
                assigned.size());
   ready.store(true, std::memory_order_relaxed);
+}
+
+ReconcileOptions Pipeline::Impl::reader_options() const {
+  ReconcileOptions o;
+  o.properties = config::consumer_properties(config);
+  // The short-lived readers have no event callback to hand statistics to.
+  o.properties.erase("statistics.interval.ms");
+  o.tail_records = config.state.reconcile_tail_records;
+  return o;
+}
+
+// Recovery of newly assigned partitions (DESIGN.md "Recovery protocol",
+// recovery.h): everything is read for all of them together (one committed
+// offsets request, one output tail read, one window-start read), then each
+// is planned, gets its Slice and a fetch position. Returns the position per
+// partition (RdKafka::Topic::OFFSET_INVALID = the consumer's reset policy).
+// Consumer thread; blocks the rebalance callback while it reads (bounded by
+// the readers' timeouts), which librdkafka tolerates up to
+// max.poll.interval.ms.
+Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
+    const std::vector<PartitionId>& ids) {
+  std::map<PartitionId, std::int64_t> fetch;
+  if (ids.empty()) return fetch;
+  const auto t0 = Clock::now();
+  auto ms_between = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  constexpr int kRequestTimeoutMs = 15'000;
+
+  // 1. The group's committed offsets.
+  std::map<PartitionId, std::optional<std::int64_t>> committed;
+  {
+    std::vector<RdKafka::TopicPartition*> tps;
+    for (const auto& id : ids)
+      tps.push_back(RdKafka::TopicPartition::create(id.topic, id.partition));
+    const RdKafka::ErrorCode err = consumer->committed(tps, kRequestTimeoutMs);
+    std::string failed;
+    for (auto* tp : tps) {
+      PartitionId id{tp->topic(), tp->partition()};
+      if (err == RdKafka::ERR_NO_ERROR && tp->err() != RdKafka::ERR_NO_ERROR) {
+        failed += (failed.empty() ? "" : ", ") + id.str() + ": " + describe_kafka_error(tp->err());
+      }
+      committed[id] = tp->offset() >= 0 ? std::optional<std::int64_t>(tp->offset()) : std::nullopt;
+    }
+    RdKafka::TopicPartition::destroy(tps);
+    if (err != RdKafka::ERR_NO_ERROR) {
+      return fail("cannot read the committed offsets of " + join_partitions(ids) + ": " +
+                  describe_kafka_error(err));
+    }
+    if (!failed.empty()) return fail("cannot read the committed offsets: " + failed);
+  }
+  // Oldest and next offset of each partition (retention, empty partitions).
+  std::map<PartitionId, std::pair<std::int64_t, std::int64_t>> marks;
+  for (const auto& id : ids) {
+    std::int64_t low = 0, high = 0;
+    if (RdKafka::ErrorCode err = consumer->query_watermark_offsets(id.topic, id.partition, &low,
+                                                                   &high, kRequestTimeoutMs);
+        err != RdKafka::ERR_NO_ERROR) {
+      return fail("cannot read the offsets of " + id.str() + ": " + describe_kafka_error(err));
+    }
+    marks[id] = {low, high};
+  }
+  const auto t_offsets = Clock::now();
+
+  // 2. Output reconciliation: what a previous owner already emitted.
+  ReconcileReport tail;
+  if (config.delivery == config::Delivery::kIdempotent) {
+    const ReconcileOptions opts = reader_options();
+    if (output_partitions < 0) {
+      auto n = output_partition_count(opts, config.output.topic);
+      if (!n) return tl::unexpected(n.error());
+      output_partitions = *n;
+    }
+    std::set<std::int32_t> read;
+    for (const auto& id : ids) {
+      for (std::int32_t p :
+           output_partitions_to_read(config.output.partitioning, id.partition, output_partitions)) {
+        read.insert(p);
+      }
+    }
+    auto r = read_output_tail(opts, config.output.topic,
+                              std::vector<std::int32_t>(read.begin(), read.end()));
+    if (!r) {
+      return fail(r.error().message +
+                  "; not starting these partitions: without it records a previous owner "
+                  "already emitted would be emitted again");
+    }
+    tail = std::move(*r);
+  }
+  const auto t_tail = Clock::now();
+
+  // 3. Snapshots.
+  struct Loaded {
+    SnapshotOffer offer;
+    std::unique_ptr<filter::SlidingFilter> filter;
+    std::uint64_t bytes = 0;
+  };
+  std::map<PartitionId, Loaded> loaded;
+  const state::StateFingerprint fingerprint =
+      state::state_fingerprint(config.filter, shared->fingerprinter.salt_digest());
+  for (const auto& id : ids) {
+    Loaded& l = loaded[id];
+    if (store == nullptr || !config.filter_enabled) continue;  // kMissing
+    auto r = store->load(state::PartitionKey{id.topic, id.partition}, fingerprint);
+    l.offer = offer_from(r);
+    if (r) {
+      l.bytes = r->info.logical_bytes;
+      l.filter = std::move(r->filter);
+    }
+  }
+  const auto t_snapshots = Clock::now();
+
+  // 4. Where a rebuild without a usable snapshot starts: one window before C.
+  std::map<PartitionId, std::int64_t> need;
+  for (const auto& id : ids) {
+    const auto& c = committed[id];
+    const auto [low, high] = marks[id];
+    const auto& snap = loaded[id].offer.snapshot;
+    const bool usable = snap && c && snap->next_offset <= *c && snap->next_offset >= low;
+    if (!usable && config.filter_enabled && c && *c > low && *c - 1 < high) need[id] = *c;
+  }
+  std::map<PartitionId, std::int64_t> starts;
+  if (!need.empty()) {
+    auto r = find_window_starts(reader_options(), need, config.window_ms());
+    if (!r) return tl::unexpected(r.error());
+    starts = std::move(*r);
+  }
+  const auto t_windows = Clock::now();
+
+  // 5. Plan, build the Slice, hand it to a worker.
+  for (const auto& id : ids) {
+    const auto [low, high] = marks[id];
+    RecoveryInputs in;
+    in.partition = id;
+    in.snapshot = loaded[id].offer;
+    in.committed = committed[id];
+    in.highest_emitted = tail.highest(id);
+    in.window_ms = std::max<std::int64_t>(1, config.window_ms());
+    if (auto it = starts.find(id); it != starts.end()) in.window_start_offset = it->second;
+    in.low_watermark = low;
+    auto plan = plan_recovery(in);
+    if (!plan) return tl::unexpected(plan.error());
+
+    SliceStart start;
+    std::uint64_t restored_bytes = 0;
+    if (plan->filter == RecoveryPlan::FilterSource::kRestored) {
+      start.filter = std::move(loaded[id].filter);
+      start.clock_ms = plan->clock_ms;
+      start.next_offset = plan->fetch_from.value_or(-1);
+      restored_bytes = loaded[id].bytes;
+    }
+    auto slice = hooks.make_slice ? hooks.make_slice(id, options, std::move(start))
+                                  : Slice::create(id, options, std::move(start));
+    if (!slice) return fail("cannot set up partition " + id.str() + ": " + slice.error().message);
+
+    std::vector<std::int64_t> emitted = tail.emitted(id);
+    if (!tail.truncated.empty() && !emitted.empty() && emitted.front() > plan->committed_until &&
+        in.committed) {
+      spdlog::warn(
+          "{}: the output tail read ({} records per output partition) reaches back only to "
+          "source offset {}, the committed offset is {}: a record in between that a previous "
+          "owner emitted may be emitted again; raise state.reconcile_tail_records",
+          id.str(), config.state.reconcile_tail_records, emitted.front(), plan->committed_until);
+    }
+    (*slice)->set_replay(
+        ReplayRule(plan->committed_until, plan->rebuild_until, std::move(emitted)));
+
+    Assigned a;
+    a.worker = choose_worker(slices_per_worker);
+    ++slices_per_worker[a.worker];
+    a.tracker = (*slice)->tracker();
+    a.counters = (*slice)->counters();
+    a.committed = in.committed.value_or(-1);
+    a.stored = in.committed.value_or(-1);
+    // Replay as far as the partition holds records now; a position past
+    // high can only be reached by new records, which are not replayed.
+    const std::int64_t from = plan->fetch_from.value_or(low);
+    a.restore_end = std::min(plan->rebuild_until, high);
+    a.restoring = from < a.restore_end;
+    a.assigned_at = t0;
+    a.outcome.reason = plan->reason;
+    a.outcome.snapshot_refusal = plan->snapshot_refusal;
+    a.outcome.restored_bytes = restored_bytes;
+    a.counters->restoring.store(a.restoring, std::memory_order_relaxed);
+    if (in.committed) confirmed[id] = std::max(confirmed[id], *in.committed);
+    if (snapshotter) snapshotter->reset(id, in.committed);
+
+    const bool unusable =
+        plan->snapshot_refusal && *plan->snapshot_refusal != SnapshotRefusal::kMissing;
+    spdlog::log(unusable ? spdlog::level::warn : spdlog::level::info, "{}", plan->explanation);
+
+    Work work;
+    work.kind = Work::Kind::kAdopt;
+    work.slice = std::move(*slice);
+    workers[a.worker]->push(std::move(work));
+    {
+      std::lock_guard lock(registry_mu);
+      assigned.insert_or_assign(id, a);
+    }
+    if (!a.restoring) finish_recovery(id, assigned.at(id));
+    fetch[id] = plan->fetch_from.value_or(RdKafka::Topic::OFFSET_INVALID);
+  }
+  spdlog::info(
+      "recovery of {} partition(s) planned in {:.0f} ms (offsets {:.0f} ms, output tail {:.0f} "
+      "ms for {} records, snapshots {:.0f} ms, window starts {:.0f} ms)",
+      ids.size(), ms_between(t0, Clock::now()), ms_between(t0, t_offsets),
+      ms_between(t_offsets, t_tail), tail.records_read, ms_between(t_tail, t_snapshots),
+      ms_between(t_snapshots, t_windows));
+  return fetch;
+}
+
+void Pipeline::Impl::finish_recovery(const PartitionId& id, Assigned& a) {
+  a.restoring = false;
+  a.counters->restoring.store(false, std::memory_order_relaxed);
+  a.outcome.seconds = std::chrono::duration<double>(Clock::now() - a.assigned_at).count();
+  a.outcome.replayed = a.counters->replayed.load(std::memory_order_relaxed);
+  spdlog::info("{}: recovery done ({}) in {:.2f} s, {} records replayed in rebuild mode", id.str(),
+               to_string(a.outcome.reason), a.outcome.seconds, a.outcome.replayed);
+  if (hooks.on_recovered) hooks.on_recovered(id, a.outcome);
+}
+
+// A restoring partition is done when its worker processed up to the end of
+// the replay, or when the consumer's position passed it with nothing queued
+// (the last offsets before the end can be gaps: compaction, transaction
+// markers).
+void Pipeline::Impl::check_restored() {
+  std::vector<RdKafka::TopicPartition*> ask;
+  for (auto& [id, a] : assigned) {
+    if (!a.restoring) continue;
+    if (a.counters->next_offset.load(std::memory_order_relaxed) >= a.restore_end) {
+      finish_recovery(id, a);
+    } else if (a.counters->queued.load(std::memory_order_relaxed) == 0) {
+      ask.push_back(RdKafka::TopicPartition::create(id.topic, id.partition));
+    }
+  }
+  if (ask.empty()) return;
+  if (consumer->position(ask) == RdKafka::ERR_NO_ERROR) {
+    for (auto* tp : ask) {
+      auto it = assigned.find(PartitionId{tp->topic(), tp->partition()});
+      if (it == assigned.end() || tp->err() != RdKafka::ERR_NO_ERROR) continue;
+      Assigned& a = it->second;
+      if (a.restoring && tp->offset() >= a.restore_end &&
+          a.counters->queued.load(std::memory_order_relaxed) == 0) {
+        finish_recovery(it->first, a);
+      }
+    }
+  }
+  RdKafka::TopicPartition::destroy(ask);
 }
 
 void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
@@ -1034,6 +1420,7 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   //    partitions are already lost: another member owns them and a commit
   //    would be refused.
   std::string final_positions;
+  std::vector<PartitionId> capture;  // final snapshot at the final position
   if (!lost) {
     wait_delivered(ids, Clock::now() + config.shutdown_timeout);
     store_offsets(ids);
@@ -1042,11 +1429,17 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
       final_positions +=
           (final_positions.empty() ? "" : ", ") + id.str() + "@" +
           (a.stored < 0 ? std::string("(nothing processed)") : std::to_string(a.stored));
+      if (a.stored >= 0 && a.stored == a.counters->next_offset.load(std::memory_order_relaxed)) {
+        capture.push_back(id);
+      }
     }
+  } else if (snapshotter) {
+    for (const auto& id : ids) snapshotter->drop(id);
   }
-  // 3. release the slices (snapshot hook), then hand the partitions back
+  // 3. release the slices (final captures first), then hand the partitions
+  //    back; the commit result releases the captures to the store.
   for (auto& [w, list] : by_worker) {
-    workers[w]->barrier(Work::Kind::kRelease, list);
+    workers[w]->barrier(Work::Kind::kRelease, list, capture);
     slices_per_worker[w] -= static_cast<std::uint32_t>(list.size());
   }
   {
@@ -1119,6 +1512,7 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
     }
     if (Clock::now() >= next_store) {
       store_offsets(assigned_ids());
+      check_restored();
       next_store = Clock::now() + kStoreEvery;
     }
   }
@@ -1145,6 +1539,11 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
         "not every final offset was confirmed within shutdown_timeout; close() tries once "
         "more, else the next owner reads those records again");
   }
+  // Final snapshots at the committed positions (a capture ahead of a
+  // confirmed commit waits and is never written).
+  if (snapshotter && graceful) {
+    for (auto& w : workers) w->barrier(Work::Kind::kCapture);
+  }
   // librdkafka 2.0.2 asserts in rd_kafka_sticky_assignor_state_destroy() when
   // a cooperative-sticky member is closed before its first SyncGroup
   // completed (the assignor state is still NULL; fixed in librdkafka 2.3.0,
@@ -1164,6 +1563,20 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
       100, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
   producer->flush(static_cast<int>(std::min<std::int64_t>(remaining, INT32_MAX)));
   stop_threads();
+  if (snapshotter) {
+    const auto left = std::max<std::int64_t>(
+        1'000,
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (!snapshotter->wait_idle(std::chrono::milliseconds(left))) {
+      spdlog::warn("snapshot writes still running after shutdown_timeout; waiting for them");
+    }
+    store->drain();
+    const auto c = snapshotter->counts();
+    spdlog::info(
+        "snapshots: {} written, {} failed, {} superseded, {} not covered by a commit (not "
+        "written)",
+        c.written, c.failed, c.replaced, c.waiting + c.dropped);
+  }
   if (fatal.raised()) return fail(fatal.message());
   spdlog::info("stopped cleanly");
   return {};
@@ -1185,8 +1598,9 @@ void Pipeline::Impl::stop_threads() {
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::~Pipeline() = default;
 
-Result<std::unique_ptr<Pipeline>> Pipeline::create(const config::Config& config, SliceHooks hooks) {
-  auto impl = std::make_unique<Impl>(config, std::move(hooks));
+Result<std::unique_ptr<Pipeline>> Pipeline::create(const config::Config& config, SliceHooks hooks,
+                                                   state::SnapshotStore* store) {
+  auto impl = std::make_unique<Impl>(config, std::move(hooks), store);
   if (auto s = impl->build_clients(); !s) return tl::unexpected(s.error());
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
@@ -1231,6 +1645,8 @@ PipelineStats Pipeline::stats() const {
     p.batch_nanos = c.batch_nanos.load(std::memory_order_relaxed);
     p.queued = static_cast<std::uint64_t>(
         std::max<std::int64_t>(0, c.queued.load(std::memory_order_relaxed)));
+    p.replayed = c.replayed.load(std::memory_order_relaxed);
+    p.restoring = c.restoring.load(std::memory_order_relaxed);
     p.invalid_reasons = c.invalid_reasons();
     p.filter_bytes = c.filter_bytes.load(std::memory_order_relaxed);
     p.filter_subfilters = c.filter_subfilters.load(std::memory_order_relaxed);

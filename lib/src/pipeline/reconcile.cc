@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kafka_errors.h"
+#include "kdedup/pipeline/recovery.h"
 
 namespace kdedup::pipeline {
 
@@ -76,6 +77,11 @@ std::optional<std::int64_t> ReconcileReport::highest(const PartitionId& source) 
   auto it = highest_by_source.find(source);
   if (it == highest_by_source.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::int64_t> ReconcileReport::emitted(const PartitionId& source) const {
+  auto it = emitted_by_source.find(source);
+  return it == emitted_by_source.end() ? std::vector<std::int64_t>{} : it->second;
 }
 
 namespace {
@@ -197,6 +203,7 @@ Result<ReconcileReport> read_output_tail(const ReconcileOptions& options,
     }
     if (high <= low) continue;  // empty partition: nothing emitted (or all expired)
     const std::int64_t from = std::max(low, high - options.tail_records);
+    if (from > low) report.truncated.push_back(p);
     code = consumer.start(topic.get(), p, from, queue.get());
     if (code != RdKafka::ERR_NO_ERROR) {
       return fail(fmt::format("output reconciliation: cannot read '{}' partition {} from {}: {}",
@@ -268,8 +275,183 @@ Result<ReconcileReport> read_output_tail(const ReconcileOptions& options,
     auto [it, inserted] =
         report.highest_by_source.try_emplace(parsed.provenance->source, parsed.provenance->offset);
     if (!inserted) it->second = std::max(it->second, parsed.provenance->offset);
+    report.emitted_by_source[parsed.provenance->source].push_back(parsed.provenance->offset);
+  }
+  for (auto& [source, offsets] : report.emitted_by_source) {
+    std::sort(offsets.begin(), offsets.end());
+    offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
   }
   return report;
+}
+
+namespace {
+
+/// The offset and timestamp (<= 0: none) of the first record at or after
+/// `offset`; none at the end of the partition.
+Result<std::optional<std::pair<std::int64_t, std::int64_t>>> read_at(RdKafka::Consumer& consumer,
+                                                                     RdKafka::Topic& topic,
+                                                                     std::int32_t partition,
+                                                                     std::int64_t offset,
+                                                                     Clock::time_point deadline) {
+  std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
+  if (RdKafka::ErrorCode code = consumer.start(&topic, partition, offset, queue.get());
+      code != RdKafka::ERR_NO_ERROR) {
+    return fail(fmt::format("window start: cannot read {}[{}] at offset {}: {}", topic.name(),
+                            partition, offset, describe_kafka_error(code)));
+  }
+  Started started{&consumer, &topic, partition};
+  for (;;) {
+    const int wait = remaining_ms(deadline);
+    if (wait <= 0) {
+      return fail(fmt::format("window start: reading {}[{}] at offset {} timed out", topic.name(),
+                              partition, offset));
+    }
+    std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
+    if (!m || m->err() == RdKafka::ERR__TIMED_OUT) continue;
+    if (m->err() == RdKafka::ERR__PARTITION_EOF) return std::nullopt;
+    if (m->err() != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("window start: reading {}[{}] at offset {}: {}", topic.name(),
+                              partition, offset, describe_kafka_error(m->err())));
+    }
+    const auto ts = m->timestamp();
+    const std::int64_t t =
+        ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
+    return std::make_pair(m->offset(), t);
+  }
+}
+
+/// The first offset in [low, last] whose record's timestamp is >= target,
+/// by bisection (timestamps taken as non-decreasing; the record at `last`
+/// qualifies). About log2(last - low) single-record reads.
+Result<std::int64_t> search_offset_for_time(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
+                                            std::int32_t partition, std::int64_t low,
+                                            std::int64_t last, std::int64_t target,
+                                            Clock::time_point deadline) {
+  std::int64_t lo = std::max<std::int64_t>(0, low);
+  std::int64_t hi = std::max(lo, last);
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    auto r = read_at(consumer, topic, partition, mid, deadline);
+    if (!r) return tl::unexpected(r.error());
+    if (!*r || (*r)->first >= hi) {
+      hi = mid;  // nothing stored in [mid, hi): the answer is at or before mid
+    } else if ((*r)->second >= target) {
+      hi = mid;  // the first record from mid on qualifies
+    } else {
+      lo = (*r)->first + 1;
+    }
+  }
+  return lo;
+}
+
+}  // namespace
+
+Result<std::map<PartitionId, std::int64_t>> find_window_starts(
+    const ReconcileOptions& options, const std::map<PartitionId, std::int64_t>& committed,
+    std::int64_t window_ms) {
+  std::map<PartitionId, std::int64_t> starts;
+  if (committed.empty()) return starts;
+  const auto deadline = Clock::now() + options.timeout;
+  auto made = make_consumer(options);
+  if (!made) return tl::unexpected(made.error());
+  RdKafka::Consumer& consumer = **made;
+  std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
+
+  // 1. The timestamp of the record at C - 1 of every partition.
+  std::string err;
+  std::map<std::string, std::unique_ptr<RdKafka::Topic>> topics;
+  std::vector<std::unique_ptr<Started>> started;
+  std::set<PartitionId> pending;
+  for (const auto& [id, c] : committed) {
+    if (c <= 0) continue;
+    auto& topic = topics[id.topic];
+    if (!topic) {
+      topic.reset(RdKafka::Topic::create(&consumer, id.topic, nullptr, err));
+      if (!topic) return fail(fmt::format("window start: topic '{}': {}", id.topic, err));
+    }
+    if (RdKafka::ErrorCode code = consumer.start(topic.get(), id.partition, c - 1, queue.get());
+        code != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("window start: cannot read {} at offset {}: {}", id.str(), c - 1,
+                              describe_kafka_error(code)));
+    }
+    started.push_back(std::unique_ptr<Started>(new Started{&consumer, topic.get(), id.partition}));
+    pending.insert(id);
+  }
+  std::map<PartitionId, std::int64_t> timestamps;
+  while (!pending.empty()) {
+    const int wait = remaining_ms(deadline);
+    if (wait <= 0) {
+      std::string where;
+      for (const auto& id : pending) where += (where.empty() ? "" : ", ") + id.str();
+      return fail(fmt::format(
+          "window start: reading the record before the committed offset of {} timed out after "
+          "{} ms; check the brokers",
+          where, options.timeout.count()));
+    }
+    std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
+    if (!m || m->err() == RdKafka::ERR__TIMED_OUT) continue;
+    PartitionId id{m->topic_name(), m->partition()};
+    spdlog::debug("window start: {} offset {}: {}", id.str(), m->offset(),
+                  describe_kafka_error(m->err()));
+    if (!pending.count(id)) continue;
+    if (m->err() == RdKafka::ERR__PARTITION_EOF) {
+      pending.erase(id);  // nothing stored there any more
+      continue;
+    }
+    if (m->err() != RdKafka::ERR_NO_ERROR) {
+      return fail(
+          fmt::format("window start: reading {}: {}", id.str(), describe_kafka_error(m->err())));
+    }
+    pending.erase(id);
+    const auto ts = m->timestamp();
+    if (ts.type != RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE && ts.timestamp > 0) {
+      timestamps[id] = ts.timestamp;
+    }
+  }
+  started.clear();
+  if (timestamps.empty()) return starts;
+
+  // 2. offsetsForTimes of (timestamp - window), all partitions in one call.
+  std::vector<RdKafka::TopicPartition*> tps;
+  for (const auto& [id, ts] : timestamps) {
+    tps.push_back(
+        RdKafka::TopicPartition::create(id.topic, id.partition, rewind_target_ms(ts, window_ms)));
+  }
+  struct Destroy {
+    std::vector<RdKafka::TopicPartition*>& v;
+    ~Destroy() { RdKafka::TopicPartition::destroy(v); }
+  } destroy{tps};
+  if (RdKafka::ErrorCode code = consumer.offsetsForTimes(tps, std::max(1, remaining_ms(deadline)));
+      code != RdKafka::ERR_NO_ERROR) {
+    return fail(fmt::format("window start: offsets for times: {}", describe_kafka_error(code)));
+  }
+  for (auto* tp : tps) {
+    PartitionId id{tp->topic(), tp->partition()};
+    if (tp->err() != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("window start: offsets for times of {}: {}", id.str(),
+                              describe_kafka_error(tp->err())));
+    }
+    if (tp->offset() >= 0) {
+      starts[id] = tp->offset();
+      continue;
+    }
+    // No answer although the record at C - 1 is at or after the target: the
+    // broker does not look offsets up by time (librdkafka 2.0.2's mock
+    // cluster answers -1 to every timestamp query). Search the offsets.
+    std::int64_t low = 0, high = 0;
+    if (RdKafka::ErrorCode code = consumer.query_watermark_offsets(
+            id.topic, id.partition, &low, &high, std::max(1, remaining_ms(deadline)));
+        code != RdKafka::ERR_NO_ERROR) {
+      return fail(
+          fmt::format("window start: offsets of {}: {}", id.str(), describe_kafka_error(code)));
+    }
+    auto found = search_offset_for_time(consumer, *topics.at(id.topic), id.partition, low,
+                                        committed.at(id) - 1,
+                                        rewind_target_ms(timestamps.at(id), window_ms), deadline);
+    if (!found) return tl::unexpected(found.error());
+    starts[id] = *found;
+  }
+  return starts;
 }
 
 }  // namespace kdedup::pipeline

@@ -20,6 +20,8 @@ const char* to_string(SnapshotRefusal refusal) noexcept {
       return "read_error";
     case SnapshotRefusal::kAheadOfCommit:
       return "ahead_of_commit";
+    case SnapshotRefusal::kBehindRetention:
+      return "behind_retention";
   }
   return "unknown";
 }
@@ -59,6 +61,7 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
   }
   auto negative = [](const std::optional<std::int64_t>& v) { return v && *v < 0; };
   if (negative(in.committed) || negative(in.highest_emitted) || negative(in.window_start_offset) ||
+      negative(in.low_watermark) ||
       (in.snapshot.snapshot && in.snapshot.snapshot->next_offset < 0)) {
     return fail(fmt::format(
         "recovery of {}: negative offset (committed {}, highest emitted {}, window start {}, "
@@ -72,6 +75,8 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
   // replayed without emitting: max(C, H + 1).
   plan.rebuild_until =
       std::max(in.committed.value_or(0), in.highest_emitted ? *in.highest_emitted + 1 : 0);
+  plan.committed_until = in.committed.value_or(0);
+  const std::int64_t low = in.low_watermark.value_or(0);
   const std::string reconciled =
       in.highest_emitted
           ? fmt::format("; output already holds source offsets up to {}", *in.highest_emitted)
@@ -80,7 +85,11 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
   // 1. The snapshot, if any, must be covered by a commit (S <= C).
   if (in.snapshot.snapshot) {
     const auto& s = *in.snapshot.snapshot;
-    if (in.committed && s.next_offset <= *in.committed) {
+    // S < L with S < C: committed records [S, min(C, L)) the filter must
+    // learn are gone. (S == C < L misses nothing that anyone could replay.)
+    if (in.committed && s.next_offset < *in.committed && s.next_offset < low) {
+      plan.snapshot_refusal = SnapshotRefusal::kBehindRetention;
+    } else if (in.committed && s.next_offset <= *in.committed) {
       plan.filter = RecoveryPlan::FilterSource::kRestored;
       plan.clock_ms = s.clock_ms;
       plan.fetch_from = s.next_offset;
@@ -90,8 +99,9 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
           "mode{}",
           where, s.next_offset, *in.committed, s.next_offset, plan.rebuild_until, reconciled);
       return plan;
+    } else {
+      plan.snapshot_refusal = SnapshotRefusal::kAheadOfCommit;
     }
-    plan.snapshot_refusal = SnapshotRefusal::kAheadOfCommit;
   } else {
     plan.snapshot_refusal = in.snapshot.refusal;
   }
@@ -101,6 +111,11 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
                 "snapshot at offset {} refused: it is ahead of the committed offset {} "
                 "and would hide undelivered records",
                 in.snapshot.snapshot->next_offset, opt(in.committed))
+      : *plan.snapshot_refusal == SnapshotRefusal::kBehindRetention
+          ? fmt::format(
+                "snapshot at offset {} refused: the input's retention already deleted offsets "
+                "below {}, so the records after the snapshot cannot all be replayed",
+                in.snapshot.snapshot->next_offset, low)
       : *plan.snapshot_refusal == SnapshotRefusal::kMissing
           ? std::string("no snapshot")
           : fmt::format("snapshot not usable ({}){}", to_string(*plan.snapshot_refusal),
@@ -115,31 +130,44 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
     plan.fetch_from.reset();
     plan.reason = RecoveryReason::kFreshPartition;
     plan.explanation = fmt::format(
-        "{}: {}; no committed offset, starting from the consumer's reset position{}", where,
+        "{}: {}; no committed offset, starting from the consumer's reset position{}{}", where,
         refusal,
         in.highest_emitted
             ? fmt::format(" and replaying up to offset {} in rebuild mode", plan.rebuild_until)
-            : std::string());
+            : std::string(),
+        reconciled);
     return plan;
   }
-  if (in.window_start_offset) {
+  if (in.window_start_offset && *in.committed > low) {
     // offsetsForTimes may answer past C when the clock of later records ran
-    // backwards; never start after the committed position.
-    plan.fetch_from = std::min(*in.window_start_offset, *in.committed);
+    // backwards; never start after the committed position, nor before the
+    // oldest record still stored.
+    plan.fetch_from = std::max(low, std::min(*in.window_start_offset, *in.committed));
+    // offsetsForTimes answers the first record at or after the target: when
+    // that is the oldest stored record, older ones in the window may have
+    // been deleted already.
+    plan.window_past_retention = low > 0 && *plan.fetch_from == low;
     plan.reason = RecoveryReason::kRebuildFromWindow;
     plan.explanation = fmt::format(
         "{}: {}; rebuilding from offset {} (one window of {} ms before committed {}), replaying "
-        "[{}, {}) in rebuild mode{}",
+        "[{}, {}) in rebuild mode{}{}",
         where, refusal, *plan.fetch_from, in.window_ms, *in.committed, *plan.fetch_from,
-        plan.rebuild_until, reconciled);
+        plan.rebuild_until, reconciled,
+        plan.window_past_retention
+            ? fmt::format(
+                  "; the window may reach back past the input's retention (oldest stored offset "
+                  "{}): identities delivered before it cannot be known, a duplicate of one can "
+                  "pass once",
+                  low)
+            : "");
     return plan;
   }
-  plan.fetch_from = *in.committed;
+  plan.fetch_from = std::max(low, *in.committed);
   plan.reason = RecoveryReason::kNoHistory;
   plan.explanation = fmt::format(
-      "{}: {}; no record found in the window before committed offset {}, starting empty there "
-      "(replaying up to {} in rebuild mode){}",
-      where, refusal, *in.committed, plan.rebuild_until, reconciled);
+      "{}: {}; no record found in the window before committed offset {}, starting empty at "
+      "offset {} (replaying up to {} in rebuild mode){}",
+      where, refusal, *in.committed, *plan.fetch_from, plan.rebuild_until, reconciled);
   return plan;
 }
 

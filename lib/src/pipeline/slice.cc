@@ -27,14 +27,32 @@ PartitionClock::Reading PartitionClock::observe(std::int64_t timestamp_ms,
   return reading;
 }
 
-Result<std::unique_ptr<Slice>> Slice::create(PartitionId id, const SliceOptions& options) {
-  std::unique_ptr<filter::SlidingFilter> f;
-  if (options.filter_enabled) {
+Result<std::unique_ptr<Slice>> Slice::create(PartitionId id, const SliceOptions& options,
+                                             SliceStart start) {
+  std::unique_ptr<filter::SlidingFilter> f = std::move(start.filter);
+  if (options.filter_enabled && !f) {
     auto made = filter::make_filter(options.filter);
     if (!made) return fail(id.str() + ": cannot create the filter: " + made.error().message);
     f = std::move(*made);
   }
-  return std::make_unique<Slice>(std::move(id), options, std::move(f), 0, -1);
+  if (!options.filter_enabled) f.reset();
+  return std::make_unique<Slice>(std::move(id), options, std::move(f), start.clock_ms,
+                                 start.next_offset);
+}
+
+ReplayRule::ReplayRule(std::int64_t committed, std::int64_t rebuild_until,
+                       std::vector<std::int64_t> emitted)
+    : committed_(committed), rebuild_until_(std::max(committed, rebuild_until)) {
+  std::erase_if(emitted, [&](std::int64_t o) { return o < committed_ || o >= rebuild_until_; });
+  std::sort(emitted.begin(), emitted.end());
+  emitted.erase(std::unique(emitted.begin(), emitted.end()), emitted.end());
+  emitted_ = std::move(emitted);
+}
+
+bool ReplayRule::replays(std::int64_t offset) const noexcept {
+  if (offset < committed_) return true;
+  if (offset >= rebuild_until_) return false;
+  return std::binary_search(emitted_.begin(), emitted_.end(), offset);
 }
 
 Slice::Slice(PartitionId id, const SliceOptions& options,
@@ -51,6 +69,7 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
   }
   counters_->clock_ms.store(clock_ms, std::memory_order_relaxed);
   counters_->next_offset.store(next_offset, std::memory_order_relaxed);
+  captures_.last_offset = next_offset;
 }
 
 filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept {

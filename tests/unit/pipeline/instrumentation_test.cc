@@ -175,7 +175,7 @@ TEST(Instrumentation, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
   SliceOptions o;
   o.window_ms = 60'000;
   o.filter.type = filter::FilterType::kExact;
-  auto slice = inst.hooks().make_slice(PartitionId{"in", 2}, o);
+  auto slice = inst.hooks().make_slice(PartitionId{"in", 2}, o, SliceStart{});
   ASSERT_TRUE(slice) << slice.error().message;
   EXPECT_NE(dynamic_cast<const AuditedFilter*>((*slice)->filter()), nullptr);
   EXPECT_EQ((*slice)->filter()->type(), filter::FilterType::kExact);
@@ -306,6 +306,61 @@ TEST_F(BridgeTest, ReadyOnceTheGroupAssignedEvenNothing) {
   now.ready = true;  // first assignment callback, zero partitions
   bridge.publish();
   EXPECT_EQ(m->health().readiness().status, 200);
+}
+
+// Recovery: /readyz stays 503 while any partition replays; replayed records,
+// restores (duration, bytes) and rebuilds reach their metrics; snapshot
+// writes (also of a partition no longer assigned) and failures are counted.
+TEST_F(BridgeTest, RestoringPartitionsKeepTheInstanceUnreadyAndRecoveryIsCounted) {
+  now.ready = true;
+  SliceOptions o;
+  o.filter.type = filter::FilterType::kExact;
+  ASSERT_TRUE(inst.make_slice(PartitionId{"in", 0}, o));
+  ASSERT_TRUE(inst.make_slice(PartitionId{"in", 1}, o));
+  partition(0).restoring = true;
+  partition(0).replayed = 40;
+  partition(1).restoring = true;
+  bridge.publish();
+  auto r = m->health().readiness();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("restoring 2 of 2 partitions"), std::string::npos) << r.body;
+  EXPECT_EQ(value(*m, "kdedup_rebuild_replayed_records_total", p0), 40);
+
+  const SliceHooks hooks = inst.hooks();
+  partition(0).restoring = false;
+  partition(0).replayed = 100;
+  RecoveryOutcome rebuilt;
+  rebuilt.reason = RecoveryReason::kRebuildFromWindow;
+  hooks.on_recovered(PartitionId{"in", 0}, rebuilt);
+  bridge.publish();
+  r = m->health().readiness();
+  EXPECT_NE(r.body.find("restoring 1 of 2 partitions"), std::string::npos) << r.body;
+  EXPECT_EQ(value(*m, "kdedup_rebuild_replayed_records_total", p0), 100);
+  EXPECT_EQ(value(*m, "kdedup_rebuilds_total", p0), 1);
+
+  const LabelMap p1{{"topic", "in"}, {"partition", "1"}};
+  partition(1).restoring = false;
+  RecoveryOutcome restored;
+  restored.reason = RecoveryReason::kRestored;
+  restored.seconds = 0.5;
+  restored.restored_bytes = 4096;
+  hooks.on_recovered(PartitionId{"in", 1}, restored);
+  bridge.publish();
+  EXPECT_EQ(m->health().readiness().status, 200);
+  EXPECT_EQ(value(*m, "kdedup_restores_total", p1), 1);
+  EXPECT_EQ(value(*m, "kdedup_restore_read_bytes_total", p1), 4096);
+  EXPECT_EQ(value(*m, "kdedup_rebuilds_total", p1), 0);
+
+  state::WriteReport written;
+  written.bytes_written = 1000;
+  written.write_time = std::chrono::milliseconds(20);
+  hooks.on_snapshot(PartitionId{"in", 1}, written);
+  hooks.on_snapshot(PartitionId{"in", 7}, written);  // already revoked
+  hooks.on_snapshot(PartitionId{"in", 1}, fail("disk full"));
+  EXPECT_EQ(value(*m, "kdedup_snapshots_total", p1), 1);
+  EXPECT_EQ(value(*m, "kdedup_snapshot_written_bytes_total", p1), 1000);
+  EXPECT_EQ(value(*m, "kdedup_snapshot_failures_total", p1), 1);
+  EXPECT_EQ(value(*m, "kdedup_snapshots_total", {{"topic", "in"}, {"partition", "7"}}), 1);
 }
 
 TEST_F(BridgeTest, StatisticsFeedConsumerLagAndProducerQueueOffTheCallbackThread) {

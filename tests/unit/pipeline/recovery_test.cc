@@ -205,6 +205,124 @@ TEST(RecoveryPlan, FreshPartition) {
   EXPECT_NE(plan->explanation.find("rebuild mode"), std::string::npos);
 }
 
+// Snapshot older than the input's retention (S < L): records [S, L) cannot be
+// replayed, so the filter would miss identities delivered there. Refused,
+// rebuilt from the window start, never before L.
+TEST(RecoveryPlan, SnapshotBehindRetentionIsRefused) {
+  auto in = inputs();
+  in.snapshot = snapshot_at(100);
+  in.committed = 500;
+  in.low_watermark = 300;
+  in.window_start_offset = 320;
+  auto plan = plan_recovery(in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->filter, Source::kEmpty);
+  EXPECT_EQ(plan->snapshot_refusal, SnapshotRefusal::kBehindRetention);
+  EXPECT_EQ(plan->reason, RecoveryReason::kRebuildFromWindow);
+  EXPECT_EQ(plan->fetch_from, 320);
+  EXPECT_EQ(plan->rebuild_until, 500);
+  EXPECT_FALSE(plan->window_past_retention);
+  EXPECT_NE(plan->explanation.find("retention"), std::string::npos) << plan->explanation;
+  EXPECT_STREQ(to_string(SnapshotRefusal::kBehindRetention), "behind_retention");
+
+  // The window reaches back past retention: start at L and say so.
+  in.window_start_offset = 300;
+  plan = plan_recovery(in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->fetch_from, 300);
+  EXPECT_TRUE(plan->window_past_retention);
+  EXPECT_NE(plan->explanation.find("oldest stored offset 300"), std::string::npos)
+      << plan->explanation;
+
+  // S == C below L: nothing the snapshot lacks can be replayed by anyone;
+  // the snapshot is still the best state there is.
+  in.snapshot = snapshot_at(200);
+  in.committed = 200;
+  plan = plan_recovery(in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->filter, Source::kRestored);
+
+  // S >= L: restored as usual.
+  in.snapshot = snapshot_at(350);
+  in.committed = 500;
+  plan = plan_recovery(in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->filter, Source::kRestored);
+  EXPECT_EQ(plan->fetch_from, 350);
+}
+
+TEST(RecoveryPlan, CommittedBelowRetentionStartsAtTheOldestRecord) {
+  auto in = inputs();
+  in.snapshot = refused(SnapshotRefusal::kMissing);
+  in.committed = 50;
+  in.low_watermark = 80;
+  auto plan = plan_recovery(in);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->reason, RecoveryReason::kNoHistory);
+  EXPECT_EQ(plan->fetch_from, 80);
+  EXPECT_EQ(plan->committed_until, 50);
+}
+
+TEST(RecoveryPlan, NeverStartsBeforeRetentionProperty) {
+  for (std::int64_t s = 0; s < 20; s += 4) {
+    for (std::int64_t c = 0; c < 20; c += 3) {
+      for (std::int64_t low = 0; low < 20; low += 5) {
+        for (std::int64_t w = -1; w < 20; w += 6) {
+          auto in = inputs();
+          in.snapshot = snapshot_at(s);
+          in.committed = c;
+          in.low_watermark = low;
+          if (w >= 0) in.window_start_offset = w;
+          auto plan = plan_recovery(in);
+          ASSERT_TRUE(plan);
+          if (plan->filter == Source::kRestored) {
+            EXPECT_LE(s, c);
+            EXPECT_TRUE(s >= low || s == c) << s << " " << c << " " << low;
+          } else {
+            ASSERT_TRUE(plan->fetch_from);
+            EXPECT_GE(*plan->fetch_from, low);
+          }
+          EXPECT_EQ(plan->committed_until, c);
+        }
+      }
+    }
+  }
+}
+
+// The replay rule of a recovering partition: everything below C, then in
+// [C, rebuild_until) only the offsets found in the output (with
+// partitioning: key a record can be missing from the output while a later
+// one of the same input partition is there).
+TEST(ReplayRule, ReplaysCommittedAndAlreadyEmittedOnly) {
+  ReplayRule none;
+  EXPECT_FALSE(none.replays(0));
+  EXPECT_EQ(none.end(), 0);
+
+  // C = 100, H = 109; 103 and 107 went to an output partition that never
+  // got them (the crash), so they must be emitted now.
+  ReplayRule rule(100, 110, {109, 100, 101, 102, 104, 105, 106, 108, 5, 200, 101});
+  for (std::int64_t o = 0; o < 100; ++o) EXPECT_TRUE(rule.replays(o)) << o;
+  for (std::int64_t o : {100, 101, 102, 104, 105, 106, 108, 109}) EXPECT_TRUE(rule.replays(o)) << o;
+  EXPECT_FALSE(rule.replays(103));
+  EXPECT_FALSE(rule.replays(107));
+  EXPECT_FALSE(rule.replays(110));
+  EXPECT_FALSE(rule.replays(200));  // outside [C, rebuild_until): ignored
+  EXPECT_EQ(rule.end(), 110);
+
+  // partitioning: input, a tail that covers [C, H]: exactly "up to H".
+  std::vector<std::int64_t> all;
+  for (std::int64_t o = 40; o <= 60; ++o) all.push_back(o);
+  ReplayRule input(40, 61, all);
+  for (std::int64_t o = 0; o <= 60; ++o) EXPECT_TRUE(input.replays(o)) << o;
+  EXPECT_FALSE(input.replays(61));
+
+  // rebuild_until below C (nothing emitted past C) is C.
+  ReplayRule plain(30, 0, {});
+  EXPECT_EQ(plain.end(), 30);
+  EXPECT_TRUE(plain.replays(29));
+  EXPECT_FALSE(plain.replays(30));
+}
+
 TEST(RecoveryPlan, RejectsImpossibleInputs) {
   auto in = inputs();
   in.window_ms = 0;

@@ -129,16 +129,26 @@ class Instrumentation {
   /// `config` gives the slice options and metrics.audit_sample.
   Instrumentation(metrics::Metrics& metrics, const config::Config& config);
 
-  /// Hooks for Pipeline::create: make_slice builds a fresh Slice whose filter
-  /// is wrapped in an AuditedFilter; on_statistics hands librdkafka's
-  /// statistics documents to offer_statistics(). Restoring from a snapshot will plug in
-  /// here (restore_filter, then wrap) and report through
-  /// PartitionMetrics::restored(); until then every partition starts empty.
+  /// Hooks for Pipeline::create: make_slice builds the Slice (from a
+  /// restored filter or a new one) with its filter wrapped in an
+  /// AuditedFilter; on_statistics hands librdkafka's statistics documents to
+  /// offer_statistics(); on_recovered and on_snapshot feed the restore,
+  /// rebuild and snapshot metrics.
   [[nodiscard]] SliceHooks hooks();
 
-  /// Builds the Slice for `id` (what hooks().make_slice calls).
+  /// Builds the Slice for `id` (what hooks().make_slice calls): `start`'s
+  /// restored filter, or a new empty one, wrapped in an AuditedFilter.
   [[nodiscard]] Result<std::unique_ptr<Slice>> make_slice(const PartitionId& id,
-                                                          const SliceOptions& options);
+                                                          const SliceOptions& options,
+                                                          SliceStart start = {});
+
+  /// A partition finished recovering: counts a restore (duration, bytes) or
+  /// a rebuild (kdedup_restores_total / kdedup_rebuilds_total). Replayed
+  /// records are counted by the StatsBridge as they happen.
+  void recovered(const PartitionId& id, const RecoveryOutcome& outcome);
+  /// A snapshot write finished (any thread; the partition may already be
+  /// revoked, then a short-lived handle counts it).
+  void snapshot_written(const PartitionId& id, const Result<state::WriteReport>& result);
 
   /// The entry for `id`, if one was made.
   [[nodiscard]] std::optional<Entry> find(const PartitionId& id) const;
@@ -149,11 +159,6 @@ class Instrumentation {
   /// Creates the entry for `id` without a Slice (passthrough partitions seen
   /// only through stats, and tests); returns the existing one if present.
   Entry ensure(const PartitionId& id);
-
-  /// Readiness seam: true once every assigned partition is restored. Today
-  /// partitions start empty, so a partition is restored as soon as it is
-  /// assigned; the snapshot restore step will clear it while it replays.
-  [[nodiscard]] bool restored(const PartitionId& id) const;
 
   /// Keeps one librdkafka statistics document for the bridge to parse (the
   /// caller is librdkafka's poll thread, i.e. the consumer or delivery
@@ -197,7 +202,9 @@ class Instrumentation {
 /// the client stops the beats, and /healthz fails once Health's own
 /// stale_after passed too. It sets /readyz from PipelineStats::ready (the first
 /// assignment callback ran, even with zero partitions) and
-/// Instrumentation::restored() of every assigned partition.
+/// PartitionStats::restoring of every assigned partition ("restoring N of M
+/// partitions" while any replays), and adds each partition's replayed
+/// records to kdedup_rebuild_replayed_records_total.
 ///
 /// Owned by the app; start() once, stop() (or the destructor) joins the
 /// thread. publish() may be called directly instead of start() (tests).

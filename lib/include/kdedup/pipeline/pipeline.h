@@ -13,9 +13,23 @@
 //   committable positions to librdkafka's committer, which commits every
 //   commit_interval while the group is stable;
 // - `threads` worker threads, each the only owner of its partitions' Slices:
-//   identity -> fingerprint -> filter decision -> produce;
+//   identity -> fingerprint -> filter decision -> produce; they also capture
+//   snapshots of their slices (a copy of the filter state);
 // - one delivery thread serving producer delivery reports into the
-//   partitions' OffsetTrackers.
+//   partitions' OffsetTrackers;
+// - with a SnapshotStore, the store's writer thread writes the captures
+//   once a commit covers them (Snapshotter).
+//
+// Recovery (DESIGN.md "Recovery protocol"): on assignment the consumer
+// thread reads the committed offsets, the output tail (reconciliation), the
+// snapshots and, for partitions without a usable one, the offset one window
+// before the committed one; plans each partition (plan_recovery), builds its
+// Slice (restored or empty) and starts fetching at the plan's position. The
+// records before the plan's end are replayed (ReplayRule): the filter learns
+// them, nothing is produced, and the partition is "restoring" (not ready)
+// until the replay reached its end. Snapshots: every
+// state.snapshot_interval / snapshot_records per partition, on revocation
+// and on graceful shutdown, never ahead of the committed offset.
 //
 // Lifecycle: create() builds the clients (no network yet); check_topics()
 // verifies topics and partition counts against the config; run() joins the
@@ -31,20 +45,34 @@
 
 #include "kdedup/common/result.h"
 #include "kdedup/config/config.h"
+#include "kdedup/pipeline/recovery.h"
 #include "kdedup/pipeline/slice.h"
 #include "kdedup/pipeline/stats.h"
+#include "kdedup/state/snapshot.h"
+
+namespace kdedup::state {
+class SnapshotStore;
+}
 
 namespace kdedup::pipeline {
 
-/// Points where later stages (state snapshots, restore) plug in. Each hook
-/// runs on the worker thread that owns the slice; none may block for long.
+/// Points where instrumentation plugs in. None may block for long.
 struct SliceHooks {
-  /// Builds the Slice for a newly assigned partition (e.g. from a snapshot).
-  /// Runs on the consumer thread during assignment. Unset: Slice::create.
-  std::function<Result<std::unique_ptr<Slice>>(const PartitionId&, const SliceOptions&)> make_slice;
-  /// Called after a revoked partition's outputs were delivered and its offset
-  /// committed, just before the Slice is destroyed (the point to snapshot it).
+  /// Builds the Slice for a newly assigned partition from `start` (a
+  /// restored filter, or none for an empty one). Runs on the consumer
+  /// thread during assignment. Unset: Slice::create.
+  std::function<Result<std::unique_ptr<Slice>>(const PartitionId&, const SliceOptions&, SliceStart)>
+      make_slice;
+  /// Called on the worker that owns a revoked partition's Slice, after its
+  /// outputs were delivered and its final position stored, just before the
+  /// Slice is destroyed.
   std::function<void(Slice&)> on_release;
+  /// A partition's recovery finished (its replay reached the end, or there
+  /// was nothing to replay). Consumer thread.
+  std::function<void(const PartitionId&, const RecoveryOutcome&)> on_recovered;
+  /// A snapshot write finished (written or failed). The store's writer
+  /// thread; the partition may no longer be assigned.
+  std::function<void(const PartitionId&, const Result<state::WriteReport>&)> on_snapshot;
   /// Receives each librdkafka statistics document (JSON) of the consumer and
   /// the producer. Set: the pipeline asks both clients for statistics every
   /// `statistics.interval.ms` (5000 unless `kafka` / `consumer` /
@@ -58,8 +86,11 @@ class Pipeline {
  public:
   /// Builds consumer and producer from `config` (librdkafka properties are
   /// checked here: an unknown or invalid property is an error naming it).
-  [[nodiscard]] static Result<std::unique_ptr<Pipeline>> create(const config::Config& config,
-                                                                SliceHooks hooks = {});
+  /// `store` (may be null: no snapshots, every assignment rebuilds from
+  /// Kafka) must outlive the Pipeline; the Pipeline loads and writes the
+  /// snapshots of its partitions there and drains it before run() returns.
+  [[nodiscard]] static Result<std::unique_ptr<Pipeline>> create(
+      const config::Config& config, SliceHooks hooks = {}, state::SnapshotStore* store = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;

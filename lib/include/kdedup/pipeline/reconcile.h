@@ -94,12 +94,21 @@ struct ReconcileOptions {
 struct ReconcileReport {
   /// Highest source offset per source partition seen in the tail.
   std::map<PartitionId, std::int64_t> highest_by_source;
+  /// Every source offset per source partition seen in the tail, sorted and
+  /// unique (at most tail_records per output partition read): the
+  /// ReplayRule's `emitted` set.
+  std::map<PartitionId, std::vector<std::int64_t>> emitted_by_source;
+  /// Output partitions whose tail did not reach back to their low watermark
+  /// (older records were not read).
+  std::vector<std::int32_t> truncated;
   std::uint64_t records_read = 0;
   std::uint64_t without_provenance = 0;         ///< records with none of the headers
   std::uint64_t malformed = 0;                  ///< counted and skipped (warning logged)
   std::vector<std::string> malformed_examples;  ///< the first few messages
   /// H for one input partition; none if the tail holds nothing from it.
   [[nodiscard]] std::optional<std::int64_t> highest(const PartitionId& source) const;
+  /// The source offsets of `source` found (empty if none).
+  [[nodiscard]] std::vector<std::int64_t> emitted(const PartitionId& source) const;
 };
 
 /// Reads the tails of `output_partitions` of `output_topic`. Empty partitions
@@ -108,6 +117,18 @@ struct ReconcileReport {
 [[nodiscard]] Result<ReconcileReport> read_output_tail(
     const ReconcileOptions& options, const std::string& output_topic,
     const std::vector<std::int32_t>& output_partitions);
+
+/// Where a rebuild without snapshot starts (RecoveryInputs::
+/// window_start_offset): for each partition, given its committed offset C
+/// (> 0, and C - 1 still stored), reads the record at C - 1 and asks
+/// offsetsForTimes for its timestamp minus `window_ms` (rewind_target_ms).
+/// Partitions without an answer (the record has no timestamp, or no record
+/// at or after the target) are absent from the result. One short-lived
+/// consumer for all partitions, on the calling thread; fails on a timeout
+/// or a broker error, naming the partition.
+[[nodiscard]] Result<std::map<PartitionId, std::int64_t>> find_window_starts(
+    const ReconcileOptions& options, const std::map<PartitionId, std::int64_t>& committed,
+    std::int64_t window_ms);
 
 /// The output topic's partition count (for output_partitions_to_read with
 /// `key`), from metadata.

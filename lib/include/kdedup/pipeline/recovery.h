@@ -29,7 +29,9 @@
 //      mode leave it empty: aborted output is not visible to
 //      read_committed readers and committed output matches C.
 //   4. if no usable snapshot: timestamp of the record at C-1 (or C),
-//      rewind_target_ms(), offsetsForTimes -> window_start_offset
+//      rewind_target_ms(), offsetsForTimes -> window_start_offset; the
+//      low watermark L -> low_watermark (a snapshot with S < L is refused
+//      as behind_retention, the rebuild never starts before L)
 //   5. plan_recovery(); build the Slice from the restored filter (when
 //      filter == kRestored, with clock_ms) or empty; seek to fetch_from
 //      (none = leave the consumer's auto.offset.reset to decide); mark the
@@ -62,6 +64,10 @@ enum class SnapshotRefusal : std::uint8_t {
   kFormatUnknown,
   kReadError,
   kAheadOfCommit,  ///< S > C, or a snapshot with no committed offset at all
+  /// S < L, the input's low watermark: records [S, L) were deleted by
+  /// retention, so replaying from S would miss them (the filter would not
+  /// know identities the previous owner delivered).
+  kBehindRetention,
 };
 
 [[nodiscard]] const char* to_string(SnapshotRefusal refusal) noexcept;
@@ -124,6 +130,9 @@ struct RecoveryInputs {
   /// no such record or the timestamp at C is unknown: then an empty filter
   /// starts at C (nothing older can be replayed; reported as kNoHistory).
   std::optional<std::int64_t> window_start_offset;
+  /// L: the partition's low watermark (oldest offset still stored); none =
+  /// unknown (treated as 0).
+  std::optional<std::int64_t> low_watermark;
 };
 
 /// Which branch the plan took (a metric label and a log word each).
@@ -144,12 +153,30 @@ struct RecoveryPlan {
   /// decide (rebuild_until still applies to whatever is read).
   std::optional<std::int64_t> fetch_from;
   /// Records with offset < rebuild_until are replayed in rebuild mode;
-  /// 0 = no rebuild. Always >= C and > H.
+  /// 0 = no rebuild. Always >= C and > H. Below C every record is replayed;
+  /// in [C, rebuild_until) only those already in the output (ReplayRule).
   std::int64_t rebuild_until = 0;
+  /// C, or 0 without a committed offset: the ReplayRule's `committed`.
+  std::int64_t committed_until = 0;
+  /// The window before C reaches back past the input's retention: the
+  /// rebuild starts at the low watermark and identities delivered before it
+  /// cannot be known (a duplicate of one of them can pass once).
+  bool window_past_retention = false;
   RecoveryReason reason = RecoveryReason::kFreshPartition;
   /// Why the stored snapshot was not used (none when restored).
   std::optional<SnapshotRefusal> snapshot_refusal;
   std::string explanation;  ///< one log line, naming the partition and the offsets
+};
+
+/// How one partition's recovery ended (Pipeline -> SliceHooks::on_recovered,
+/// for metrics): restored or rebuilt, how long from assignment until the
+/// replay reached its end, and the snapshot's size when restored.
+struct RecoveryOutcome {
+  RecoveryReason reason = RecoveryReason::kFreshPartition;
+  std::optional<SnapshotRefusal> snapshot_refusal;
+  double seconds = 0.0;
+  std::uint64_t restored_bytes = 0;
+  std::uint64_t replayed = 0;
 };
 
 /// (timestamp at the committed position) - window, floored at 0: the time

@@ -13,10 +13,12 @@
 // input offset, which is exactly what a snapshot holds; filter(), clock() and
 // next_offset() expose the same three things for taking one.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kdedup/common/result.h"
 #include "kdedup/filter/fingerprint.h"
@@ -72,11 +74,59 @@ struct SliceOptions {
   filter::FilterConfig filter;
 };
 
+/// Where a Slice starts: a restored snapshot (filter, clock, next offset) or,
+/// with `filter` null, a new empty filter (clock 0, next offset -1).
+struct SliceStart {
+  std::unique_ptr<filter::SlidingFilter> filter;
+  std::int64_t clock_ms = 0;
+  std::int64_t next_offset = -1;
+};
+
+/// Which records of a recovering partition are REPLAYED (decided by the
+/// filter exactly like any record, so the filter ends up in the same state,
+/// but nothing is produced and nothing is counted as input) and which are
+/// processed normally (DESIGN.md "Recovery protocol", recovery.h):
+///   offset <  committed                       replayed (already handled)
+///   committed <= offset < rebuild_until       replayed only if the offset is
+///                                             in `emitted` (found in the
+///                                             output tail), else normal
+///   offset >= rebuild_until                   normal
+/// With `output.partitioning: key` a record X can be in the output while
+/// X-1 (sent to another output partition) never got there, so "everything
+/// up to the highest emitted offset H" would lose X-1; the set does not.
+/// With `partitioning: input` and a tail that covers [C, H] the set holds
+/// every emitted record, i.e. it replays exactly up to H.
+class ReplayRule {
+ public:
+  ReplayRule() = default;  ///< replays nothing
+  /// `emitted` need not be sorted; offsets outside [committed,
+  /// rebuild_until) are ignored.
+  ReplayRule(std::int64_t committed, std::int64_t rebuild_until, std::vector<std::int64_t> emitted);
+
+  [[nodiscard]] bool replays(std::int64_t offset) const noexcept;
+  /// First offset from which every record is processed normally.
+  [[nodiscard]] std::int64_t end() const noexcept { return rebuild_until_; }
+
+ private:
+  std::int64_t committed_ = 0;
+  std::int64_t rebuild_until_ = 0;
+  std::vector<std::int64_t> emitted_;  // sorted, unique, within [committed_, rebuild_until_)
+};
+
+/// When the owning worker last captured a snapshot of the Slice.
+struct CaptureSchedule {
+  std::int64_t last_offset = -1;  ///< next offset of the last capture (or of the start)
+  std::uint64_t records_since = 0;
+  std::chrono::steady_clock::time_point last_time = std::chrono::steady_clock::now();
+};
+
 class Slice {
  public:
-  /// A fresh slice: empty filter, clock at 0.
+  /// A new slice from `start` (default: empty filter, clock at 0). A
+  /// restored filter is used as is (callers wrap it first if they want).
   [[nodiscard]] static Result<std::unique_ptr<Slice>> create(PartitionId id,
-                                                             const SliceOptions& options);
+                                                             const SliceOptions& options,
+                                                             SliceStart start = {});
 
   /// A slice continuing from saved state (a snapshot): `filter` may be null
   /// only when the filter is disabled.
@@ -107,6 +157,14 @@ class Slice {
   /// Null in passthrough mode.
   [[nodiscard]] const filter::SlidingFilter* filter() const noexcept { return filter_.get(); }
 
+  /// The replay rule of a recovering partition (set before the Slice is
+  /// handed to its worker).
+  void set_replay(ReplayRule rule) { replay_ = std::move(rule); }
+  [[nodiscard]] const ReplayRule& replay() const noexcept { return replay_; }
+
+  /// Snapshot bookkeeping; only the owning worker touches it.
+  [[nodiscard]] CaptureSchedule& captures() noexcept { return captures_; }
+
   [[nodiscard]] const std::shared_ptr<OffsetTracker>& tracker() const noexcept { return tracker_; }
   [[nodiscard]] const std::shared_ptr<PartitionCounters>& counters() const noexcept {
     return counters_;
@@ -118,6 +176,8 @@ class Slice {
   PartitionClock clock_;
   std::int64_t tick_ms_;
   std::int64_t next_offset_;
+  ReplayRule replay_;
+  CaptureSchedule captures_;
   std::shared_ptr<OffsetTracker> tracker_ = std::make_shared<OffsetTracker>();
   std::shared_ptr<PartitionCounters> counters_ = std::make_shared<PartitionCounters>();
 };

@@ -41,6 +41,12 @@ struct PartitionCounters {
   /// consumer thread adds one per record it dispatches, the worker subtracts
   /// a whole run of the partition's records at once.
   std::atomic<std::int64_t> queued{0};
+  /// Records replayed in rebuild mode (filter updated, nothing produced):
+  /// not part of records_in / distinct / duplicates.
+  std::atomic<std::uint64_t> replayed{0};
+  /// True from assignment until the recovery replay reached its end (set by
+  /// the consumer thread); /readyz is not ready while any partition is.
+  std::atomic<bool> restoring{false};
   // Filter statistics, refreshed by the owning worker after each batch.
   std::atomic<std::uint64_t> filter_bytes{0};
   std::atomic<std::uint32_t> filter_subfilters{0};
@@ -70,7 +76,9 @@ struct PartitionStats {
   std::int64_t committed_offset = -1;  ///< last offset committed by this process; -1 = none yet
   std::uint64_t in_flight = 0;         ///< outputs awaiting delivery reports
   std::uint64_t batches = 0, batch_nanos = 0;
-  std::uint64_t queued = 0;  ///< records dispatched to its worker, not processed yet
+  std::uint64_t queued = 0;    ///< records dispatched to its worker, not processed yet
+  std::uint64_t replayed = 0;  ///< records replayed in rebuild mode (not in records_in)
+  bool restoring = false;      ///< recovery replay not finished yet
   std::map<std::string, std::uint64_t> invalid_reasons;
   // Filter statistics, refreshed by the owning worker after each batch.
   std::uint64_t filter_bytes = 0;
