@@ -16,8 +16,10 @@
 // values t + W + 1 .. t + M - 1. Each sub-filter sweeps its lines in order
 // on a schedule: by clock c it must have visited
 //   R(c) = floor((c - created) * lines / P) lines,   P = G - 1,
-// and it may run at most one tick ahead (R(c + 1)). Work is done one line per
-// insert (ahead of schedule) and the rest when the clock advances, so two
+// and it may run at most one tick ahead (R(c + 1)). The work is done when the
+// clock advances, in one sequential, vectorised sweep of the lines now due
+// (the insert path carries no scrub state; states written by versions that
+// scrubbed one line per insert, up to R(c + 1), still restore), so two
 // visits of a line are at most P + 1 = G ticks apart and every dead cell is
 // cleared inside its safe interval. A clock jump of d <= W ticks first
 // catches up with ages taken relative to the old clock plus d (exact, since
@@ -39,8 +41,16 @@
 // (multiply-high range reduction); Fingerprint.lo gives k probe positions of
 // log2(B) bits each inside the line (a colliding position moves to the next
 // free cell, so the k cells are distinct). One cache miss per sub-filter per
-// operation. The false-positive probability of a blocked filter at lambda
-// live elements per line is the Poisson mixture
+// operation.
+//
+// Insert path. test_and_insert_batch() works in runs of elements at one clock
+// value: the clock's live codes, the sub-filters' lines and the room left in
+// the active one are copied into a TickView once per run, the insertion
+// counters are booked once per run, and the k of the usual targets (5..8)
+// have their loops unrolled. Per element that leaves the k positions (taken
+// straight from the fingerprint bits unless two collide, ~15% at k = 5), k
+// table reads for the age test (4- and 8-bit timers) and k writes when new. The false-positive
+// probability of a blocked filter at lambda live elements per line is the Poisson mixture
 //   fpp(lambda) = sum_x Pois(x; lambda) * q_k(x)
 // with q_k(x) the exact probability that k distinct probes all hit cells set
 // by x elements in the same line (see sizing.h). k and cells per element are
@@ -86,6 +96,7 @@
 // Threading: owned by one thread (the worker owning its Slice); no method is
 // thread-safe.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -153,12 +164,40 @@ class TimerFilter final : public SlidingFilter {
  private:
   struct SubFilter;
 
+  // What the insert path reads during one tick, as plain values: rebuilt by
+  // refresh_view() whenever the clock moves or the sub-filters change. The
+  // batch loop works on a local copy, so that its stores into the cells
+  // (bytes, which may alias anything) do not force every constant to be
+  // reloaded from the filter after each write.
+  struct TickView {
+    struct Cells {
+      std::uint8_t* data = nullptr;
+      std::uint64_t lines = 0;
+    };
+    std::array<Cells, kMaxSubfilters> subs{};  // newest (the active one) first
+    std::uint32_t count = 0;                   // live sub-filters
+    std::uint32_t k = 0;
+    std::uint32_t equal = 0;     // config.equal_timers
+    std::uint32_t now_code = 1;  // code(clock)
+    // A code v is alive iff v != 0 and (v - live_lo) mod 2^b <= live_span
+    // (see "Age test" in timer_filter.cc).
+    std::uint32_t live_lo = 1;
+    std::uint32_t live_span = 0;
+    std::uint64_t room = 0;  // inserts the active may take before it must be sealed
+    // 4- and 8-bit timers: alive / empty class of every code (timer_filter.cc).
+    std::array<std::uint8_t, 256> code_class{};
+  };
+
   explicit TimerFilter(const FilterConfig& config);
   void move_clock(Tick now);
-  /// Recomputes now_code_ and the live interval after clock_ changed.
-  void refresh_codes();
+  /// Rebuilds view_ from clock_, subs_ and the active's counters.
+  void refresh_view();
+  /// Books `n` insertions into the active sub-filter at clock_, `filled` of
+  /// whose cells were empty before.
+  void commit_inserts(std::uint64_t n, std::uint64_t filled);
   void clear_all(Tick now);
   void catch_up(SubFilter& s, Tick old_clock, Tick now);
+  template <unsigned Bits>
   void scrub_lines(SubFilter& s, std::uint64_t count, Tick ref, std::uint64_t extra_age);
   void refresh_threshold();
   void maybe_shrink();
@@ -173,9 +212,12 @@ class TimerFilter final : public SlidingFilter {
   [[nodiscard]] std::uint64_t alive_total() const;
   template <unsigned Bits>
   Decision decide(const Fingerprint& fp);
-  template <unsigned Bits>
+  template <unsigned Bits, unsigned K>
   void decide_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                     std::span<Decision> out);
+  template <unsigned Bits>
+  void decide_batch_k(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                      std::span<Decision> out);
 
   FilterConfig config_;
   std::uint32_t cells_per_line_ = 0;
@@ -187,9 +229,7 @@ class TimerFilter final : public SlidingFilter {
   std::vector<std::unique_ptr<SubFilter>> subs_;  // oldest first; back() is active
   std::uint64_t active_limit_ = 0;                // elements the active may hold now
   Tick clock_ = 0;
-  std::uint32_t now_code_ = 1;  // code(clock_)
-  std::uint32_t live_lo_ = 1;   // live codes: [live_lo_, now_code_], cyclic if live_wrap_
-  bool live_wrap_ = false;
+  TickView view_;
   Tick first_tick_ = 0;  // tick of the first insertion (rate estimate)
   std::uint64_t insertions_ = 0;
 };
