@@ -265,11 +265,22 @@ class Worker {
 
  private:
   void loop() {
+    // How often an idle worker looks for slices whose snapshot came due
+    // without new records (a partition that went quiet after a burst).
+    constexpr auto kIdleCheck = std::chrono::milliseconds(250);
     for (;;) {
       Work work;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return !queue_.empty(); });
+        if (!cv_.wait_for(lock, kIdleCheck, [&] { return !queue_.empty(); })) {
+          lock.unlock();
+          if (!failed_) {
+            for (auto& [id, slice] : slices_) {
+              if (slice->captures().records_since > 0) maybe_capture(*slice, 0);
+            }
+          }
+          continue;
+        }
         work = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -1063,9 +1074,8 @@ void Pipeline::Impl::on_snapshot_written(const PartitionId& id,
   if (!result) {
     fatal.set(fmt::format(
         "cannot write the snapshot of {} to state.dir '{}': {}. Stopping cleanly: delivered "
-        "records are committed and the next start restores the last good snapshots (or "
-        "rebuilds from Kafka). Free space on that volume or repair it, or point state.dir at "
-        "another directory",
+        "records are committed; the next start restores the last good snapshots or rebuilds "
+        "from Kafka",
         id.str(), store->dir(), result.error().message));
   } else {
     spdlog::debug("snapshot of {} written: {} bytes ({} of {} chunks) in {:.1f} ms", id.str(),
@@ -1429,7 +1439,10 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
       final_positions +=
           (final_positions.empty() ? "" : ", ") + id.str() + "@" +
           (a.stored < 0 ? std::string("(nothing processed)") : std::to_string(a.stored));
-      if (a.stored >= 0 && a.stored == a.counters->next_offset.load(std::memory_order_relaxed)) {
+      // Not after a fatal error: a snapshot write error is one, and the
+      // service is stopping anyway.
+      if (!fatal.raised() && a.stored >= 0 &&
+          a.stored == a.counters->next_offset.load(std::memory_order_relaxed)) {
         capture.push_back(id);
       }
     }
