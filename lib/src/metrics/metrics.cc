@@ -27,14 +27,11 @@ using prometheus::Labels;
 
 namespace {
 
-// Bucket bounds, in seconds. Batches take from tens of microseconds (a small
-// batch, hot cache) to a second (a large batch behind a slow producer).
-const std::vector<double> kBatchBounds{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                       0.025,  0.05,    0.1,    0.25,  0.5,    1.0,   2.5};
-// Record age at emit spans the normal pipeline delay (milliseconds) up to an
-// hour-long backlog after an outage.
-const std::vector<double> kAgeBounds{0.005, 0.01, 0.025, 0.05, 0.1,  0.25,  0.5,   1.0,
-                                     2.5,   5.0,  10.0,  30.0, 60.0, 300.0, 900.0, 3600.0};
+// Bucket bounds, in seconds. The two latency histograms take theirs from
+// duration_histogram.h, where the pipeline's lock-free counters use them too.
+const std::vector<double> kBatchBounds(kBatchProcessingBounds.begin(),
+                                       kBatchProcessingBounds.end());
+const std::vector<double> kAgeBounds(kEmitAgeBounds.begin(), kEmitAgeBounds.end());
 // Snapshots and restores: a small partition in a millisecond, a GiB-sized
 // filter in minutes.
 const std::vector<double> kStateBounds{0.001, 0.005, 0.01, 0.05, 0.1,  0.5,
@@ -192,20 +189,24 @@ struct PartitionMetrics::Gauges {
 
 // ---------------------------------------------------------------------------
 
-void HistogramBatch::flush_into(prometheus::Histogram& h) {
-  if (!any_) return;
-  h.ObserveMultiple(counts_, sum_);
-  std::fill(counts_.begin(), counts_.end(), 0.0);
-  sum_ = 0.0;
-  any_ = false;
+namespace {
+
+/// Merges integer bucket counts into a Prometheus histogram in one locked
+/// call (nothing when there are no observations).
+template <const auto& Bounds>
+void observe_multiple(Histogram& h, const DurationCounts<Bounds>& c) {
+  if (c.count() == 0) return;
+  std::vector<double> increments(c.buckets.begin(), c.buckets.end());
+  h.ObserveMultiple(increments, c.sum_seconds());
 }
+
+}  // namespace
 
 PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32_t partition)
     : owner_(owner),
       topic_(std::move(topic)),
       partition_(partition),
-      gauges_(std::make_shared<Gauges>()),
-      ages_(kAgeBounds) {
+      gauges_(std::make_shared<Gauges>()) {
   gauges_->topic = topic_;
   gauges_->partition = partition_;
   gauges_->last_snapshot.store(wall_seconds());
@@ -239,20 +240,23 @@ PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32
   replayed_ = &f.replayed.Add(labels);
 }
 
-PartitionMetrics::~PartitionMetrics() {
-  ages_.flush_into(*emit_age_);
-  owner_.drop_gauges(gauges_.get());
-}
+PartitionMetrics::~PartitionMetrics() { owner_.drop_gauges(gauges_.get()); }
 
-void PartitionMetrics::add_batch(const BatchCounts& c, double processing_seconds) {
+void PartitionMetrics::add_batch(const BatchCounts& c) {
   add_nonzero(in_, c.in);
   add_nonzero(distinct_, c.distinct);
   add_nonzero(duplicate_, c.duplicate);
   add_nonzero(dlq_, c.dlq);
   for (std::size_t i = 0; i < owner_.reasons_.size(); ++i) add_nonzero(invalid_[i], c.invalid[i]);
-  if (processing_seconds >= 0.0) batch_seconds_->Observe(processing_seconds);
-  ages_.flush_into(*emit_age_);
   gauges_->records_in.fetch_add(c.in, std::memory_order_relaxed);
+}
+
+void PartitionMetrics::add_batch_times(const BatchTimeCounts& times) {
+  observe_multiple(*batch_seconds_, times);
+}
+
+void PartitionMetrics::add_emit_ages(const EmitAgeCounts& ages) {
+  observe_multiple(*emit_age_, ages);
 }
 
 void PartitionMetrics::set_filter(const filter::FilterStats& s, double clock_lag_seconds) noexcept {

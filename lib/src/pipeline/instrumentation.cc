@@ -328,19 +328,12 @@ void StatsBridge::publish() {
       c.invalid[m.reason_index(reason)] +=
           delta(n, it == before.invalid_reasons.end() ? 0 : it->second);
     }
-    // The pipeline sums batch times per partition; the histogram gets one
-    // observation per batch at the period's mean batch time (the spread
-    // within one period is not visible to the bridge).
-    const std::uint64_t batches = delta(p.batches, before.batches);
-    const std::uint64_t nanos = delta(p.batch_nanos, before.batch_nanos);
-    if (batches == 0) {
-      entry.metrics->add_batch(c, -1.0);
-    } else {
-      const double mean = static_cast<double>(nanos) / 1e9 / static_cast<double>(batches);
-      entry.metrics->add_batch(c, mean);
-      const metrics::BatchCounts none;
-      for (std::uint64_t b = 1; b < batches; ++b) entry.metrics->add_batch(none, mean);
-    }
+    entry.metrics->add_batch(c);
+    // The latency histograms: the workers count into the same buckets as the
+    // Prometheus histograms, so the delta since the last reading is exactly
+    // the observations made in between, each in its own bucket.
+    entry.metrics->add_batch_times(p.batch_times.since(before.batch_times));
+    entry.metrics->add_emit_ages(p.emit_ages.since(before.emit_ages));
     delivery_errors += delta(p.delivery_errors, before.delivery_errors);
     entry.metrics->add_replayed(delta(p.replayed, before.replayed));
 

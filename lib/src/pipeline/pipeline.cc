@@ -64,6 +64,12 @@ std::int64_t wall_ms() {
       .count();
 }
 
+std::int64_t wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string join_partitions(const std::vector<PartitionId>& ids) {
   std::string out;
   for (const auto& id : ids) {
@@ -404,6 +410,7 @@ class Worker {
 
     actions_.assign(n, Action::kOutput);
     reasons_.assign(n, {});
+    emit_ages_ = {};
     // Replayed records (recovery): decided like the others so the filter
     // learns them, but nothing is produced and they are not input.
     const ReplayRule& rule = slice.replay();
@@ -552,7 +559,9 @@ class Worker {
           const std::int32_t partition = cfg.output.partitioning == config::Partitioning::kInput
                                              ? records[i]->partition()
                                              : RdKafka::Topic::PARTITION_UA;
-          produce(slice, *records[i], cfg.output.topic, partition, "output", nullptr);
+          if (produce(slice, *records[i], cfg.output.topic, partition, "output", nullptr)) {
+            observe_emit_age(*records[i]);
+          }
           break;
         }
         case Action::kDuplicate:
@@ -578,14 +587,34 @@ class Worker {
       counters.filter_subfilters.store(fs.subfilters, std::memory_order_relaxed);
       counters.filter_fpp_estimate.store(fs.fpp_estimate, std::memory_order_relaxed);
     }
-    counters.batches.fetch_add(1, std::memory_order_relaxed);
-    counters.batch_nanos.fetch_add(static_cast<std::uint64_t>((Clock::now() - started).count()),
-                                   std::memory_order_relaxed);
+    // Latency histograms: a handful of relaxed adds per batch, never per
+    // record (the StatsBridge turns them into Prometheus observations).
+    counters.emit_ages.add(emit_ages_);
+    counters.batch_times.observe(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count()));
+  }
+
+  /// Adds the age at emit of an output record just handed to the producer
+  /// (wall clock now minus its timestamp) to this batch's counts. Records
+  /// without a usable timestamp leave with the production time and are not
+  /// observed; a timestamp in the future counts as age 0.
+  void observe_emit_age(const RdKafka::Message& m) noexcept {
+    const auto ts = m.timestamp();
+    if (ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE || ts.timestamp <= 0) {
+      return;
+    }
+    const std::int64_t now_ns = wall_ns();
+    // Compared in milliseconds first so a far-future timestamp cannot
+    // overflow the conversion to nanoseconds.
+    const std::int64_t age_ns =
+        ts.timestamp > now_ns / 1'000'000 ? 0 : now_ns - ts.timestamp * 1'000'000;
+    emit_ages_.observe(static_cast<std::uint64_t>(age_ns));
   }
 
   /// Produces a copy of `m` (key, value, headers, timestamp) plus provenance
-  /// headers, and for dead letters the error headers.
-  void produce(Slice& slice, RdKafka::Message& m, const std::string& topic, std::int32_t partition,
+  /// headers, and for dead letters the error headers. False when the
+  /// producer refused it (the fatal error is raised).
+  bool produce(Slice& slice, RdKafka::Message& m, const std::string& topic, std::int32_t partition,
                const char* destination, const identity::ExtractError* error) {
     RdKafka::Headers* headers = nullptr;
     if (const RdKafka::Headers* hs = m.headers(); hs != nullptr && hs->size() > 0) {
@@ -619,7 +648,7 @@ class Worker {
       if (err == RdKafka::ERR_NO_ERROR) {
         owned_headers.release();  // librdkafka owns them now
         tag.release();            // comes back in the delivery report
-        return;
+        return true;
       }
       if (err == RdKafka::ERR__QUEUE_FULL && !shared_.fatal.raised()) {
         // The delivery thread drains the queue; wait for room.
@@ -633,7 +662,7 @@ class Worker {
       slice.tracker()->failed(m.offset(), reason);
       shared_.fatal.set(std::move(reason));
       failed_ = true;
-      return;
+      return false;
     }
   }
 
@@ -661,6 +690,7 @@ class Worker {
   std::vector<RdKafka::Headers::Header> header_copies_;
   std::vector<std::string> header_names_;
   std::vector<identity::RecordHeader> header_views_;
+  metrics::EmitAgeCounts emit_ages_;  // this batch's output records
 };
 
 }  // namespace
@@ -1654,8 +1684,8 @@ PipelineStats Pipeline::stats() const {
     p.next_offset = c.next_offset.load(std::memory_order_relaxed);
     p.committed_offset = a.committed;
     p.in_flight = a.tracker->in_flight();
-    p.batches = c.batches.load(std::memory_order_relaxed);
-    p.batch_nanos = c.batch_nanos.load(std::memory_order_relaxed);
+    p.batch_times = c.batch_times.read();
+    p.emit_ages = c.emit_ages.read();
     p.queued = static_cast<std::uint64_t>(
         std::max<std::int64_t>(0, c.queued.load(std::memory_order_relaxed)));
     p.replayed = c.replayed.load(std::memory_order_relaxed);

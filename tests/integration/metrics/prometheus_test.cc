@@ -165,7 +165,7 @@ class PrometheusIntegration : public ::testing::Test {
   // Everything the alerts watch for, on the sick instance only.
   void make_sick(int round) {
     auto& orders0 = *sick_partition_;  // only touched here, so its values never flip
-    orders0.add_batch(BatchCounts{.in = 100, .dlq = 100}, 0.001);
+    orders0.add_batch(BatchCounts{.in = 100, .dlq = 100});
     orders0.add_audit(
         AuditCounts{.sampled = 60, .truly_new = 50, .false_positives = 5, .false_negatives = 1});
     filter::FilterStats s{

@@ -3,7 +3,9 @@
 // counts for the stream it read, /healthz and /readyz must answer 200, the
 // scrape must pass `promtool check metrics` and export exactly the names in
 // docs/metrics.md, and a real Prometheus scraping it must evaluate every
-// dashboard panel query and every alert expression without error.
+// dashboard panel query and every alert expression without error. The two
+// latency histograms get one observation per batch and one per record
+// emitted to the output, in the bucket of its own value.
 
 #include <gtest/gtest.h>
 #include <simdjson.h>
@@ -11,6 +13,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -70,22 +73,35 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
 
   // The stream and its exact oracle: 600 keyed records over 250 identities
   // (all inside the window) and 20 records without a key (invalid:
-  // missing_key, routed to the DLQ).
+  // missing_key, routed to the DLQ). Records are stamped 100 s in the past,
+  // except every 50th, stamped 10 minutes in the future (age at emit 0).
   std::vector<TestRecord> records;
   std::set<std::string> seen;
-  std::uint64_t distinct = 0, duplicate = 0, invalid = 0;
+  std::uint64_t distinct = 0, duplicate = 0, invalid = 0, emitted_future = 0;
+  const std::int64_t t0 = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
   for (int i = 0; i < 620; ++i) {
     TestRecord r;
     r.value = "v" + std::to_string(i);
+    const bool future = i % 50 == 49;
+    r.timestamp_ms = future ? t0 + 600'000 : t0 - 100'000;
     if (i % 31 == 30) {
       ++invalid;
       r.partition = i % 3;
     } else {
       r.key = "id-" + std::to_string((i * 7919) % 250);
-      (seen.insert(*r.key).second ? distinct : duplicate)++;
+      // Same key, same partition: the first in produce order is emitted.
+      if (seen.insert(*r.key).second) {
+        ++distinct;
+        emitted_future += future;
+      } else {
+        ++duplicate;
+      }
     }
     records.push_back(std::move(r));
   }
+  ASSERT_GT(emitted_future, 0u);
   ASSERT_EQ(invalid, 20u);
   ASSERT_TRUE(b.produce("in", records));
 
@@ -102,6 +118,7 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
              "on_invalid: dlq\n"
              "dlq_topic: dlq\n"
              "commit_interval: 200ms\n"
+             "batch_size: 16\n"
              "kafka:\n  bootstrap.servers: \"" +
                  b.bootstrap() +
                  "\"\n  statistics.interval.ms: \"1000\"\n"
@@ -115,6 +132,7 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   ASSERT_TRUE(kdedup) << kdedup.error().message;
 
   // Wait until the bridge has published every record (period 1 s).
+  const auto spawned = std::chrono::steady_clock::now();
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + 40s;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -127,6 +145,10 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
     std::this_thread::sleep_for(250ms);
   }
   ASSERT_EQ(sum_samples(text, "kdedup_records_in_total"), 620) << read_file(dir.file("kdedup.log"));
+  // An upper bound of the processing time: from start (group join included)
+  // to the bridge round that published the last record.
+  const double processing_seconds =
+      std::ceil(std::chrono::duration<double>(std::chrono::steady_clock::now() - spawned).count());
 
   // librdkafka statistics (every 1 s here) feed the consumer lag: one series
   // per assigned partition, down to 0 once every record was committed.
@@ -160,7 +182,48 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   EXPECT_GE(sum_samples(text, "kdedup_consumer_rebalances_total"), 1);
   EXPECT_EQ(sum_samples(text, "kdedup_workers"), 2);
   EXPECT_GT(sum_samples(text, "kdedup_filter_bytes"), 0);
-  EXPECT_GT(sum_samples(text, "kdedup_batch_processing_seconds_count"), 0);
+
+  // Latency histograms. Age at emit: one observation per record in the
+  // output topic, in the bucket of its age (about 100 s; 0 for the records
+  // stamped in the future).
+  auto out = b.read_topic("out");
+  ASSERT_TRUE(out) << out.error().message;
+  ASSERT_EQ(out->size(), distinct);
+  const auto histograms_by = std::chrono::steady_clock::now() + 5s;
+  while (sum_samples(text, "kdedup_record_age_at_emit_seconds_count") != distinct &&
+         std::chrono::steady_clock::now() < histograms_by) {
+    std::this_thread::sleep_for(250ms);
+    text = http_get(metrics_port, "/metrics").body;
+  }
+  const auto age_bucket = [&text](const char* le) {
+    return sum_samples(text, "kdedup_record_age_at_emit_seconds_bucket",
+                       {"topic=\"in\"", std::string("le=\"") + le + "\""});
+  };
+  EXPECT_EQ(sum_samples(text, "kdedup_record_age_at_emit_seconds_count", {"topic=\"in\""}),
+            static_cast<double>(out->size()));
+  EXPECT_EQ(age_bucket("0.005"), static_cast<double>(emitted_future));
+  EXPECT_EQ(age_bucket("60"), static_cast<double>(emitted_future));
+  EXPECT_EQ(age_bucket("300"), static_cast<double>(distinct));
+  EXPECT_EQ(age_bucket("+Inf"), static_cast<double>(distinct));
+  const double age_sum = sum_samples(text, "kdedup_record_age_at_emit_seconds_sum");
+  EXPECT_GE(age_sum, 100.0 * static_cast<double>(distinct - emitted_future));
+  EXPECT_LE(age_sum, (100.0 + processing_seconds + 5) * static_cast<double>(distinct));
+  // Batch processing time: one observation per batch. No batch holds more
+  // than batch_size (16) records, so 620 records took at least 39 batches,
+  // many more than the bridge's one-second periods while they were processed.
+  const double batches = sum_samples(text, "kdedup_batch_processing_seconds_count");
+  EXPECT_GE(batches, 39);
+  EXPECT_GT(batches, processing_seconds) << "one observation per bridge period?";
+  EXPECT_GT(sum_samples(text, "kdedup_batch_processing_seconds_sum"), 0);
+  EXPECT_EQ(sum_samples(text, "kdedup_batch_processing_seconds_bucket", {"le=\"+Inf\""}), batches);
+  std::printf(
+      "latency histograms: %.0f batches observed within at most %.0f s of processing "
+      "(%.0f at le=0.001 s); %zu output records, %.0f ages observed (%llu future-stamped at "
+      "le=0.005 s, mean age %.1f s)\n",
+      batches, processing_seconds,
+      sum_samples(text, "kdedup_batch_processing_seconds_bucket", {"le=\"0.001\""}), out->size(),
+      sum_samples(text, "kdedup_record_age_at_emit_seconds_count"),
+      static_cast<unsigned long long>(emitted_future), age_sum / static_cast<double>(distinct));
 
   EXPECT_EQ(http_get(metrics_port, "/healthz").status, 200);
   EXPECT_EQ(http_get(metrics_port, "/readyz").status, 200);

@@ -18,8 +18,16 @@ void add_traffic(metrics::Metrics& m, PartitionHandles& handles, int round) {
     c.invalid[m.reason_index("missing_field")] = 2;
     c.dlq = 5;
     c.distinct = in - c.duplicate - c.dlq;
-    for (int k = 0; k < 50; ++k) p.observe_emit_age(0.002 * (k + 1));
-    p.add_batch(c, 0.0004 + 0.0001 * static_cast<double>(i));
+    p.add_batch(c);
+    // What the StatsBridge passes on: 50 output records 2 ms .. 100 ms old,
+    // and a few batch times (hundreds of microseconds, one slower batch).
+    metrics::EmitAgeCounts ages;
+    for (std::uint64_t k = 0; k < 50; ++k) ages.observe(2'000'000 * (k + 1));
+    p.add_emit_ages(ages);
+    metrics::BatchTimeCounts times;
+    for (std::uint64_t k = 0; k < 4; ++k) times.observe(400'000 + 100'000 * (i + k));
+    times.observe(30'000'000);
+    p.add_batch_times(times);
     p.add_audit(metrics::AuditCounts{in / 1024 + 4, in / 1024 + 3, 0, 0});
 
     filter::FilterStats s;

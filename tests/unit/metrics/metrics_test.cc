@@ -68,12 +68,12 @@ TEST(Metrics, BatchCountersAddUpPerPartition) {
   a.dlq = 5;
   a.invalid[m->reason_index("not_json")] = 4;
   a.invalid[m->reason_index("no_such_reason")] = 1;  // counted as "other"
-  p0->add_batch(a, 0.002);
-  p0->add_batch(a, 0.004);
+  p0->add_batch(a);
+  p0->add_batch(a);
   BatchCounts b;
   b.in = 7;
   b.distinct = 7;
-  p1->add_batch(b, 0.001);
+  p1->add_batch(b);
 
   const auto fs = m->collect();
   const LabelMap o0{{"topic", "orders"}, {"partition", "0"}};
@@ -92,38 +92,126 @@ TEST(Metrics, BatchCountersAddUpPerPartition) {
                     {{"topic", "orders"}, {"partition", "0"}, {"reason", "missing_key"}}),
             0);
   EXPECT_EQ(counter(fs, "kdedup_records_in_total", o1), 7);
+  // Counts alone observe nothing in the latency histograms.
   const auto* batches = find_sample(fs, "kdedup_batch_processing_seconds", {{"topic", "orders"}});
   ASSERT_NE(batches, nullptr);
-  EXPECT_EQ(batches->histogram.sample_count, 3u);
-  EXPECT_NEAR(batches->histogram.sample_sum, 0.007, 1e-12);
+  EXPECT_EQ(batches->histogram.sample_count, 0u);
 }
 
-TEST(Metrics, EmitAgesLandInTheirBuckets) {
+// Cumulative count of the `le` bucket of a histogram sample.
+std::uint64_t cumulative(const prometheus::ClientMetric& h, double le) {
+  for (const auto& bucket : h.histogram.bucket) {
+    if (bucket.upper_bound == le) return bucket.cumulative_count;
+  }
+  ADD_FAILURE() << "no bucket le=" << le;
+  return 0;
+}
+
+TEST(DurationCounts, BoundsAreInclusiveLikePrometheusLe) {
+  // An observation of exactly a bound is in that bound's bucket; one
+  // nanosecond more is in the next one.
+  for (std::size_t i = 0; i < kEmitAgeBounds.size(); ++i) {
+    const auto at = static_cast<std::uint64_t>(kEmitAgeBounds[i] * 1e9 + 0.5);
+    EXPECT_EQ(EmitAgeCounts::bucket_of(at), i) << "le=" << kEmitAgeBounds[i];
+    EXPECT_EQ(EmitAgeCounts::bucket_of(at + 1), i + 1) << "le=" << kEmitAgeBounds[i];
+    EXPECT_EQ(static_cast<double>(at) / 1e9, kEmitAgeBounds[i]);  // whole nanoseconds
+  }
+  for (std::size_t i = 0; i < kBatchProcessingBounds.size(); ++i) {
+    const auto at = static_cast<std::uint64_t>(kBatchProcessingBounds[i] * 1e9 + 0.5);
+    EXPECT_EQ(BatchTimeCounts::bucket_of(at), i) << "le=" << kBatchProcessingBounds[i];
+    EXPECT_EQ(BatchTimeCounts::bucket_of(at - 1), i) << "le=" << kBatchProcessingBounds[i];
+    EXPECT_EQ(BatchTimeCounts::bucket_of(at + 1), i + 1) << "le=" << kBatchProcessingBounds[i];
+  }
+  EXPECT_EQ(BatchTimeCounts::bucket_of(0), 0u);
+  EXPECT_EQ(BatchTimeCounts::bucket_of(UINT64_MAX), kBatchProcessingBounds.size());  // +Inf
+}
+
+TEST(DurationCounts, CountSumAndDifferencesBetweenReadings) {
+  BatchTimeCounts c;
+  c.observe(50'000);         // 50 us   -> le 0.0001
+  c.observe(100'000);        // 100 us  -> le 0.0001 (inclusive)
+  c.observe(100'001);        //         -> le 0.00025
+  c.observe(3'000'000'000);  // 3 s -> +Inf
+  EXPECT_EQ(c.count(), 4u);
+  EXPECT_EQ(c.buckets[0], 2u);
+  EXPECT_EQ(c.buckets[1], 1u);
+  EXPECT_EQ(c.buckets.back(), 1u);
+  EXPECT_EQ(c.sum_nanos, 3'000'250'001u);
+
+  BatchTimeCounts later = c;
+  later.observe(700'000);
+  const BatchTimeCounts d = later.since(c);
+  EXPECT_EQ(d.count(), 1u);
+  EXPECT_EQ(d.buckets[BatchTimeCounts::bucket_of(700'000)], 1u);
+  EXPECT_EQ(d.sum_nanos, 700'000u);
+  EXPECT_EQ(later.since(later), BatchTimeCounts{});
+
+  // The sum wraps modulo 2^64; the difference is still the observations'.
+  BatchTimeCounts near_wrap;
+  near_wrap.sum_nanos = UINT64_MAX - 10;
+  BatchTimeCounts wrapped = near_wrap;
+  wrapped.observe(100);
+  EXPECT_EQ(wrapped.since(near_wrap).sum_nanos, 100u);
+
+  // A histogram that started over (its buckets went backwards) is new as a whole.
+  BatchTimeCounts fresh;
+  fresh.observe(1'000);
+  EXPECT_EQ(fresh.since(later), fresh);
+}
+
+TEST(DurationHistogram, AtomicCountsMatchTheLocalOnes) {
+  EmitAgeHistogram h;
+  EmitAgeCounts batch;
+  batch.observe(3'000'000);    // 3 ms
+  batch.observe(200'000'000);  // 200 ms
+  h.add(batch);
+  h.observe(5'000'000'000'000);  // 5000 s -> +Inf
+  EmitAgeCounts want = batch;
+  want.observe(5'000'000'000'000);
+  EXPECT_EQ(h.read(), want);
+  EXPECT_EQ(h.read().count(), 3u);
+}
+
+TEST(Metrics, LatencyHistogramsTakeBucketCountsAsTheyAre) {
   auto m = make();
   auto p = m->partition("orders", 0);
-  p->observe_emit_age(0.003);   // <= 0.005
-  p->observe_emit_age(0.2);     // <= 0.25
-  p->observe_emit_age(5000.0);  // +Inf
-  // Ages are merged at the next batch, not per record.
-  EXPECT_EQ(find_sample(m->collect(), "kdedup_record_age_at_emit_seconds", {{"topic", "orders"}})
-                ->histogram.sample_count,
-            0u);
-  p->add_batch(BatchCounts{}, -1.0);  // no processing time to record
+  EmitAgeCounts ages;
+  ages.observe(3'000'000);          // 0.003 s   -> le 0.005
+  ages.observe(5'000'000);          // 0.005 s   -> le 0.005 (inclusive)
+  ages.observe(200'000'000);        // 0.2 s     -> le 0.25
+  ages.observe(5'000'000'000'000);  // 5000 s    -> +Inf
+  p->add_emit_ages(ages);
+  BatchTimeCounts times;
+  times.observe(1'000'000);  // 0.001 s -> le 0.001
+  times.observe(1'500'000);  // 0.0015 s -> le 0.0025
+  p->add_batch_times(times);
+  p->add_batch_times(BatchTimeCounts{});  // nothing new: nothing observed
+
   const auto fs = m->collect();
   const auto* h = find_sample(fs, "kdedup_record_age_at_emit_seconds", {{"topic", "orders"}});
   ASSERT_NE(h, nullptr);
-  EXPECT_EQ(h->histogram.sample_count, 3u);
-  EXPECT_DOUBLE_EQ(h->histogram.sample_sum, 5000.203);
+  EXPECT_EQ(h->histogram.sample_count, 4u);
+  EXPECT_DOUBLE_EQ(h->histogram.sample_sum, 5000.208);
   for (const auto& bucket : h->histogram.bucket) {
     const std::uint64_t want = bucket.upper_bound < 0.005  ? 0
-                               : bucket.upper_bound < 0.25 ? 1
-                               : bucket.upper_bound < 5000 ? 2
-                                                           : 3;
+                               : bucket.upper_bound < 0.25 ? 2
+                               : bucket.upper_bound < 5000 ? 3
+                                                           : 4;
     EXPECT_EQ(bucket.cumulative_count, want) << "le=" << bucket.upper_bound;
   }
-  EXPECT_EQ(find_sample(fs, "kdedup_batch_processing_seconds", {{"topic", "orders"}})
-                ->histogram.sample_count,
-            0u);
+  const auto* b = find_sample(fs, "kdedup_batch_processing_seconds", {{"topic", "orders"}});
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->histogram.sample_count, 2u);
+  EXPECT_DOUBLE_EQ(b->histogram.sample_sum, 0.0025);
+  EXPECT_EQ(cumulative(*b, 0.0005), 0u);
+  EXPECT_EQ(cumulative(*b, 0.001), 1u);
+  EXPECT_EQ(cumulative(*b, 0.0025), 2u);
+  // The registered buckets are the shared bounds, plus +Inf.
+  ASSERT_EQ(b->histogram.bucket.size(), kBatchProcessingBounds.size() + 1);
+  ASSERT_EQ(h->histogram.bucket.size(), kEmitAgeBounds.size() + 1);
+  for (std::size_t i = 0; i < kBatchProcessingBounds.size(); ++i) {
+    EXPECT_EQ(b->histogram.bucket[i].upper_bound, kBatchProcessingBounds[i]);
+  }
 }
 
 TEST(Metrics, FilterGaugesAndTheirRemovalOnRevocation) {
@@ -149,7 +237,7 @@ TEST(Metrics, FilterGaugesAndTheirRemovalOnRevocation) {
   const double now = static_cast<double>(std::time(nullptr));
   EXPECT_NEAR(gauge(fs, "kdedup_snapshot_last_success_timestamp_seconds", l), now, 5);
 
-  p->add_batch(BatchCounts{.in = 3}, 0.001);
+  p->add_batch(BatchCounts{.in = 3});
   p.reset();  // revoked
   fs = m->collect();
   EXPECT_EQ(series_count(fs, "kdedup_filter_bytes"), 0u);
@@ -157,7 +245,7 @@ TEST(Metrics, FilterGaugesAndTheirRemovalOnRevocation) {
   EXPECT_EQ(counter(fs, "kdedup_records_in_total", l), 3);  // counters stay
 
   auto again = m->partition("orders", 3);  // reassigned: the counter continues
-  again->add_batch(BatchCounts{.in = 2}, 0.001);
+  again->add_batch(BatchCounts{.in = 2});
   EXPECT_EQ(counter(m->collect(), "kdedup_records_in_total", l), 5);
 }
 
@@ -168,8 +256,8 @@ TEST(Metrics, AggregatesPerTopicWhenPartitionSeriesAreOff) {
   auto p0 = m->partition("orders", 0);
   auto p1 = m->partition("orders", 1);
   auto q = m->partition("payments", 0);
-  p0->add_batch(BatchCounts{.in = 10, .distinct = 9, .duplicate = 1}, 0.001);
-  p1->add_batch(BatchCounts{.in = 5, .distinct = 5}, 0.001);
+  p0->add_batch(BatchCounts{.in = 10, .distinct = 9, .duplicate = 1});
+  p1->add_batch(BatchCounts{.in = 5, .distinct = 5});
   filter::FilterStats s0{
       .bytes = 100, .cells = 100, .live_cells = 10, .subfilters = 1, .fpp_estimate = 0.001};
   filter::FilterStats s1{
@@ -298,21 +386,21 @@ TEST(Metrics, LoadFairnessOverTheLastInterval) {
   auto m = make(options);
   auto a = m->partition("t", 0);
   auto b = m->partition("t", 1);
-  a->add_batch(BatchCounts{.in = 100}, 0.001);
-  b->add_batch(BatchCounts{.in = 100}, 0.001);
+  a->add_batch(BatchCounts{.in = 100});
+  b->add_batch(BatchCounts{.in = 100});
   auto fs = m->collect();
   EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_fairness_index", {}), 1.0);
   EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_max_share", {}), 0.5);
 
-  a->add_batch(BatchCounts{.in = 300}, 0.001);  // only a is busy in this interval
+  a->add_batch(BatchCounts{.in = 300});  // only a is busy in this interval
   fs = m->collect();
   EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_fairness_index", {}), 0.5);  // 1/S
   EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_max_share", {}), 1.0);
 
   auto c = m->partition("t", 2);
-  a->add_batch(BatchCounts{.in = 10}, 0.001);
-  b->add_batch(BatchCounts{.in = 20}, 0.001);
-  c->add_batch(BatchCounts{.in = 30}, 0.001);
+  a->add_batch(BatchCounts{.in = 10});
+  b->add_batch(BatchCounts{.in = 20});
+  c->add_batch(BatchCounts{.in = 30});
   fs = m->collect();
   EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_fairness_index", {}), 3600.0 / (3 * 1400.0));
   EXPECT_DOUBLE_EQ(gauge(fs, "kdedup_load_max_share", {}), 0.5);
@@ -324,10 +412,10 @@ TEST(Metrics, LoadFairnessHoldsTheLastCompletedInterval) {
   auto m = make(options);
   auto a = m->partition("t", 0);
   auto b = m->partition("t", 1);
-  a->add_batch(BatchCounts{.in = 100}, 0.001);
+  a->add_batch(BatchCounts{.in = 100});
   // No interval completed yet: the figures so far are shown.
   EXPECT_DOUBLE_EQ(gauge(m->collect(), "kdedup_load_fairness_index", {}), 0.5);
-  b->add_batch(BatchCounts{.in = 100}, 0.001);
+  b->add_batch(BatchCounts{.in = 100});
   EXPECT_DOUBLE_EQ(gauge(m->collect(), "kdedup_load_fairness_index", {}), 1.0);
 }
 
@@ -340,7 +428,7 @@ TEST(Metrics, EveryIdentityReasonHasItsOwnSeries) {
     ASSERT_NE(m->invalid_reasons()[i], "other") << identity::to_string(r);
     c.invalid[i] = 1;
   }
-  p->add_batch(c, -1.0);
+  p->add_batch(c);
   const auto fs = m->collect();
   for (identity::Reason r : identity::kAllReasons) {
     EXPECT_EQ(
@@ -386,8 +474,10 @@ TEST(Metrics, ScrapesWhileWorkersUpdate) {
     workers.emplace_back([&m, w] {
       auto p = m->partition("orders", w);
       for (int i = 0; i < kBatches; ++i) {
-        p->observe_emit_age(0.01);
-        p->add_batch(BatchCounts{.in = 2, .distinct = 1, .duplicate = 1}, 0.0001);
+        EmitAgeCounts ages;
+        ages.observe(10'000'000);
+        p->add_emit_ages(ages);
+        p->add_batch(BatchCounts{.in = 2, .distinct = 1, .duplicate = 1});
         p->set_filter(filter::FilterStats{.bytes = static_cast<std::uint64_t>(i)}, 0.0);
         p->add_audit(AuditCounts{.sampled = 1});
       }
@@ -409,7 +499,10 @@ TEST(Metrics, ScrapesWhileWorkersUpdate) {
 TEST(Metrics, ScrapeIsPrometheusText) {
   auto m = make();
   auto p = m->partition("orders", 0);
-  p->add_batch(BatchCounts{.in = 1, .distinct = 1}, 0.001);
+  p->add_batch(BatchCounts{.in = 1, .distinct = 1});
+  BatchTimeCounts times;
+  times.observe(1'000'000);
+  p->add_batch_times(times);
   const std::string text = m->scrape();
   EXPECT_NE(text.find("# TYPE kdedup_records_in_total counter"), std::string::npos);
   EXPECT_NE(text.find("kdedup_records_in_total{partition=\"0\",topic=\"orders\"} 1"),

@@ -230,8 +230,7 @@ TEST_F(BridgeTest, PublishesCounterDeltasOnce) {
   p.invalid = 2;
   p.dead_lettered = 2;
   p.invalid_reasons = {{"missing_key", 2}};
-  p.batches = 4;
-  p.batch_nanos = 4'000'000;
+  for (int b = 0; b < 4; ++b) p.batch_times.observe(1'000'000);
   p.clock_ms = 1'700'000'000'000;
   bridge.publish();
   bridge.publish();  // nothing new: nothing added twice
@@ -257,7 +256,7 @@ TEST_F(BridgeTest, PublishesCounterDeltasOnce) {
   p.duplicates = 4;
   p.invalid_reasons = {{"missing_key", 2}, {"not_json", 1}};
   p.delivery_errors = 3;
-  p.batches = 5;
+  p.batch_times.observe(1'000'000);
   now.rebalances = 3;
   now.worker_busy_nanos = {600'000'000, 250'000'000};
   bridge.publish();
@@ -296,6 +295,111 @@ TEST_F(BridgeTest, RevokedPartitionsLoseTheirGaugesAndReassignedOnesStartOver) {
   bridge.publish();
   EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 130);
   EXPECT_NE(find_sample(m->collect(), "kdedup_filter_bytes", p0), nullptr);
+}
+
+// Histogram samples of one topic's latency histograms, by name.
+const prometheus::ClientMetric& histogram(metrics::Metrics& m, const std::string& name,
+                                          std::vector<prometheus::MetricFamily>& keep) {
+  keep = m.collect();
+  const auto* s = find_sample(keep, name, {{"topic", "in"}});
+  static const prometheus::ClientMetric none;
+  EXPECT_NE(s, nullptr) << name;
+  return s ? *s : none;
+}
+
+// What the exported histogram holds, as bucket counts (not cumulative) and
+// the sum in seconds, to compare with what the worker counted.
+template <const auto& Bounds>
+std::vector<std::uint64_t> exported_buckets(const prometheus::ClientMetric& h) {
+  std::vector<std::uint64_t> out;
+  std::uint64_t below = 0;
+  for (const auto& b : h.histogram.bucket) {
+    out.push_back(b.cumulative_count - below);
+    below = b.cumulative_count;
+  }
+  EXPECT_EQ(out.size(), Bounds.size() + 1);
+  return out;
+}
+
+template <const auto& Bounds>
+std::vector<std::uint64_t> as_vector(const metrics::DurationCounts<Bounds>& c) {
+  return {c.buckets.begin(), c.buckets.end()};
+}
+
+TEST_F(BridgeTest, LatencyHistogramsGetEveryObservationOnceInItsBucket) {
+  now.ready = true;
+  // The worker's own counters (the real atomic histograms), read into stats
+  // the way Pipeline::stats() does.
+  auto counters = std::make_unique<PartitionCounters>();
+  metrics::BatchTimeCounts batches_in;  // everything the worker observed
+  metrics::EmitAgeCounts ages_in;
+  auto work = [&](std::uint64_t batches, std::uint64_t seed) {
+    for (std::uint64_t b = 0; b < batches; ++b) {
+      // Batch times from 20 us to ~3 s, ages from 1 ms to ~2 h, with
+      // exact bucket bounds among them.
+      const std::uint64_t t = (seed * 7919 + b * 104'729) % 3'000'000'000 + 20'000;
+      counters->batch_times.observe(t);
+      batches_in.observe(t);
+      metrics::EmitAgeCounts batch_ages;
+      for (std::uint64_t r = 0; r < 3; ++r) {
+        const std::uint64_t age =
+            r == 0 ? 250'000'000 : (seed + b * 31 + r) * 1'000'000'007 % 7'200'000'000'000;
+        batch_ages.observe(age);
+        ages_in.observe(age);
+      }
+      counters->emit_ages.add(batch_ages);
+    }
+    auto& p = partition(0);
+    p.batch_times = counters->batch_times.read();
+    p.emit_ages = counters->emit_ages.read();
+  };
+  std::vector<prometheus::MetricFamily> keep;
+
+  work(40, 1);
+  bridge.publish();
+  bridge.publish();  // nothing new: nothing observed twice
+  {
+    const auto& b = histogram(*m, "kdedup_batch_processing_seconds", keep);
+    EXPECT_EQ(b.histogram.sample_count, 40u);
+    EXPECT_EQ(exported_buckets<metrics::kBatchProcessingBounds>(b), as_vector(batches_in));
+    EXPECT_NEAR(b.histogram.sample_sum, batches_in.sum_seconds(), 1e-6);
+    const auto& a = histogram(*m, "kdedup_record_age_at_emit_seconds", keep);
+    EXPECT_EQ(a.histogram.sample_count, 120u);
+    EXPECT_EQ(exported_buckets<metrics::kEmitAgeBounds>(a), as_vector(ages_in));
+    EXPECT_NEAR(a.histogram.sample_sum, ages_in.sum_seconds(), 1e-3);
+  }
+
+  work(25, 2);  // the next period
+  bridge.publish();
+  {
+    const auto& b = histogram(*m, "kdedup_batch_processing_seconds", keep);
+    EXPECT_EQ(b.histogram.sample_count, 65u);
+    EXPECT_EQ(exported_buckets<metrics::kBatchProcessingBounds>(b), as_vector(batches_in));
+    const auto& a = histogram(*m, "kdedup_record_age_at_emit_seconds", keep);
+    EXPECT_EQ(a.histogram.sample_count, 195u);
+    EXPECT_EQ(exported_buckets<metrics::kEmitAgeBounds>(a), as_vector(ages_in));
+    EXPECT_NEAR(a.histogram.sample_sum, ages_in.sum_seconds(), 1e-3);
+  }
+
+  // Revoked, then re-assigned with a new Slice whose counters start at zero:
+  // the exported histograms keep everything and add only the new batches.
+  now.partitions.clear();
+  bridge.publish();
+  SliceOptions o;
+  o.filter.type = filter::FilterType::kExact;
+  ASSERT_TRUE(inst.make_slice(PartitionId{"in", 0}, o));
+  counters = std::make_unique<PartitionCounters>();
+  work(10, 3);
+  bridge.publish();
+  bridge.publish();
+  {
+    const auto& b = histogram(*m, "kdedup_batch_processing_seconds", keep);
+    EXPECT_EQ(b.histogram.sample_count, 75u);
+    EXPECT_EQ(exported_buckets<metrics::kBatchProcessingBounds>(b), as_vector(batches_in));
+    const auto& a = histogram(*m, "kdedup_record_age_at_emit_seconds", keep);
+    EXPECT_EQ(a.histogram.sample_count, 225u);
+    EXPECT_EQ(exported_buckets<metrics::kEmitAgeBounds>(a), as_vector(ages_in));
+  }
 }
 
 TEST_F(BridgeTest, ReadyOnceTheGroupAssignedEvenNothing) {

@@ -8,14 +8,16 @@
 //   - Metrics' own methods are thread-safe.
 //   - The pipeline asks for one PartitionMetrics per assigned partition on
 //     assignment and destroys it on revocation (its gauges disappear, its
-//     counters stay, as Prometheus expects). The batch methods are called by
-//     the worker that owns the partition's Slice; the snapshot/restore
-//     methods may be called from any thread.
+//     counters stay, as Prometheus expects). Every method is safe from any
+//     thread (prometheus-cpp's counters are atomic, its histograms lock);
+//     the section comments say who calls them.
 //
-// Hot path: all label lookups happen when the handle is created. Per batch
-// the worker makes one add_batch() call (a few atomic adds, one histogram
-// merge); per record at most observe_emit_age(), a short bucket search with
-// no lock, no allocation and no string work.
+// Hot path: all label lookups happen when the handle is created, and the
+// workers never call these methods per record. The pipeline's workers count
+// into relaxed atomics of their own (pipeline/stats.h, duration_histogram.h)
+// and the pipeline's StatsBridge thread passes the deltas here once a second:
+// add_batch() for the counters, add_batch_times() / add_emit_ages() for the
+// two latency histograms (one ObserveMultiple() merge each).
 //
 // Gauges that describe a partition (filter fill, estimated fpp, queue
 // depth, ...) live in atomics on the handle and are read at scrape time, so
@@ -36,6 +38,7 @@
 #include "kdedup/common/result.h"
 #include "kdedup/filter/sliding_filter.h"
 #include "kdedup/metrics/audit_sampler.h"
+#include "kdedup/metrics/duration_histogram.h"
 #include "kdedup/metrics/health.h"
 #include "kdedup/metrics/stats_json.h"
 
@@ -81,30 +84,6 @@ struct BatchCounts {
   std::array<std::uint64_t, kMaxInvalidReasons> invalid{};
 };
 
-/// Bucket counts gathered without locks on the owning thread and merged into
-/// a Prometheus histogram in one call (prometheus-cpp's Observe takes a lock).
-class HistogramBatch {
- public:
-  explicit HistogramBatch(std::span<const double> bounds) : bounds_(bounds) {
-    counts_.assign(bounds.size() + 1, 0.0);
-  }
-  void observe(double value) noexcept {
-    std::size_t i = 0;
-    while (i < bounds_.size() && value > bounds_[i]) ++i;
-    counts_[i] += 1.0;
-    sum_ += value;
-    any_ = true;
-  }
-  /// Adds the gathered observations to `h` and starts over.
-  void flush_into(prometheus::Histogram& h);
-
- private:
-  std::span<const double> bounds_;
-  std::vector<double> counts_;
-  double sum_ = 0.0;
-  bool any_ = false;
-};
-
 class Metrics;
 
 /// The per-partition handle. See the file comment for its threading rules.
@@ -114,12 +93,15 @@ class PartitionMetrics {
   PartitionMetrics(const PartitionMetrics&) = delete;
   PartitionMetrics& operator=(const PartitionMetrics&) = delete;
 
-  // --- owning worker, once per batch -------------------------------------
-  /// Adds the batch's counts and its processing time; merges the record
-  /// ages observed since the previous batch.
-  void add_batch(const BatchCounts& counts, double processing_seconds);
-  /// Age of one emitted record (now - record timestamp), in seconds.
-  void observe_emit_age(double seconds) noexcept { ages_.observe(seconds); }
+  // --- the StatsBridge thread, once a period (audits: the owning worker) --
+  /// Adds outcome counts (of one batch, or of all batches since the last call).
+  void add_batch(const BatchCounts& counts);
+  /// Adds batch processing times to kdedup_batch_processing_seconds: every
+  /// batch counted in `times` is one observation, in its own bucket.
+  void add_batch_times(const BatchTimeCounts& times);
+  /// Adds ages at emit (produce time minus record timestamp) of records
+  /// emitted to the output topic to kdedup_record_age_at_emit_seconds.
+  void add_emit_ages(const EmitAgeCounts& ages);
   /// Filter statistics and how far the partition clock trails wall clock.
   void set_filter(const filter::FilterStats& stats, double clock_lag_seconds) noexcept;
   void set_queue_depth(std::uint64_t records) noexcept;
@@ -170,7 +152,6 @@ class PartitionMetrics {
   prometheus::Histogram* restore_seconds_;
   prometheus::Counter* rebuilds_;
   prometheus::Counter* replayed_;
-  HistogramBatch ages_;
 };
 
 class Metrics {

@@ -189,7 +189,9 @@ class Instrumentation {
 ///
 /// Per partition it publishes the deltas of the pipeline's counters since
 /// its previous reading (records in / distinct / duplicate / invalid by
-/// reason / DLQ, batch processing time, delivery errors), the filter
+/// reason / DLQ, delivery errors), the new observations of the two latency
+/// histograms (every batch's processing time and every output record's age
+/// at emit, bucketed by the workers: one ObserveMultiple() each), the filter
 /// statistics from the FilterProbe, the clock lag (wall clock minus the
 /// partition clock) and the queue depth (records dispatched to the
 /// partition's worker and not processed yet); instance-wide the rebalances, assigned partitions,

@@ -7,7 +7,9 @@
 // for delivery reports) and read by anyone. Readers see each counter
 // individually up to date, not a consistent cut across counters; that is what
 // Prometheus scrapes expect. The per-record path only does relaxed
-// fetch_add on counters of its own partition: no locks.
+// fetch_add on counters of its own partition: no locks. The two latency
+// histograms are bucket counters of the same kind (metrics/duration_histogram.h),
+// added to once per batch.
 
 #include <array>
 #include <atomic>
@@ -16,6 +18,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "kdedup/metrics/duration_histogram.h"
 
 namespace kdedup::pipeline {
 
@@ -35,8 +39,13 @@ struct PartitionCounters {
   std::atomic<std::uint64_t> no_timestamp{0};  ///< timestamps missing, zero or negative
   std::atomic<std::int64_t> clock_ms{0};       ///< partition clock (event time)
   std::atomic<std::int64_t> next_offset{-1};   ///< one past the last processed offset
-  std::atomic<std::uint64_t> batches{0};
-  std::atomic<std::uint64_t> batch_nanos{0};  ///< total processing time of this partition's batches
+  /// Processing time of each batch (extract, fingerprint, decide, hand to
+  /// the producer): one observation per batch, by the owning worker.
+  metrics::BatchTimeHistogram batch_times;
+  /// Age at emit (produce time minus record timestamp) of each record handed
+  /// to the producer for the output topic; records without a timestamp are
+  /// not observed. Gathered per batch by the worker, added once per batch.
+  metrics::EmitAgeHistogram emit_ages;
   /// Records handed to the partition's worker and not processed yet: the
   /// consumer thread adds one per record it dispatches, the worker subtracts
   /// a whole run of the partition's records at once.
@@ -73,12 +82,13 @@ struct PartitionStats {
   std::uint64_t clock_capped = 0, no_timestamp = 0;
   std::int64_t clock_ms = 0;
   std::int64_t next_offset = -1;
-  std::int64_t committed_offset = -1;  ///< last offset committed by this process; -1 = none yet
-  std::uint64_t in_flight = 0;         ///< outputs awaiting delivery reports
-  std::uint64_t batches = 0, batch_nanos = 0;
-  std::uint64_t queued = 0;    ///< records dispatched to its worker, not processed yet
-  std::uint64_t replayed = 0;  ///< records replayed in rebuild mode (not in records_in)
-  bool restoring = false;      ///< recovery replay not finished yet
+  std::int64_t committed_offset = -1;    ///< last offset committed by this process; -1 = none yet
+  std::uint64_t in_flight = 0;           ///< outputs awaiting delivery reports
+  metrics::BatchTimeCounts batch_times;  ///< count() = batches processed
+  metrics::EmitAgeCounts emit_ages;      ///< count() = output records with a timestamp
+  std::uint64_t queued = 0;              ///< records dispatched to its worker, not processed yet
+  std::uint64_t replayed = 0;            ///< records replayed in rebuild mode (not in records_in)
+  bool restoring = false;                ///< recovery replay not finished yet
   std::map<std::string, std::uint64_t> invalid_reasons;
   // Filter statistics, refreshed by the owning worker after each batch.
   std::uint64_t filter_bytes = 0;
