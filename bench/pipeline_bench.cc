@@ -1,7 +1,15 @@
-// Pipeline throughput on the test broker: the same harness measures
-// `kdedup run` with the filter off (filter.enabled: false, passthrough: every
-// record is distinct) and on (timer filter, fpp 0.01), one after the other in
-// one run, and prints records/s for both and their ratio (target >= 0.9).
+// Pipeline throughput on the test broker: the same harness measures two
+// configurations of `kdedup run` one after the other in one run, and prints
+// records/s for both and their ratio.
+//
+//   --compare filter (default): the filter off (filter.enabled: false,
+//     passthrough: every record is distinct) against on (timer filter, fpp
+//     0.01); target ratio >= 0.9.
+//   --compare snapshots: dedup without snapshots (state.dir: "") against
+//     dedup snapshotting every partition every second (state.dir in the run's
+//     work dir, state.snapshot_interval: 1s); target ratio >= 0.8. The
+//     snapshots written, their bytes and write time during the timed part are
+//     read from the instance's /metrics before and after it (one instance).
 //
 // Each measurement: fresh test broker and one `kdedup run` instance; a small
 // warm-up batch is produced and fully committed first (group joined,
@@ -12,21 +20,28 @@
 // that every input and output partition still starts at offset 0, that the
 // input holds every record and that passthrough emitted every record.
 //
-// Modes alternate (passthrough, dedup, passthrough, ...) --repeat times and
-// the median of each is reported, so load from other processes on the
-// machine hits both alike.
+// Modes alternate (first, second, first, ...) --repeat times and the median
+// of each is reported, so load from other processes on the machine hits both
+// alike.
 //
-//   pipeline_bench [--records N] [--partitions P] [--instances I] [--repeat R]
+//   pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P]
+//                  [--instances I] [--repeat R]
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,35 +78,146 @@ commit_interval: 200ms
 shutdown_timeout: 10s
 kafka:
   bootstrap.servers: ${KDEDUP_BOOTSTRAP}
-state:
-  dir: /tmp/kdedup-bench-state
 log_level: warn
 )";
 
 struct Options {
+  std::string compare = "filter";
   std::uint64_t records = 150'000;
   int partitions = 8;
   int instances = 1;
   int repeat = 3;
 };
 
+/// One side of a comparison: a name and the --set overrides that make it.
+/// The rig gives every instance its own state.dir in the run's work dir.
+struct Mode {
+  std::string name;
+  std::string slug;  ///< work dir name
+  std::vector<std::string> overrides;
+  bool all_distinct = false;  ///< every record must come out (passthrough)
+};
+
+struct Comparison {
+  Mode first, second;
+  double target = 0;
+  bool snapshot_figures = false;  ///< read snapshot metrics over the timed part
+};
+
+Comparison comparison(const std::string& name) {
+  if (name == "snapshots") {
+    return {{"dedup, no snapshots", "no-snapshots", {"filter.enabled=true", "state.dir="}},
+            {"dedup + snapshots 1s",
+             "snapshots",
+             {"filter.enabled=true", "state.snapshot_interval=1s"}},
+            0.8,
+            true};
+  }
+  return {{"passthrough", "passthrough", {"filter.enabled=false"}, true},
+          {"dedup", "dedup", {"filter.enabled=true"}},
+          0.9,
+          false};
+}
+
+/// Sums of the instance's metric samples that matter while snapshotting.
+struct SnapshotFigures {
+  double snapshots = 0, failures = 0, bytes = 0, write_seconds = 0, busy_seconds = 0;
+
+  SnapshotFigures minus(const SnapshotFigures& b) const {
+    return {snapshots - b.snapshots, failures - b.failures, bytes - b.bytes,
+            write_seconds - b.write_seconds, busy_seconds - b.busy_seconds};
+  }
+};
+
+/// Closes a socket when it goes out of scope.
+struct Socket {
+  int fd = -1;
+  ~Socket() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+/// GET /metrics from 127.0.0.1:port (HTTP/1.0: the server closes after the
+/// body, so reading to EOF is the whole answer).
+kdedup::Result<std::string> scrape(int port) {
+  Socket s{socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  if (s.fd < 0) return kdedup::fail(fmt::format("socket: {}", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return kdedup::fail(fmt::format("cannot reach the instance's /metrics on port {}: {}", port,
+                                    std::strerror(errno)));
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (send(s.fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    return kdedup::fail(fmt::format("GET /metrics: {}", std::strerror(errno)));
+  }
+  std::string reply;
+  char buf[65536];
+  for (ssize_t n; (n = recv(s.fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, n);
+  const auto body = reply.find("\r\n\r\n");
+  if (reply.rfind("HTTP/1.", 0) != 0 || reply.find(" 200 ") > reply.find('\n') ||
+      body == std::string::npos) {
+    return kdedup::fail("GET /metrics: unexpected answer: " + reply.substr(0, 200));
+  }
+  return reply.substr(body + 4);
+}
+
+/// Sum of every sample of `name` (any labels) in an exposition text.
+double sum_samples(const std::string& text, const std::string& name) {
+  double sum = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    if (line[name.size()] != '{' && line[name.size()] != ' ') continue;
+    sum += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+  }
+  return sum;
+}
+
+kdedup::Result<SnapshotFigures> snapshot_figures(int port) {
+  auto text = scrape(port);
+  if (!text) return tl::unexpected(text.error());
+  SnapshotFigures f;
+  f.snapshots = sum_samples(*text, "kdedup_snapshots_total");
+  f.failures = sum_samples(*text, "kdedup_snapshot_failures_total");
+  f.bytes = sum_samples(*text, "kdedup_snapshot_written_bytes_total");
+  f.write_seconds = sum_samples(*text, "kdedup_snapshot_duration_seconds_sum");
+  f.busy_seconds = sum_samples(*text, "kdedup_worker_busy_seconds_total");
+  return f;
+}
+
 struct Measurement {
   double records_per_s = 0;
   double seconds = 0;
   double produce_per_s = 0;  ///< the producer's own rate in the timed window
   std::int64_t output = 0;
+  std::optional<SnapshotFigures> snapshots;  ///< over the timed part
 };
 
 kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
-                                    const std::string& config, bool filter) {
+                                    const std::string& config, const Mode& mode,
+                                    bool snapshot_figures_wanted) {
   tb::RigOptions ro;
   ro.kdedup_binary = KDEDUP_BINARY;
   ro.config_path = config;
-  ro.work_dir = work + (filter ? "/dedup" : "/passthrough");
+  ro.work_dir = work + "/" + mode.slug;
   ro.partitions = opt.partitions;
   ro.instances = opt.instances;
   ro.group = "kdedup-bench";
-  ro.overrides = {std::string("filter.enabled=") + (filter ? "true" : "false")};
+  ro.overrides = mode.overrides;
+  // The rig gives each instance a metrics port it does not report; with one
+  // instance, choose it here so /metrics can be read.
+  int metrics_port = -1;
+  if (snapshot_figures_wanted && opt.instances == 1) {
+    auto port = tb::free_loopback_port();
+    if (!port) return tl::unexpected(port.error());
+    metrics_port = *port;
+    ro.overrides.push_back(fmt::format("metrics.address=127.0.0.1:{}", metrics_port));
+  }
   auto rig = tb::PipelineRig::start(ro);
   if (!rig) return tl::unexpected(rig.error());
   auto& r = **rig;
@@ -133,6 +259,12 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   if (auto ok = produce(2'000); !ok) return tl::unexpected(ok.error());
   if (auto ok = wait_caught_up(std::chrono::seconds(90)); !ok) return tl::unexpected(ok.error());
 
+  SnapshotFigures before;
+  if (metrics_port > 0) {
+    auto f = snapshot_figures(metrics_port);
+    if (!f) return tl::unexpected(f.error());
+    before = *f;
+  }
   const auto t0 = Clock::now();
   // Producing on this thread while the instance consumes; progress is checked
   // between produce batches so the timed window ends when all is committed.
@@ -140,25 +272,30 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (auto ok = wait_caught_up(std::chrono::seconds(300)); !ok) return tl::unexpected(ok.error());
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  Measurement m;
+  if (metrics_port > 0) {
+    auto f = snapshot_figures(metrics_port);
+    if (!f) return tl::unexpected(f.error());
+    m.snapshots = f->minus(before);
+  }
 
   auto marks = tb::query_watermarks(r.bootstrap(), ro.input_topic);
   if (!marks) return tl::unexpected(marks.error());
   std::int64_t stored = 0;
-  for (const auto& m : *marks) {
-    if (m.low != 0) {
+  for (const auto& w : *marks) {
+    if (w.low != 0) {
       return kdedup::fail(
           fmt::format("input partition {} was truncated (low watermark {}): "
                       "use fewer records or more partitions",
-                      m.partition, m.low));
+                      w.partition, w.low));
     }
-    stored += m.high;
+    stored += w.high;
   }
   if (static_cast<std::uint64_t>(stored) != opt.records + 2'000) {
     return kdedup::fail(
         fmt::format("input holds {} records, produced {}", stored, opt.records + 2'000));
   }
   auto out = tb::query_watermarks(r.bootstrap(), ro.output_topic);
-  Measurement m;
   m.seconds = secs;
   m.records_per_s = static_cast<double>(opt.records) / secs;
   m.produce_per_s = static_cast<double>(opt.records) / produce_secs;
@@ -172,7 +309,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
     }
     m.output += w.high;
   }
-  if (!filter && static_cast<std::uint64_t>(m.output) != opt.records + 2'000) {
+  if (mode.all_distinct && static_cast<std::uint64_t>(m.output) != opt.records + 2'000) {
     return kdedup::fail(
         fmt::format("passthrough emitted {} of {} records", m.output, opt.records + 2'000));
   }
@@ -185,8 +322,22 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
 
 int main(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--records")) {
+  const char* usage =
+      "usage: pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P] "
+      "[--instances I] [--repeat R]\n";
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s: missing value\n%s", argv[i], usage);
+      return 2;
+    }
+    if (!std::strcmp(argv[i], "--compare")) {
+      opt.compare = argv[i + 1];
+      if (opt.compare != "filter" && opt.compare != "snapshots") {
+        std::fprintf(stderr, "--compare: '%s' is neither 'filter' nor 'snapshots'\n%s", argv[i + 1],
+                     usage);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--records")) {
       opt.records = std::strtoull(argv[i + 1], nullptr, 10);
     } else if (!std::strcmp(argv[i], "--partitions")) {
       opt.partitions = std::atoi(argv[i + 1]);
@@ -195,12 +346,11 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--repeat")) {
       opt.repeat = std::max(1, std::atoi(argv[i + 1]));
     } else {
-      std::fprintf(
-          stderr,
-          "usage: pipeline_bench [--records N] [--partitions P] [--instances I] [--repeat R]\n");
+      std::fprintf(stderr, "unknown option %s\n%s", argv[i], usage);
       return 2;
     }
   }
+  const Comparison cmp = comparison(opt.compare);
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/kdedup-bench-XXXXXX";
   if (!mkdtemp(tmpl.data())) return 1;
@@ -209,24 +359,32 @@ int main(int argc, char** argv) {
   std::ofstream(config) << kConfig;
 
   std::printf(
-      "pipeline throughput on the test broker: %llu records, %d partitions, %d "
+      "pipeline throughput on the test broker (%s): %llu records, %d partitions, %d "
       "instance(s), producer and pipeline concurrent\n",
-      static_cast<unsigned long long>(opt.records), opt.partitions, opt.instances);
+      opt.compare.c_str(), static_cast<unsigned long long>(opt.records), opt.partitions,
+      opt.instances);
+  const Mode* modes[2] = {&cmp.first, &cmp.second};
   std::vector<Measurement> runs[2];
   for (int round = 0; round < opt.repeat; ++round) {
-    for (int mode = 0; mode < 2; ++mode) {
-      const bool filter = mode == 1;
-      auto m = measure(opt, work + "/" + std::to_string(round), config, filter);
+    for (int k = 0; k < 2; ++k) {
+      const Mode& mode = *modes[k];
+      auto m = measure(opt, work + "/" + std::to_string(round), config, mode, cmp.snapshot_figures);
       if (!m) {
-        std::fprintf(stderr, "%s: %s\n", filter ? "dedup" : "passthrough",
-                     m.error().message.c_str());
+        std::fprintf(stderr, "%s: %s\n", mode.name.c_str(), m.error().message.c_str());
         return 1;
       }
-      std::printf("  round %d %-18s %10.0f records/s  (%.2f s, %lld out; producer %.0f/s)\n",
-                  round + 1, filter ? "dedup" : "passthrough", m->records_per_s, m->seconds,
+      std::printf("  round %d %-22s %10.0f records/s  (%.2f s, %lld out; producer %.0f/s)\n",
+                  round + 1, mode.name.c_str(), m->records_per_s, m->seconds,
                   static_cast<long long>(m->output), m->produce_per_s);
+      if (m->snapshots) {
+        const SnapshotFigures& f = *m->snapshots;
+        std::printf(
+            "          during the timed part: %.0f snapshots (%.0f failed), %.1f MiB written, "
+            "%.3f s writing; workers busy %.2f s\n",
+            f.snapshots, f.failures, f.bytes / (1024.0 * 1024.0), f.write_seconds, f.busy_seconds);
+      }
       std::fflush(stdout);
-      runs[mode].push_back(*m);
+      runs[k].push_back(*m);
     }
   }
   auto median = [](std::vector<Measurement> v) {
@@ -234,12 +392,13 @@ int main(int argc, char** argv) {
               [](auto& a, auto& b) { return a.records_per_s < b.records_per_s; });
     return v[v.size() / 2].records_per_s;
   };
-  const double pass = median(runs[0]), dedup = median(runs[1]);
-  std::printf("  %-26s %10.0f records/s (median of %d)\n", "passthrough (filter off)", pass,
+  const double first = median(runs[0]), second = median(runs[1]);
+  std::printf("  %-26s %10.0f records/s (median of %d)\n", cmp.first.name.c_str(), first,
               opt.repeat);
-  std::printf("  %-26s %10.0f records/s (median of %d)\n", "dedup (timer, fpp 0.01)", dedup,
+  std::printf("  %-26s %10.0f records/s (median of %d)\n", cmp.second.name.c_str(), second,
               opt.repeat);
-  std::printf("  %-26s %10.3f  (target >= 0.9)\n", "dedup / passthrough", dedup / pass);
+  std::printf("  %-26s %10.3f  (target >= %.1f)\n",
+              (cmp.second.slug + " / " + cmp.first.slug).c_str(), second / first, cmp.target);
   std::error_code ec;
   std::filesystem::remove_all(work, ec);
   return 0;
