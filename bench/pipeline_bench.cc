@@ -382,6 +382,11 @@ int main(int argc, char** argv) {
             "          during the timed part: %.0f snapshots (%.0f failed), %.1f MiB written, "
             "%.3f s writing; workers busy %.2f s\n",
             f.snapshots, f.failures, f.bytes / (1024.0 * 1024.0), f.write_seconds, f.busy_seconds);
+        if (mode.slug == "snapshots" && f.snapshots == 0) {
+          std::printf(
+              "          no snapshot was written during the timed part: it is shorter than "
+              "the interval, use more --records\n");
+        }
       }
       std::fflush(stdout);
       runs[k].push_back(*m);
