@@ -344,11 +344,11 @@ TEST(TimerFilter, BatchGivesSequentialDecisions) {
 // runs of many elements per tick.
 TEST(TimerFilter, BatchEqualsSequentialForEveryProbeCount) {
   StreamSpec spec = growing_stream(7);
-  spec.ticks = 300;
+  spec.ticks = 200;
   auto events = generate_stream(spec);
   std::set<std::uint32_t> ks;
   for (std::uint8_t bits : {4, 8, 16}) {
-    for (double fpp : {0.2, 0.05, 0.01, 0.001, 1e-4, 1e-6}) {
+    for (double fpp : {0.2, 0.01, 0.001, 1e-6}) {
       FilterConfig c = timer_config(bits, bits == 4 ? 8 : 100, 500, fpp);
       auto a = make(c);
       auto b = make(c);
@@ -369,7 +369,7 @@ TEST(TimerFilter, BatchEqualsSequentialForEveryProbeCount) {
           fpp * static_cast<double>(counts.true_negatives + counts.false_positives);
       EXPECT_LE(static_cast<double>(counts.false_positives),
                 expected + 4 * std::sqrt(expected) + 1);
-      EXPECT_GT(counts.true_negatives, 5000U);
+      EXPECT_GT(counts.true_negatives, 3000U);
     }
   }
   // Both the unrolled (5..8) and the generic probe counts were exercised.
