@@ -20,7 +20,7 @@ std::string run_config_yaml(const std::string& bootstrap, const RunSettings& s) 
   std::ostringstream y;
   y << "group_id: " << s.group << "\n"
     << "input:\n  topics: [" << s.input << "]\n"
-    << "output:\n  topic: " << s.output << "\n"
+    << "output:\n  topic: " << s.output << "\n  partitioning: " << s.partitioning << "\n"
     << "identity:\n  extractor: key\n  salt: recovery-salt\n"
     << "window: " << s.window << "\n"
     << "filter:\n  type: " << s.filter << "\n";
@@ -37,8 +37,9 @@ std::string run_config_yaml(const std::string& bootstrap, const RunSettings& s) 
     // The test broker's coordinator waits a session timeout for a member
     // that was killed before it rebalances: keep it short.
     << "consumer:\n  session.timeout.ms: \"" << s.session_timeout_ms << "\"\n"
-    << "  heartbeat.interval.ms: \"500\"\n"
-    << "state:\n  dir: \"" << s.state_dir << "\"\n"
+    << "  heartbeat.interval.ms: \"500\"\n";
+  for (const auto& [k, v] : s.consumer_extra) y << "  " << k << ": \"" << v << "\"\n";
+  y << "state:\n  dir: \"" << s.state_dir << "\"\n"
     << "  snapshot_interval: " << s.snapshot_interval << "\n";
   if (s.snapshot_records) y << "  snapshot_records: " << *s.snapshot_records << "\n";
   if (s.reconcile_tail_records) {

@@ -30,8 +30,9 @@ struct RunSettings {
   std::string group = "recovery";
   std::string input = "in";
   std::string output = "out";
-  std::string window = "1h";  ///< long: nothing expires during a test
-  std::string state_dir;      ///< "" = no snapshots
+  std::string partitioning = "input";  ///< output.partitioning: input | key
+  std::string window = "1h";           ///< long: nothing expires during a test
+  std::string state_dir;               ///< "" = no snapshots
   std::string snapshot_interval = "1s";
   std::optional<std::uint64_t> snapshot_records;
   std::optional<std::uint64_t> reconcile_tail_records;
@@ -41,6 +42,7 @@ struct RunSettings {
   std::optional<std::uint64_t> capacity;
   std::string commit_interval = "200ms";
   int session_timeout_ms = 4000;
+  std::map<std::string, std::string> consumer_extra;  ///< more consumer properties
   std::string log_level = "info";
   std::string extra_yaml;  ///< appended verbatim
 };

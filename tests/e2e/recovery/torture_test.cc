@@ -25,7 +25,9 @@ std::uint64_t torture_seed() {
   return std::random_device{}();
 }
 
-TEST(RecoveryE2E, KillNineTorture) {
+/// Two instances in group `group`, `cycles` random SIGKILL + restart
+/// cycles while the feeder runs, then drain, graceful stop and the verifier.
+void torture(const std::string& group, int cycles, const std::string& partitioning) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t seed = torture_seed();
   std::cout << "torture seed " << seed << " (KDEDUP_TORTURE_SEED=" << seed << " to replay)"
@@ -37,7 +39,8 @@ TEST(RecoveryE2E, KillNineTorture) {
   TestBroker& b = **broker;
   TempDir dir;
   RunSettings s;
-  s.group = "torture";
+  s.group = group;
+  s.partitioning = partitioning;
   s.snapshot_interval = "1s";
   s.session_timeout_ms = 3000;
   std::vector<std::unique_ptr<Instance>> instances;
@@ -53,7 +56,7 @@ TEST(RecoveryE2E, KillNineTorture) {
   std::uniform_int_distribution<int> pick(0, 1);
   std::uniform_int_distribution<int> run_ms(1500, 6000);
   std::uniform_int_distribution<int> down_ms(0, 1500);
-  for (int cycle = 1; cycle <= 20; ++cycle) {
+  for (int cycle = 1; cycle <= cycles; ++cycle) {
     const int wait = run_ms(rng);
     std::this_thread::sleep_for(std::chrono::milliseconds(wait));
     Instance& victim = *instances[static_cast<std::size_t>(pick(rng))];
@@ -75,7 +78,7 @@ TEST(RecoveryE2E, KillNineTorture) {
   std::cout << "feeder stopped at " << feeder.produced() << " records after " << seconds_since(t0)
             << " s" << std::endl;
 
-  EXPECT_TRUE(wait_committed_to_end(b, "torture", "in", 90s))
+  EXPECT_TRUE(wait_committed_to_end(b, group, "in", 90s))
       << instances[0]->log_tail() << instances[1]->log_tail();
   for (auto& i : instances) {
     std::cout << i->name() << " over all runs: " << recovery_lines(i->log()).to_string()
@@ -93,6 +96,12 @@ TEST(RecoveryE2E, KillNineTorture) {
   EXPECT_LT(report->oracle_distinct, report->input_records) << "the stream must hold duplicates";
   std::cout << "torture seed " << seed << " done in " << seconds_since(t0) << " s" << std::endl;
 }
+
+TEST(RecoveryE2E, KillNineTorture) { torture("torture", 20, "input"); }
+
+// Output partitioned by key: every input partition writes every output
+// partition, so reconciliation must read all output tails.
+TEST(RecoveryE2E, KillNineTortureKeyPartitionedOutput) { torture("torture-key", 10, "key"); }
 
 }  // namespace
 }  // namespace kdedup::testing
