@@ -596,6 +596,23 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
       }
     }
   }
+  // delivery: transactional derives transactional.id = <group_id>-<instance
+  // id> from the consumer's static member id: it must exist and be stable
+  // across restarts so a restarted member fences its own predecessor.
+  if (c.delivery == Delivery::kTransactional) {
+    auto instance_id = [&]() -> std::string {
+      for (const KafkaProperties* props : {&c.consumer, &c.kafka}) {
+        if (auto it = props->find("group.instance.id"); it != props->end()) return it->second;
+      }
+      return "";
+    };
+    if (instance_id().empty()) {
+      b.error({"delivery"},
+              "transactional needs a stable instance id per member: set "
+              "consumer.group.instance.id (e.g. \"${POD_NAME}\"); kdedup derives "
+              "transactional.id = <group_id>-<group.instance.id> from it");
+    }
+  }
   auto has_bootstrap = [](const KafkaProperties& p) {
     auto it = p.find("bootstrap.servers");
     auto it2 = p.find("metadata.broker.list");

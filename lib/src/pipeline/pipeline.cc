@@ -14,6 +14,7 @@
 
 #include "kdedup/pipeline/pipeline.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -38,6 +39,7 @@
 #include "kdedup/identity/extractor.h"
 #include "kdedup/pipeline/reconcile.h"
 #include "kdedup/pipeline/snapshotter.h"
+#include "kdedup/pipeline/transaction.h"
 #include "kdedup/state/snapshot_store.h"
 
 namespace kdedup::pipeline {
@@ -114,6 +116,47 @@ class FatalError {
   std::atomic<bool> raised_{false};
 };
 
+/// delivery: transactional: what the workers and the delivery reports tell
+/// the consumer thread about the open transaction. A failed produce or
+/// delivery does not stop the service in this mode: it dooms the open
+/// transaction, which is aborted and redone (librdkafka would fail its
+/// commit as abortable anyway). Thread-safe.
+class OpenTransaction {
+ public:
+  /// Number of the open transaction; results of older ones are ignored.
+  [[nodiscard]] std::uint64_t epoch() const noexcept {
+    return epoch_.load(std::memory_order_acquire);
+  }
+  /// A produce or delivery of transaction `epoch` failed.
+  void doom(std::uint64_t epoch, std::string reason) {
+    std::lock_guard lock(mu_);
+    if (epoch != epoch_.load(std::memory_order_relaxed) || reason_) return;
+    spdlog::warn("{}; the open transaction will be aborted", reason);
+    reason_ = std::move(reason);
+  }
+  [[nodiscard]] std::optional<std::string> doomed() const {
+    std::lock_guard lock(mu_);
+    return reason_;
+  }
+  void count_output() noexcept { outputs_.fetch_add(1, std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t outputs() const noexcept {
+    return outputs_.load(std::memory_order_relaxed);
+  }
+  /// A new transaction began.
+  void next() {
+    std::lock_guard lock(mu_);
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+    reason_.reset();
+    outputs_.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<std::uint64_t> outputs_{0};
+  std::optional<std::string> reason_;
+};
+
 /// Travels with one produced record as its msg_opaque and comes back in the
 /// delivery report. Holds shared ownership so a report arriving after the
 /// partition was released still has somewhere to go.
@@ -121,19 +164,25 @@ struct DeliveryTag {
   std::shared_ptr<OffsetTracker> tracker;
   std::shared_ptr<PartitionCounters> counters;
   std::int64_t offset;
-  std::string source;       // "topic[partition]@offset" for error messages
-  const char* destination;  // "output", "duplicates" or "dead-letter"
+  std::string source;           // "topic[partition]@offset" for error messages
+  const char* destination;      // "output", "duplicates" or "dead-letter"
+  std::uint64_t txn_epoch = 0;  // delivery: transactional: the transaction it belongs to
 };
 
 class DeliveryReports final : public RdKafka::DeliveryReportCb {
  public:
-  explicit DeliveryReports(FatalError& fatal) : fatal_(fatal) {}
+  /// `txn` (null unless delivery: transactional) outlives this object.
+  DeliveryReports(FatalError& fatal, OpenTransaction* txn) : fatal_(fatal), txn_(txn) {}
   void dr_cb(RdKafka::Message& message) override {
     std::unique_ptr<DeliveryTag> tag(static_cast<DeliveryTag*>(message.msg_opaque()));
     if (!tag) return;
     if (message.err() == RdKafka::ERR_NO_ERROR) {
       tag->counters->produced.fetch_add(1, std::memory_order_relaxed);
       tag->tracker->delivered(tag->offset);
+      return;
+    }
+    if (txn_ != nullptr) {
+      transactional_failure(message, *tag);
       return;
     }
     // librdkafka has already retried what was retriable (idempotent
@@ -147,7 +196,23 @@ class DeliveryReports final : public RdKafka::DeliveryReportCb {
   }
 
  private:
+  void transactional_failure(RdKafka::Message& message, DeliveryTag& tag) {
+    // Records purged by our own abort_transaction() come back here too:
+    // their transaction is already gone, nothing to report.
+    if (message.err() == RdKafka::ERR__PURGE_QUEUE ||
+        message.err() == RdKafka::ERR__PURGE_INFLIGHT) {
+      return;
+    }
+    tag.counters->delivery_errors.fetch_add(1, std::memory_order_relaxed);
+    std::string reason = "could not deliver the " + std::string(tag.destination) +
+                         " record for input " + tag.source + " to topic '" + message.topic_name() +
+                         "': " + describe_kafka_error(message.err());
+    tag.tracker->failed(tag.offset, reason);
+    txn_->doom(tag.txn_epoch, std::move(reason));
+  }
+
   FatalError& fatal_;
+  OpenTransaction* txn_;
 };
 
 /// Client-level events: fatal errors stop the service; the rest are logged.
@@ -156,10 +221,12 @@ class DeliveryReports final : public RdKafka::DeliveryReportCb {
 /// without that, `kafka.debug: cgrp,consumer` would print nothing.
 class ClientEvents final : public RdKafka::EventCb {
  public:
-  /// `on_statistics` (may hold an empty function) outlives this object.
+  /// `on_statistics` (may hold an empty function) and `txn` outlive this
+  /// object. `txn` is set for the producer of delivery: transactional.
   ClientEvents(FatalError& fatal, const char* client,
-               const std::function<void(std::string_view)>& on_statistics)
-      : fatal_(fatal), client_(client), on_statistics_(on_statistics) {}
+               const std::function<void(std::string_view)>& on_statistics,
+               OpenTransaction* txn = nullptr)
+      : fatal_(fatal), client_(client), on_statistics_(on_statistics), txn_(txn) {}
   void event_cb(RdKafka::Event& event) override {
     if (event.type() == RdKafka::Event::EVENT_LOG) {
       log_line(event);
@@ -171,8 +238,17 @@ class ClientEvents final : public RdKafka::EventCb {
     }
     if (event.type() != RdKafka::Event::EVENT_ERROR) return;
     if (event.fatal()) {
-      fatal_.set(std::string(client_) + " fatal error: " + describe_kafka_error(event.err()) +
-                 " (" + event.str() + ")");
+      std::string reason = std::string(client_) +
+                           " fatal error: " + describe_kafka_error(event.err()) + " (" +
+                           event.str() + ")";
+      if (txn_ != nullptr) {
+        // The transaction loop stops the service at its next round: every
+        // transactional call fails from now on, and its message names the
+        // transactional.id (e.g. fenced by a newer instance).
+        txn_->doom(txn_->epoch(), std::move(reason));
+        return;
+      }
+      fatal_.set(std::move(reason));
       return;
     }
     // Transient (broker down, transport): librdkafka retries on its own.
@@ -197,13 +273,16 @@ class ClientEvents final : public RdKafka::EventCb {
   FatalError& fatal_;
   const char* client_;
   const std::function<void(std::string_view)>& on_statistics_;
+  OpenTransaction* txn_;
   Clock::time_point last_log_{};
   RdKafka::ErrorCode last_err_ = RdKafka::ERR_NO_ERROR;
 };
 
 /// A unit of work for a worker, processed strictly in queue order.
 struct Work {
-  enum class Kind : std::uint8_t { kRecords, kAdopt, kBarrier, kRelease, kCapture, kStop };
+  // kDrop: like kRelease but without on_release or capture: the slice holds
+  // state that was never committed (delivery: transactional rollback).
+  enum class Kind : std::uint8_t { kRecords, kAdopt, kBarrier, kRelease, kDrop, kCapture, kStop };
   Kind kind = Kind::kRecords;
   std::vector<MessagePtr> records;
   std::unique_ptr<Slice> slice;              // kAdopt
@@ -220,6 +299,7 @@ struct Shared {
   filter::Fingerprinter fingerprinter;
   SliceHooks& hooks;
   Snapshotter* snapshotter = nullptr;  // null: no snapshots
+  OpenTransaction* txn = nullptr;      // set with delivery: transactional
 };
 
 /// One worker thread and its queue. The queue is the only thing shared with
@@ -305,16 +385,19 @@ class Worker {
           break;
         }
         case Work::Kind::kRelease:
+        case Work::Kind::kDrop:
           for (const auto& id : work.partitions) {
             auto it = slices_.find(id);
             if (it == slices_.end()) continue;
-            // The final snapshot, at the final stored position: librdkafka
-            // commits it once the rebalance callback returned, and the
-            // commit result releases the capture to the store.
-            if (std::find(work.capture.begin(), work.capture.end(), id) != work.capture.end()) {
-              capture(*it->second);
+            if (work.kind == Work::Kind::kRelease) {
+              // The final snapshot, at the final stored position: librdkafka
+              // commits it once the rebalance callback returned, and the
+              // commit result releases the capture to the store.
+              if (std::find(work.capture.begin(), work.capture.end(), id) != work.capture.end()) {
+                capture(*it->second);
+              }
+              if (shared_.hooks.on_release) shared_.hooks.on_release(*it->second);
             }
-            if (shared_.hooks.on_release) shared_.hooks.on_release(*it->second);
             slices_.erase(it);
           }
           work.done->set_value();
@@ -613,7 +696,8 @@ class Worker {
 
   /// Produces a copy of `m` (key, value, headers, timestamp) plus provenance
   /// headers, and for dead letters the error headers. False when the
-  /// producer refused it (the fatal error is raised).
+  /// producer refused it (the fatal error is raised; delivery: transactional
+  /// dooms the open transaction instead).
   bool produce(Slice& slice, RdKafka::Message& m, const std::string& topic, std::int32_t partition,
                const char* destination, const identity::ExtractError* error) {
     RdKafka::Headers* headers = nullptr;
@@ -638,9 +722,9 @@ class Worker {
         ts.type != RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE && ts.timestamp > 0
             ? ts.timestamp
             : 0;
-    auto tag = std::make_unique<DeliveryTag>(
-        DeliveryTag{slice.tracker(), slice.counters(), m.offset(),
-                    slice.id().str() + "@" + offset_text, destination});
+    auto tag = std::make_unique<DeliveryTag>(DeliveryTag{
+        slice.tracker(), slice.counters(), m.offset(), slice.id().str() + "@" + offset_text,
+        destination, shared_.txn != nullptr ? shared_.txn->epoch() : 0});
     for (;;) {
       RdKafka::ErrorCode err = shared_.producer.produce(
           topic, partition, RdKafka::Producer::RK_MSG_COPY, m.payload(), m.len(), m.key_pointer(),
@@ -648,6 +732,9 @@ class Worker {
       if (err == RdKafka::ERR_NO_ERROR) {
         owned_headers.release();  // librdkafka owns them now
         tag.release();            // comes back in the delivery report
+        if (shared_.txn != nullptr && error == nullptr && topic == shared_.config.output.topic) {
+          shared_.txn->count_output();
+        }
         return true;
       }
       if (err == RdKafka::ERR__QUEUE_FULL && !shared_.fatal.raised()) {
@@ -660,6 +747,11 @@ class Worker {
                            " to topic '" + topic + "': " + describe_kafka_error(err);
       slice.counters()->delivery_errors.fetch_add(1, std::memory_order_relaxed);
       slice.tracker()->failed(m.offset(), reason);
+      if (shared_.txn != nullptr) {
+        // The transaction is redone from its start; this worker goes on.
+        shared_.txn->doom(tag->txn_epoch, std::move(reason));
+        return false;
+      }
       shared_.fatal.set(std::move(reason));
       failed_ = true;
       return false;
@@ -710,15 +802,25 @@ struct Assigned {
   std::int64_t restore_end = 0;
   Clock::time_point assigned_at{};
   RecoveryOutcome outcome;
+  // delivery: transactional: first offset handed to the worker since the
+  // partition was assigned or rolled back (-1 = none yet): where a rollback
+  // returns to when the partition has no committed offset at all.
+  std::int64_t start_offset = -1;
 };
 
-struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::OffsetCommitCb {
+struct Pipeline::Impl final : public RdKafka::RebalanceCb,
+                              public RdKafka::OffsetCommitCb,
+                              public TxnHost {
   config::Config config;
   SliceHooks hooks;
   SliceOptions options;
   FatalError fatal;
-  DeliveryReports reports{fatal};
-  ClientEvents producer_events{fatal, "producer", hooks.on_statistics};
+  OpenTransaction open_txn;  // delivery: transactional only
+  DeliveryReports reports{
+      fatal, config.delivery == config::Delivery::kTransactional ? &open_txn : nullptr};
+  ClientEvents producer_events{
+      fatal, "producer", hooks.on_statistics,
+      config.delivery == config::Delivery::kTransactional ? &open_txn : nullptr};
   ClientEvents consumer_events{fatal, "consumer", hooks.on_statistics};
   std::unique_ptr<RdKafka::Producer> producer;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
@@ -757,6 +859,20 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
   bool closed = false;
   bool threads_stopped = false;
 
+  // delivery: transactional (see the "delivery: transactional" section
+  // below): the transactional producer replaces `producer`; the TxnLoop runs
+  // one transaction per commit_interval on the consumer thread.
+  std::unique_ptr<TransactionalProducer> txn_producer;
+  std::unique_ptr<ProducerTxnCalls> txn_calls;
+  std::unique_ptr<TxnLoop> txn_loop;
+  [[nodiscard]] bool transactional() const noexcept {
+    return config.delivery == config::Delivery::kTransactional;
+  }
+  /// The producer the workers produce with (either mode).
+  [[nodiscard]] RdKafka::Producer& output_producer() {
+    return txn_producer ? txn_producer->producer() : *producer;
+  }
+
   explicit Impl(const config::Config& c, SliceHooks h, state::SnapshotStore* s)
       : config(c), hooks(std::move(h)), options(slice_options(c)), store(s) {}
 
@@ -778,7 +894,8 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
   void assign(std::vector<RdKafka::TopicPartition*>& partitions);
   void revoke(std::vector<RdKafka::TopicPartition*>& partitions);
   [[nodiscard]] Result<std::map<PartitionId, std::int64_t>> recover(
-      const std::vector<PartitionId>& ids);
+      const std::vector<PartitionId>& ids,
+      const std::map<PartitionId, std::int64_t>& known_committed = {});
   void check_restored();
   void finish_recovery(const PartitionId& id, Assigned& a);
   void on_committed(const PartitionId& id, std::int64_t offset);
@@ -793,6 +910,25 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb, public RdKafka::Offse
   void drain_until(Clock::time_point deadline, const std::function<bool()>& done);
   [[nodiscard]] std::vector<PartitionId> assigned_ids() const;
   void stop_threads();
+
+  // delivery: transactional.
+  Status build_transactional_producer(const config::KafkaProperties& producer_props,
+                                      const config::KafkaProperties& consumer_props);
+  Status start_transactions();
+  void transaction_round();
+  void handle_round(const TxnLoop::Round& round);
+  [[nodiscard]] bool revoke_transactional(const std::vector<PartitionId>& ids, bool lost,
+                                          std::vector<PartitionId>& capture);
+  void finish_transactions();
+  void log_transaction_totals() const;
+  // TxnHost
+  [[nodiscard]] bool settle() override;
+  [[nodiscard]] std::vector<TxnOffset> positions() override;
+  [[nodiscard]] std::uint64_t open_outputs() override { return open_txn.outputs(); }
+  [[nodiscard]] std::optional<std::string> abort_reason() override { return open_txn.doomed(); }
+  void began() override { open_txn.next(); }
+  void committed(const std::vector<TxnOffset>& offsets) override;
+  [[nodiscard]] Status roll_back(const std::vector<TxnRollback>& partitions) override;
 };
 
 SliceOptions slice_options(const config::Config& config) {
@@ -805,9 +941,6 @@ SliceOptions slice_options(const config::Config& config) {
 }
 
 Status Pipeline::Impl::build_clients() {
-  if (config.delivery == config::Delivery::kTransactional) {
-    return fail("delivery: transactional is not available yet; use delivery: idempotent");
-  }
   std::string err;
 
   // Producer: kdedup's defaults, then the user's, then the forced keys.
@@ -819,13 +952,18 @@ Status Pipeline::Impl::build_clients() {
   if (hooks.on_statistics) pprops["statistics.interval.ms"] = kStatisticsEveryMs;
   for (auto& [k, v] : config::producer_properties(config)) pprops[k] = v;
   pprops["enable.idempotence"] = "true";
-  if (auto s = apply_properties(*pconf, pprops, "producer"); !s) return s;
-  if (pconf->set("dr_cb", &reports, err) != RdKafka::Conf::CONF_OK ||
-      pconf->set("event_cb", &producer_events, err) != RdKafka::Conf::CONF_OK) {
-    return fail("producer: " + err);
+  if (!transactional()) {
+    if (auto s = apply_properties(*pconf, pprops, "producer"); !s) return s;
+    if (pconf->set("dr_cb", &reports, err) != RdKafka::Conf::CONF_OK ||
+        pconf->set("event_cb", &producer_events, err) != RdKafka::Conf::CONF_OK) {
+      return fail("producer: " + err);
+    }
+    producer.reset(RdKafka::Producer::create(pconf.get(), err));
+    if (!producer) return fail("cannot create the Kafka producer: " + err);
+  } else if (auto s = build_transactional_producer(pprops, config::consumer_properties(config));
+             !s) {
+    return s;
   }
-  producer.reset(RdKafka::Producer::create(pconf.get(), err));
-  if (!producer) return fail("cannot create the Kafka producer: " + err);
 
   std::unique_ptr<RdKafka::Conf> cconf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   // Without a committed offset, start from the beginning: a dedup service
@@ -840,9 +978,13 @@ Status Pipeline::Impl::build_clients() {
   // partition's stored position before it rejoins, i.e. before the partition
   // can go to another member. An application-timed commitSync cannot know
   // that a rejoin is pending: see store_offsets() for what that breaks.
-  cprops["enable.auto.commit"] = "true";
-  cprops["auto.commit.interval.ms"] =
-      std::to_string(std::max<std::int64_t>(1, config.commit_interval.count()));
+  // delivery: transactional commits nothing through the consumer: the
+  // offsets travel in the transaction (send_offsets_to_transaction).
+  if (!transactional()) {
+    cprops["enable.auto.commit"] = "true";
+    cprops["auto.commit.interval.ms"] =
+        std::to_string(std::max<std::int64_t>(1, config.commit_interval.count()));
+  }
   cprops["enable.auto.offset.store"] = "false";
   if (auto s = apply_properties(*cconf, cprops, "consumer"); !s) return s;
   if (std::string session; cconf->get("session.timeout.ms", session) == RdKafka::Conf::CONF_OK) {
@@ -858,8 +1000,9 @@ Status Pipeline::Impl::build_clients() {
   consumer.reset(RdKafka::KafkaConsumer::create(cconf.get(), err));
   if (!consumer) return fail("cannot create the Kafka consumer: " + err);
 
-  shared = std::make_unique<Shared>(
-      Shared{config, *producer, fatal, filter::Fingerprinter(config.identity.salt), hooks});
+  shared = std::make_unique<Shared>(Shared{config, output_producer(), fatal,
+                                           filter::Fingerprinter(config.identity.salt), hooks,
+                                           transactional() ? &open_txn : nullptr});
   const std::uint32_t threads = std::max<std::uint32_t>(1, config.threads);
   for (std::uint32_t i = 0; i < threads; ++i) {
     auto extractor = identity::IdentityExtractor::create(config.identity.extractor);
@@ -877,6 +1020,10 @@ Status Pipeline::Impl::build_clients() {
           on_snapshot_written(id, r);
         });
     shared->snapshotter = snapshotter.get();
+  }
+  if (transactional()) {
+    txn_calls = std::make_unique<ProducerTxnCalls>(*txn_producer, *consumer);
+    txn_loop = std::make_unique<TxnLoop>(*txn_calls, *this);
   }
   return {};
 }
@@ -946,6 +1093,7 @@ void Pipeline::Impl::dispatch(MessagePtr message) {
   PartitionId id{message->topic_name(), message->partition()};
   auto it = assigned.find(id);
   if (it == assigned.end()) return;  // not ours (any more): not committed, re-read by the owner
+  if (it->second.start_offset < 0) it->second.start_offset = message->offset();
   it->second.counters->queued.fetch_add(1, std::memory_order_relaxed);
   auto& batch = pending[it->second.worker];
   if (batch.empty() &&
@@ -1210,7 +1358,8 @@ ReconcileOptions Pipeline::Impl::reader_options() const {
 // the readers' timeouts), which librdkafka tolerates up to
 // max.poll.interval.ms.
 Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
-    const std::vector<PartitionId>& ids) {
+    const std::vector<PartitionId>& ids,
+    const std::map<PartitionId, std::int64_t>& known_committed) {
   std::map<PartitionId, std::int64_t> fetch;
   if (ids.empty()) return fetch;
   const auto t0 = Clock::now();
@@ -1240,6 +1389,14 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
                   describe_kafka_error(err));
     }
     if (!failed.empty()) return fail("cannot read the committed offsets: " + failed);
+  }
+  // delivery: transactional rollback: the offsets this member committed in
+  // its last transaction (a broker that does not store transactional
+  // offsets, like the test broker, would not return them; a real one
+  // returns the same).
+  for (const auto& [id, offset] : known_committed) {
+    auto& c = committed[id];
+    if (!c || *c < offset) c = offset;
   }
   // Oldest and next offset of each partition (retention, empty partitions).
   std::map<PartitionId, std::pair<std::int64_t, std::int64_t>> marks;
@@ -1458,10 +1615,14 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   //    commits them when we unassign below and waits for the answer before
   //    it rejoins, so the next owner starts exactly there. Not when the
   //    partitions are already lost: another member owns them and a commit
-  //    would be refused.
+  //    would be refused. delivery: transactional commits (or, lost, aborts)
+  //    the open transaction instead.
   std::string final_positions;
   std::vector<PartitionId> capture;  // final snapshot at the final position
-  if (!lost) {
+  bool keep_state = true;
+  if (transactional()) {
+    keep_state = revoke_transactional(ids, lost, capture);
+  } else if (!lost) {
     wait_delivered(ids, Clock::now() + config.shutdown_timeout);
     store_offsets(ids);
     for (const auto& id : ids) {
@@ -1482,7 +1643,7 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   // 3. release the slices (final captures first), then hand the partitions
   //    back; the commit result releases the captures to the store.
   for (auto& [w, list] : by_worker) {
-    workers[w]->barrier(Work::Kind::kRelease, list, capture);
+    workers[w]->barrier(keep_state ? Work::Kind::kRelease : Work::Kind::kDrop, list, capture);
     slices_per_worker[w] -= static_cast<std::uint32_t>(list.size());
   }
   {
@@ -1505,8 +1666,17 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
   ran = true;
   for (auto& w : workers) w->start();
   delivery_thread = std::thread([this] {
-    while (!delivery_stop.load(std::memory_order_relaxed)) producer->poll(50);
+    RdKafka::Producer& p = output_producer();
+    while (!delivery_stop.load(std::memory_order_relaxed)) p.poll(50);
   });
+  if (transactional()) {
+    // Before the consumer joins: init_transactions() fences a previous
+    // incarnation of this member and finishes its open transaction.
+    if (auto s = start_transactions(); !s) {
+      stop_threads();
+      return s;
+    }
+  }
 
   if (RdKafka::ErrorCode err = consumer->subscribe(config.input.topics);
       err != RdKafka::ERR_NO_ERROR) {
@@ -1523,6 +1693,7 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
   // always has a recent position, whatever its interval.
   constexpr auto kStoreEvery = std::chrono::milliseconds(50);
   auto next_store = Clock::now() + kStoreEvery;
+  auto next_commit = Clock::now() + config.commit_interval;  // delivery: transactional
   const auto max_linger = std::chrono::milliseconds(5);
 
   while (!stop.load(std::memory_order_relaxed) && !fatal.raised()) {
@@ -1553,8 +1724,12 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
       }
       if (Clock::now() - first_pending >= max_linger) flush_pending();
     }
+    if (transactional() && Clock::now() >= next_commit) {
+      transaction_round();
+      next_commit = Clock::now() + config.commit_interval;
+    }
     if (Clock::now() >= next_store) {
-      store_offsets(assigned_ids());
+      if (!transactional()) store_offsets(assigned_ids());
       check_restored();
       next_store = Clock::now() + kStoreEvery;
     }
@@ -1570,7 +1745,11 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
       Clock::now() + (graceful ? config.shutdown_timeout : std::chrono::milliseconds(5'000));
   wait_delivered(assigned_ids(), deadline);
   shutting_down = true;
-  store_offsets(assigned_ids());
+  if (transactional()) {
+    finish_transactions();
+  } else {
+    store_offsets(assigned_ids());
+  }
   // Wait (serving callbacks) until the committer confirmed every stored
   // position: it commits only while the group is stable, so this also waits
   // out a rebalance in progress instead of committing into it. close() would
@@ -1604,7 +1783,7 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
   }
   const auto remaining = std::max<std::int64_t>(
       100, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-  producer->flush(static_cast<int>(std::min<std::int64_t>(remaining, INT32_MAX)));
+  output_producer().flush(static_cast<int>(std::min<std::int64_t>(remaining, INT32_MAX)));
   stop_threads();
   if (snapshotter) {
     const auto left = std::max<std::int64_t>(
@@ -1620,6 +1799,7 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
         "written)",
         c.written, c.failed, c.replaced, c.waiting + c.dropped);
   }
+  if (transactional()) log_transaction_totals();
   if (fatal.raised()) return fail(fatal.message());
   spdlog::info("stopped cleanly");
   return {};
@@ -1636,6 +1816,184 @@ void Pipeline::Impl::stop_threads() {
   for (auto& w : workers) w->join();
   delivery_stop.store(true);
   if (delivery_thread.joinable()) delivery_thread.join();
+}
+
+// ------------------------------------------------ delivery: transactional --
+// One transaction per commit_interval, driven by TxnLoop (transaction.h) on
+// the consumer thread: settle (hand out no records, drain the workers, wait
+// for every output's acknowledgement), send the positions with the
+// consumer's group metadata, commit, begin the next. An abortable failure
+// aborts and rolls the partitions of the transaction back to their last
+// committed state; a fatal one (fenced) stops the service. Output
+// reconciliation is not used: aborted output is invisible to read_committed
+// readers and committed output always matches the committed offsets.
+
+Status Pipeline::Impl::build_transactional_producer(const config::KafkaProperties& producer_props,
+                                                    const config::KafkaProperties& consumer_props) {
+  auto instance = consumer_props.find("group.instance.id");
+  auto id =
+      transactional_id(config.group_id, instance == consumer_props.end() ? "" : instance->second);
+  if (!id) return fail("delivery: transactional: " + id.error().message);
+  TransactionalProducer::Options o;
+  o.properties = producer_props;
+  o.transactional_id = *id;
+  o.delivery_reports = &reports;
+  o.events = &producer_events;
+  auto p = TransactionalProducer::create(std::move(o));
+  if (!p) return fail("cannot create the Kafka producer: " + p.error().message);
+  txn_producer = std::move(*p);
+  return {};
+}
+
+Status Pipeline::Impl::start_transactions() {
+  TxnOutcome init = txn_producer->init();
+  if (!init.ok()) return fail("delivery: transactional: " + init.message);
+  if (auto s = txn_loop->start(); !s) return fail("delivery: transactional: " + s.error().message);
+  spdlog::info("delivery: transactional: transactional.id '{}', one transaction every {} ms",
+               txn_producer->id(), config.commit_interval.count());
+  return {};
+}
+
+void Pipeline::Impl::handle_round(const TxnLoop::Round& round) {
+  if (round.ending == TxnLoop::Ending::kStopped) {
+    fatal.set("delivery: transactional: " + round.message);
+  }
+}
+
+void Pipeline::Impl::transaction_round() { handle_round(txn_loop->commit()); }
+
+bool Pipeline::Impl::revoke_transactional(const std::vector<PartitionId>& ids, bool lost,
+                                          std::vector<PartitionId>& capture) {
+  if (!txn_loop) return true;  // run() never started transactions
+  std::vector<TxnOffset> leaving;
+  for (const auto& id : ids) leaving.push_back(TxnOffset{id.topic, id.partition, 0});
+  // Revoked: commit the open transaction before the partitions go, so the
+  // next owner starts exactly after this member's output. Lost: another
+  // member may own them already; a commit would be refused: abort.
+  TxnLoop::Round round = lost ? txn_loop->abort("partitions lost: " + join_partitions(ids), leaving)
+                              : txn_loop->commit(leaving);
+  handle_round(round);
+  if (round.ending == TxnLoop::Ending::kCommitted) {
+    std::string positions;
+    for (const auto& o : round.offsets) {
+      if (std::find(ids.begin(), ids.end(), PartitionId{o.topic, o.partition}) == ids.end()) {
+        continue;
+      }
+      positions +=
+          fmt::format("{}{}[{}]@{}", positions.empty() ? "" : ", ", o.topic, o.partition, o.offset);
+    }
+    if (!positions.empty()) spdlog::info("committed in the transaction: {}", positions);
+  }
+  // After an abort the revoked partitions' state covers uncommitted records:
+  // it must not be kept (no snapshot); the next owner starts from the
+  // committed offsets.
+  const bool keep =
+      round.ending == TxnLoop::Ending::kCommitted || round.ending == TxnLoop::Ending::kIdle;
+  for (const auto& id : ids) {
+    const Assigned& a = assigned.at(id);
+    if (keep && !lost && a.committed >= 0 &&
+        a.committed == a.counters->next_offset.load(std::memory_order_relaxed)) {
+      capture.push_back(id);  // final snapshot, at the committed position
+    } else if (snapshotter) {
+      snapshotter->drop(id);
+    }
+  }
+  return keep;
+}
+
+void Pipeline::Impl::finish_transactions() {
+  if (txn_loop) handle_round(txn_loop->finish());
+}
+
+void Pipeline::Impl::log_transaction_totals() const {
+  if (!txn_loop) return;
+  const TxnTotals t = txn_loop->totals();
+  spdlog::info(
+      "transactions: {} committed ({} output records), {} aborted ({} output records discarded, "
+      "{} partition rollbacks)",
+      t.committed, t.records_committed, t.aborted, t.records_aborted, t.partitions_rolled_back);
+}
+
+bool Pipeline::Impl::settle() {
+  flush_pending();
+  for (auto& w : workers) w->barrier();
+  const auto ids = assigned_ids();
+  wait_delivered(ids, Clock::now() + config.shutdown_timeout);
+  return std::all_of(ids.begin(), ids.end(), [&](const PartitionId& id) {
+    return assigned.at(id).tracker->in_flight() == 0;
+  });
+}
+
+std::vector<TxnOffset> Pipeline::Impl::positions() {
+  std::vector<TxnOffset> out;
+  for (const auto& [id, a] : assigned) {
+    std::optional<std::int64_t> pos = a.tracker->committable();
+    // Records were handed out but none completed (its first output failed):
+    // the partition moved all the same, from where it started.
+    if (!pos && a.start_offset >= 0) pos = a.start_offset;
+    // A partition replaying up to its committed offset (recovery) has not
+    // moved past it: committing its replay position would go backwards.
+    if (pos && *pos > a.committed) out.push_back(TxnOffset{id.topic, id.partition, *pos});
+  }
+  return out;
+}
+
+void Pipeline::Impl::committed(const std::vector<TxnOffset>& offsets) {
+  // The same signal as the commit callback's in idempotent mode: the
+  // Snapshotter may now write captures up to these offsets.
+  for (const auto& o : offsets) on_committed(PartitionId{o.topic, o.partition}, o.offset);
+}
+
+Status Pipeline::Impl::roll_back(const std::vector<TxnRollback>& partitions) {
+  std::vector<PartitionId> ids;
+  std::map<std::uint32_t, std::vector<PartitionId>> by_worker;
+  std::map<PartitionId, std::int64_t> known;    // committed by this member
+  std::map<PartitionId, std::int64_t> started;  // first offset fetched since assignment
+  for (const auto& p : partitions) {
+    PartitionId id{p.topic, p.partition};
+    auto it = assigned.find(id);
+    if (it == assigned.end()) continue;
+    ids.push_back(id);
+    by_worker[it->second.worker].push_back(id);
+    if (p.committed) known[id] = *p.committed;
+    started[id] = it->second.start_offset;
+  }
+  // The slices hold the state of records whose output was just discarded:
+  // dropped without a snapshot, and no capture taken from them is written.
+  for (auto& [w, list] : by_worker) {
+    workers[w]->barrier(Work::Kind::kDrop, list);
+    slices_per_worker[w] -= static_cast<std::uint32_t>(list.size());
+  }
+  if (snapshotter) {
+    for (const auto& id : ids) snapshotter->drop(id);
+  }
+  {
+    std::lock_guard lock(registry_mu);
+    for (const auto& id : ids) assigned.erase(id);
+  }
+  if (shutting_down || ids.empty()) return {};  // nothing is processed any more
+  // The recovery of a newly assigned partition, from the offsets this member
+  // committed last: the last snapshot at or before them plus a replay up to
+  // them, or a rebuild from one window before them (recovery.h).
+  auto fetch = recover(ids, known);
+  if (!fetch) return tl::unexpected(fetch.error());
+  for (const auto& id : ids) {
+    auto it = fetch->find(id);
+    std::int64_t target = it == fetch->end() ? RdKafka::Topic::OFFSET_INVALID : it->second;
+    // Nothing committed at all: back to where the reset policy started it.
+    if (target == RdKafka::Topic::OFFSET_INVALID) target = started[id];
+    if (target < 0) {
+      return fail("cannot roll back " + id.str() +
+                  ": neither a committed nor a starting offset is known (internal error)");
+    }
+    std::unique_ptr<RdKafka::TopicPartition> tp(
+        RdKafka::TopicPartition::create(id.topic, id.partition, target));
+    if (RdKafka::ErrorCode err = consumer->seek(*tp, 10'000); err != RdKafka::ERR_NO_ERROR) {
+      return fail("cannot rewind " + id.str() + " to offset " + std::to_string(target) + ": " +
+                  describe_kafka_error(err));
+    }
+  }
+  return {};
 }
 
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -1655,6 +2013,14 @@ Status Pipeline::run(const std::atomic<bool>& stop) { return impl_->run(stop); }
 PipelineStats Pipeline::stats() const {
   PipelineStats s;
   s.rebalances = impl_->rebalances.load(std::memory_order_relaxed);
+  if (impl_->txn_loop) {
+    const TxnTotals t = impl_->txn_loop->totals();
+    s.transactions.committed = t.committed;
+    s.transactions.aborted = t.aborted;
+    s.transactions.records_committed = t.records_committed;
+    s.transactions.records_aborted = t.records_aborted;
+    s.transactions.partitions_rolled_back = t.partitions_rolled_back;
+  }
   s.ready = impl_->ready.load(std::memory_order_relaxed);
   if (const std::int64_t beat = impl_->loop_beat_ns.load(std::memory_order_relaxed); beat >= 0) {
     const std::int64_t now = steady_ns();

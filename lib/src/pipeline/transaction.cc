@@ -1,10 +1,12 @@
 #include "kdedup/pipeline/transaction.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 #include <librdkafka/rdkafkacpp.h>
+#include <spdlog/spdlog.h>
 
 #include "kafka_errors.h"
 
@@ -242,6 +244,12 @@ Result<std::unique_ptr<TransactionalProducer>> TransactionalProducer::create(Opt
   }
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   std::string err;
+  if ((options.delivery_reports != nullptr &&
+       conf->set("dr_cb", options.delivery_reports, err) != RdKafka::Conf::CONF_OK) ||
+      (options.events != nullptr &&
+       conf->set("event_cb", options.events, err) != RdKafka::Conf::CONF_OK)) {
+    return fail("transactional producer: " + err);
+  }
   auto props = options.properties;
   props["transactional.id"] = options.transactional_id;
   for (const auto& [key, value] : props) {
@@ -347,6 +355,216 @@ TxnOutcome TransactionalProducer::commit() {
 TxnOutcome TransactionalProducer::abort() {
   const int timeout = static_cast<int>(options_.call_timeout.count());
   return run(TxnOp::kAbort, [&] { return take(producer_->abort_transaction(timeout)); });
+}
+
+}  // namespace kdedup::pipeline
+
+// ---------------------------------------------------------------------------
+// TxnLoop
+
+namespace kdedup::pipeline {
+
+namespace {
+
+std::string list_offsets(const std::vector<TxnOffset>& offsets) {
+  std::string out;
+  for (const auto& o : offsets) {
+    out += fmt::format("{}{}[{}]@{}", out.empty() ? "" : ", ", o.topic, o.partition, o.offset);
+  }
+  return out.empty() ? "(none)" : out;
+}
+
+bool contains(std::span<const TxnOffset> set, const TxnOffset& p) {
+  return std::any_of(set.begin(), set.end(), [&](const TxnOffset& o) {
+    return o.topic == p.topic && o.partition == p.partition;
+  });
+}
+
+}  // namespace
+
+TxnOutcome ProducerTxnCalls::send_offsets(const std::vector<TxnOffset>& offsets) {
+  std::unique_ptr<RdKafka::ConsumerGroupMetadata> group(consumer_.groupMetadata());
+  if (!group) {
+    TxnOutcome out;
+    out.action = TxnAction::kStop;
+    out.error = TxnErrorClass::kFatal;
+    out.state = producer_.state();
+    out.message = "the consumer has no group metadata to send the offsets with (program error)";
+    return out;
+  }
+  return producer_.send_offsets(offsets, *group);
+}
+
+Status TxnLoop::start() {
+  TxnOutcome out = calls_.begin();
+  if (!out.ok()) {
+    stopped_ = true;
+    stop_message_ = out.message;
+    return fail(out.message);
+  }
+  open_ = true;
+  host_.began();
+  return {};
+}
+
+TxnLoop::Round TxnLoop::stopped(std::string message) {
+  stopped_ = true;
+  open_ = false;
+  stop_message_ = message;
+  Round round;
+  round.ending = Ending::kStopped;
+  round.message = std::move(message);
+  return round;
+}
+
+bool TxnLoop::begin_next(Round& round) {
+  TxnOutcome out = calls_.begin();
+  if (!out.ok()) {
+    round = stopped(out.message);
+    return false;
+  }
+  open_ = true;
+  host_.began();
+  return true;
+}
+
+void TxnLoop::forget_all(std::span<const TxnOffset> leaving) {
+  for (const auto& p : leaving) committed_.erase({p.topic, p.partition});
+}
+
+TxnLoop::Round TxnLoop::commit(std::span<const TxnOffset> leaving) { return end(true, leaving); }
+
+TxnLoop::Round TxnLoop::finish() { return end(false, {}); }
+
+TxnLoop::Round TxnLoop::abort(const std::string& why, std::span<const TxnOffset> leaving) {
+  if (stopped_) return stopped(stop_message_);
+  if (!open_) {
+    forget_all(leaving);
+    return Round{};
+  }
+  (void)host_.settle();  // no worker may produce into the transaction being aborted
+  return abort_and_roll_back(why, leaving, true);
+}
+
+TxnLoop::Round TxnLoop::end(bool next, std::span<const TxnOffset> leaving) {
+  if (stopped_) return stopped(stop_message_);
+  if (!open_) {
+    forget_all(leaving);
+    return Round{};
+  }
+  // Everything of this transaction must be produced and acknowledged
+  // before its offsets go in: an offset committed ahead of its output
+  // would lose that output if the commit then failed half-way.
+  const bool settled = host_.settle();
+  if (auto why = host_.abort_reason()) return abort_and_roll_back(*why, leaving, next);
+  if (!settled) {
+    return abort_and_roll_back(
+        "outputs of the transaction were not acknowledged within shutdown_timeout", leaving, next);
+  }
+  // Only positions past the last commit: a partition still replaying up to
+  // it (rebuild after a rollback) must not commit an older offset.
+  std::vector<TxnOffset> moved;
+  for (auto& p : host_.positions()) {
+    auto it = committed_.find({p.topic, p.partition});
+    if (it == committed_.end() || it->second < p.offset) moved.push_back(std::move(p));
+  }
+  const std::uint64_t outputs = host_.open_outputs();
+  Round round;
+  if (moved.empty() && outputs == 0) {
+    forget_all(leaving);
+    if (next) return round;  // kIdle: the (empty) transaction stays open
+    // Shutdown: close the empty transaction (no request is sent for it).
+    TxnOutcome out = calls_.commit();
+    open_ = false;
+    if (out.action == TxnAction::kStop) return stopped(out.message);
+    return round;
+  }
+  if (!moved.empty()) {
+    TxnOutcome out = calls_.send_offsets(moved);
+    if (out.action == TxnAction::kAbort) return abort_and_roll_back(out.message, leaving, next);
+    if (!out.ok()) return stopped(out.message);
+  }
+  TxnOutcome out = calls_.commit();
+  if (out.action == TxnAction::kAbort) return abort_and_roll_back(out.message, leaving, next);
+  if (!out.ok()) return stopped(out.message);
+  open_ = false;
+  for (const auto& p : moved) committed_[{p.topic, p.partition}] = p.offset;
+  commits_.fetch_add(1, std::memory_order_relaxed);
+  records_committed_.fetch_add(outputs, std::memory_order_relaxed);
+  spdlog::debug("transaction committed: {} output record(s), offsets {}", outputs,
+                list_offsets(moved));
+  host_.committed(moved);
+  forget_all(leaving);
+  round.ending = Ending::kCommitted;
+  round.offsets = std::move(moved);
+  if (next) (void)begin_next(round);
+  return round;
+}
+
+TxnLoop::Round TxnLoop::abort_and_roll_back(const std::string& why,
+                                            std::span<const TxnOffset> leaving, bool next) {
+  // Where the transaction had got to, before the abort drops its output.
+  const std::vector<TxnOffset> reached = host_.positions();
+  const std::uint64_t outputs = host_.open_outputs();
+  TxnOutcome out = calls_.abort();
+  if (out.action != TxnAction::kRewind) {
+    return stopped(fmt::format("{}; then aborting failed: {}", why, out.message));
+  }
+  open_ = false;
+  aborts_.fetch_add(1, std::memory_order_relaxed);
+  records_aborted_.fetch_add(outputs, std::memory_order_relaxed);
+  std::vector<TxnRollback> back;
+  for (const auto& p : reached) {
+    if (contains(leaving, p)) continue;  // the next owner starts from the committed offset
+    auto it = committed_.find({p.topic, p.partition});
+    std::optional<std::int64_t> last;
+    if (it != committed_.end()) last = it->second;
+    if (last && *last >= p.offset) continue;  // nothing of it was in the transaction
+    back.push_back(TxnRollback{p.topic, p.partition, last, p.offset});
+  }
+  std::string targets;
+  for (const auto& b : back) {
+    targets += fmt::format("{}{}[{}] {} -> {}", targets.empty() ? "" : ", ", b.topic, b.partition,
+                           b.reached,
+                           b.committed ? std::to_string(*b.committed) : "its starting position");
+  }
+  spdlog::warn(
+      "transaction aborted ({} output record(s) discarded): {}; rolling back {} partition(s) to "
+      "their last committed state: {}",
+      outputs, why, back.size(), targets.empty() ? "(none)" : targets);
+  if (!back.empty()) {
+    if (auto s = host_.roll_back(back); !s) {
+      return stopped("rolling back after an aborted transaction failed: " + s.error().message);
+    }
+    rolled_back_.fetch_add(back.size(), std::memory_order_relaxed);
+  }
+  forget_all(leaving);
+  Round round;
+  round.ending = Ending::kRolledBack;
+  round.message = why;
+  if (next) (void)begin_next(round);
+  return round;
+}
+
+void TxnLoop::forget(const std::string& topic, std::int32_t partition) {
+  committed_.erase({topic, partition});
+}
+
+std::optional<std::int64_t> TxnLoop::committed(const std::string& topic,
+                                               std::int32_t partition) const {
+  auto it = committed_.find({topic, partition});
+  if (it == committed_.end()) return std::nullopt;
+  return it->second;
+}
+
+TxnTotals TxnLoop::totals() const noexcept {
+  TxnTotals t;
+  t.committed = commits_.load(std::memory_order_relaxed);
+  t.aborted = aborts_.load(std::memory_order_relaxed);
+  t.records_committed = records_committed_.load(std::memory_order_relaxed);
+  t.records_aborted = records_aborted_.load(std::memory_order_relaxed);
+  t.partitions_rolled_back = rolled_back_.load(std::memory_order_relaxed);
+  return t;
 }
 
 }  // namespace kdedup::pipeline

@@ -116,7 +116,7 @@ delivery: transactional
 commit_interval: 250ms
 shutdown_timeout: 1m
 kafka: {bootstrap.servers: "k:9092", linger.ms: 5, enable.ssl.certificate.verification: false}
-consumer: {fetch.max.bytes: 1048576}
+consumer: {fetch.max.bytes: 1048576, group.instance.id: pod-0}
 producer: {compression.type: zstd}
 state: {dir: /data, snapshot_interval: 10s, snapshot_records: 7, reconcile_tail_records: 500,
         min_free_bytes: 1GiB}
@@ -284,6 +284,16 @@ producer: {enable.idempotence: false, transactional.id: t}
   EXPECT_TRUE(has_error_at(set, "kafka.enable.auto.commit", "cannot be set")) << errors_of(set);
 }
 
+TEST(ConfigLoad, TransactionalDeliveryNeedsAStableInstanceId) {
+  auto none = check(kMinimal, {"delivery=transactional"});
+  EXPECT_TRUE(has_error_at(none, "delivery", "consumer.group.instance.id")) << errors_of(none);
+  EXPECT_TRUE(check(kMinimal, {"delivery=transactional", "consumer.group.instance.id=pod-0"}).ok());
+  EXPECT_TRUE(check(kMinimal, {"delivery=transactional", "kafka.group.instance.id=pod-0"}).ok());
+  auto empty = check(kMinimal, {"delivery=transactional", "consumer.group.instance.id="});
+  EXPECT_TRUE(has_error_at(empty, "delivery", "stable instance id")) << errors_of(empty);
+  EXPECT_TRUE(check(kMinimal).ok()) << "idempotent delivery needs none";
+}
+
 TEST(ConfigLoad, EffectiveLibrdkafkaProperties) {
   auto r = check(R"(
 group_id: g
@@ -292,7 +302,7 @@ output: {topic: out}
 window: 10m
 dlq_topic: dlq
 kafka: {bootstrap.servers: "k:1", client.id: base}
-consumer: {client.id: cons, partition.assignment.strategy: range}
+consumer: {client.id: cons, partition.assignment.strategy: range, group.instance.id: m}
 producer: {client.id: prod}
 )",
                  {"delivery=transactional"});

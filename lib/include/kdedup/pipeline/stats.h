@@ -96,6 +96,15 @@ struct PartitionStats {
   double filter_fpp_estimate = 0.0;
 };
 
+/// delivery: transactional: how the transactions ended (all 0 otherwise).
+struct TransactionStats {
+  std::uint64_t committed = 0;          ///< transactions committed
+  std::uint64_t aborted = 0;            ///< transactions aborted, each followed by a rollback
+  std::uint64_t records_committed = 0;  ///< output-topic records in committed transactions
+  std::uint64_t records_aborted = 0;    ///< output-topic records in aborted transactions
+  std::uint64_t partitions_rolled_back = 0;
+};
+
 /// A copy of the whole pipeline's counters.
 struct PipelineStats {
   std::vector<PartitionStats> partitions;  ///< currently assigned partitions
@@ -107,6 +116,7 @@ struct PipelineStats {
   /// or waited for room in the worker queues); -1 before run() started it.
   /// A loop stuck anywhere (a callback, a blocked worker barrier) grows it.
   std::int64_t consumer_loop_age_ms = -1;
+  TransactionStats transactions;
 };
 
 }  // namespace kdedup::pipeline

@@ -46,11 +46,13 @@
 // transaction is open (librdkafka's produce is thread-safe), but all produce
 // calls of a transaction must return before send_offsets()/commit() start.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,7 +61,10 @@
 
 namespace RdKafka {
 class Producer;
+class KafkaConsumer;
 class ConsumerGroupMetadata;
+class DeliveryReportCb;
+class EventCb;
 }  // namespace RdKafka
 
 namespace kdedup::pipeline {
@@ -188,6 +193,10 @@ class TransactionalProducer {
     std::uint32_t max_retries = 5;
     /// Pause between retries of a call.
     std::chrono::milliseconds retry_backoff{200};
+    /// Optional callbacks for the pipeline's own produce path (delivery
+    /// reports, client events); they must outlive the producer.
+    RdKafka::DeliveryReportCb* delivery_reports = nullptr;
+    RdKafka::EventCb* events = nullptr;
   };
 
   /// Builds the producer (no network yet). Fails naming an invalid property.
@@ -231,6 +240,155 @@ class TransactionalProducer {
   Options options_;
   std::unique_ptr<RdKafka::Producer> producer_;
   TxnMachine machine_;
+};
+
+// ---------------------------------------------------------------------------
+// The transaction loop of `delivery: transactional`.
+
+/// The transactional calls a TxnLoop makes: TransactionalProducer through
+/// ProducerTxnCalls in the pipeline, a scripted fake in unit tests.
+class TxnCalls {
+ public:
+  virtual ~TxnCalls() = default;
+  [[nodiscard]] virtual TxnOutcome begin() = 0;
+  [[nodiscard]] virtual TxnOutcome send_offsets(const std::vector<TxnOffset>& offsets) = 0;
+  [[nodiscard]] virtual TxnOutcome commit() = 0;
+  [[nodiscard]] virtual TxnOutcome abort() = 0;
+};
+
+/// TxnCalls on a TransactionalProducer, with the group metadata of the
+/// consumer whose positions are committed (asked anew for each
+/// send_offsets: the generation changes with every rebalance). Both are
+/// owned by the caller and outlive this object; consumer thread only.
+class ProducerTxnCalls final : public TxnCalls {
+ public:
+  ProducerTxnCalls(TransactionalProducer& producer, RdKafka::KafkaConsumer& consumer)
+      : producer_(producer), consumer_(consumer) {}
+  [[nodiscard]] TxnOutcome begin() override { return producer_.begin(); }
+  [[nodiscard]] TxnOutcome send_offsets(const std::vector<TxnOffset>& offsets) override;
+  [[nodiscard]] TxnOutcome commit() override { return producer_.commit(); }
+  [[nodiscard]] TxnOutcome abort() override { return producer_.abort(); }
+
+ private:
+  TransactionalProducer& producer_;
+  RdKafka::KafkaConsumer& consumer_;
+};
+
+/// One partition to bring back to its last committed state after an abort.
+struct TxnRollback {
+  std::string topic;
+  std::int32_t partition = 0;
+  /// The offset this member committed last for it (the offset it sent in
+  /// the last successful transaction); none = this member never committed
+  /// it, so the position the partition started from at assignment applies.
+  std::optional<std::int64_t> committed;
+  /// Where the aborted transaction had got to (its uncommitted position).
+  std::int64_t reached = 0;
+};
+
+/// What a TxnLoop needs from the pipeline; implemented on the consumer
+/// thread, every call comes from TxnLoop on that thread.
+class TxnHost {
+ public:
+  virtual ~TxnHost() = default;
+  /// Hands out no new records and returns once the workers processed
+  /// everything handed to them and every output produced in the open
+  /// transaction was acknowledged; false when that did not happen in time.
+  [[nodiscard]] virtual bool settle() = 0;
+  /// The commit position (next offset to read) of every assigned partition
+  /// that has processed a record.
+  [[nodiscard]] virtual std::vector<TxnOffset> positions() = 0;
+  /// Output-topic records produced into the open transaction so far.
+  [[nodiscard]] virtual std::uint64_t open_outputs() = 0;
+  /// Why the open transaction cannot commit (a produce or a delivery of it
+  /// failed), if it cannot.
+  [[nodiscard]] virtual std::optional<std::string> abort_reason() = 0;
+  /// A new transaction is open: reset open_outputs() and abort_reason().
+  virtual void began() = 0;
+  /// The transaction committed: `offsets` are the group's committed
+  /// positions now, together with the output (the point to feed the
+  /// SnapshotGate and take snapshots at those offsets).
+  virtual void committed(const std::vector<TxnOffset>& offsets) = 0;
+  /// The transaction was aborted: drop these partitions' state (no
+  /// snapshot), rebuild it as it was at their last committed offset and
+  /// fetch from there. An error stops the service.
+  [[nodiscard]] virtual Status roll_back(const std::vector<TxnRollback>& partitions) = 0;
+};
+
+/// Counters of a TxnLoop, readable from any thread.
+struct TxnTotals {
+  std::uint64_t committed = 0;          ///< transactions committed
+  std::uint64_t aborted = 0;            ///< transactions aborted (each followed by a rollback)
+  std::uint64_t records_committed = 0;  ///< output records of committed transactions
+  std::uint64_t records_aborted = 0;    ///< output records of aborted transactions
+  std::uint64_t partitions_rolled_back = 0;
+};
+
+/// Drives consume-transform-produce transactions for one member: one
+/// transaction is always open between rounds; a round settles the
+/// pipeline, sends the positions with the group metadata, commits, and
+/// begins the next; an abortable failure aborts and rolls the partitions
+/// of the transaction back to the positions this member committed last.
+/// Remembers those positions (the only record of them on a broker that
+/// does not store transactional offsets, and the rollback target anyway).
+///
+/// Owned by the pipeline; every call from the consumer thread except
+/// totals(), which any thread may call.
+class TxnLoop {
+ public:
+  TxnLoop(TxnCalls& calls, TxnHost& host) : calls_(calls), host_(host) {}
+
+  /// Begins the first transaction (the producer's init() already succeeded).
+  [[nodiscard]] Status start();
+
+  enum class Ending : std::uint8_t {
+    kCommitted,   ///< committed; a new transaction is open (unless finish())
+    kIdle,        ///< nothing new since the last commit: the transaction stays open
+    kRolledBack,  ///< aborted and rolled back; a new transaction is open
+    kStopped,     ///< fatal: stop the service with `message`, commit nothing more
+  };
+  struct Round {
+    Ending ending = Ending::kIdle;
+    std::string message;             ///< why it aborted or stopped
+    std::vector<TxnOffset> offsets;  ///< what was committed (kCommitted)
+  };
+
+  /// Commits the open transaction with every position the host reports and
+  /// begins the next one. `leaving`: partitions given up right after this
+  /// round (revocation); they are included in the commit, never rolled
+  /// back, and forgotten afterwards.
+  [[nodiscard]] Round commit(std::span<const TxnOffset> leaving = {});
+  /// Aborts the open transaction (`why` is logged), rolls back every
+  /// partition that moved in it except `leaving`, begins the next one.
+  [[nodiscard]] Round abort(const std::string& why, std::span<const TxnOffset> leaving = {});
+  /// Commits the open transaction and begins none (graceful shutdown).
+  [[nodiscard]] Round finish();
+
+  /// The partition is no longer ours: forget its committed position.
+  void forget(const std::string& topic, std::int32_t partition);
+  /// The position this member committed last for the partition.
+  [[nodiscard]] std::optional<std::int64_t> committed(const std::string& topic,
+                                                      std::int32_t partition) const;
+
+  [[nodiscard]] TxnTotals totals() const noexcept;
+
+ private:
+  using Key = std::pair<std::string, std::int32_t>;
+  Round end(bool begin_next, std::span<const TxnOffset> leaving);
+  Round abort_and_roll_back(const std::string& why, std::span<const TxnOffset> leaving,
+                            bool begin_next);
+  Round stopped(std::string message);
+  [[nodiscard]] bool begin_next(Round& round);
+  void forget_all(std::span<const TxnOffset> leaving);
+
+  TxnCalls& calls_;
+  TxnHost& host_;
+  std::map<Key, std::int64_t> committed_;  // consumer thread only
+  bool open_ = false;                      // a transaction is open
+  bool stopped_ = false;                   // a fatal outcome ended the loop
+  std::string stop_message_;
+  std::atomic<std::uint64_t> commits_{0}, aborts_{0}, records_committed_{0}, records_aborted_{0},
+      rolled_back_{0};
 };
 
 }  // namespace kdedup::pipeline
