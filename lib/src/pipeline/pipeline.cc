@@ -1000,9 +1000,9 @@ Status Pipeline::Impl::build_clients() {
   consumer.reset(RdKafka::KafkaConsumer::create(cconf.get(), err));
   if (!consumer) return fail("cannot create the Kafka consumer: " + err);
 
-  shared = std::make_unique<Shared>(Shared{config, output_producer(), fatal,
-                                           filter::Fingerprinter(config.identity.salt), hooks,
-                                           transactional() ? &open_txn : nullptr});
+  shared = std::make_unique<Shared>(
+      Shared{config, output_producer(), fatal, filter::Fingerprinter(config.identity.salt), hooks});
+  if (transactional()) shared->txn = &open_txn;
   const std::uint32_t threads = std::max<std::uint32_t>(1, config.threads);
   for (std::uint32_t i = 0; i < threads; ++i) {
     auto extractor = identity::IdentityExtractor::create(config.identity.extractor);
