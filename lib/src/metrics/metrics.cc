@@ -106,6 +106,10 @@ struct Metrics::Families {
                          "Partitions rebuilt by replaying input (no usable snapshot).")),
         replayed(counter(r, "kdedup_rebuild_replayed_records_total",
                          "Records replayed in rebuild mode (filter updated, nothing emitted).")),
+        snapshot_refusals(counter(r, "kdedup_snapshot_refusals_total",
+                                  "Stored snapshots not used on assignment (partition rebuilt "
+                                  "from Kafka instead), by reason; a missing snapshot is not "
+                                  "counted.")),
         delivery_errors(counter(r, "kdedup_producer_delivery_errors_total",
                                 "Records the producer failed to deliver, by destination topic.")),
         rebalances(counter(r, "kdedup_consumer_rebalances_total",
@@ -114,6 +118,16 @@ struct Metrics::Families {
         busy_seconds(counter(r, "kdedup_worker_busy_seconds_total",
                              "Time workers spent processing records, summed over workers.")
                          .Add({})),
+        transactions(counter(r, "kdedup_transactions_total",
+                             "Transactions ended (delivery: transactional), by outcome: "
+                             "committed or aborted.")),
+        transactions_committed(transactions.Add({{"outcome", "committed"}})),
+        transactions_aborted(transactions.Add({{"outcome", "aborted"}})),
+        transaction_records(counter(r, "kdedup_transaction_records_total",
+                                    "Output-topic records in ended transactions, by outcome: "
+                                    "committed, or discarded by an abort.")),
+        transaction_records_committed(transaction_records.Add({{"outcome", "committed"}})),
+        transaction_records_discarded(transaction_records.Add({{"outcome", "discarded"}})),
         assigned(gauge(r, "kdedup_consumer_assigned_partitions",
                        "Input partitions currently assigned to this instance.")
                      .Add({})),
@@ -160,9 +174,16 @@ struct Metrics::Families {
   Family<Histogram>& restore_seconds;
   Family<Counter>& rebuilds;
   Family<Counter>& replayed;
+  Family<Counter>& snapshot_refusals;
   Family<Counter>& delivery_errors;
   Counter& rebalances;
   Counter& busy_seconds;
+  Family<Counter>& transactions;
+  Counter& transactions_committed;
+  Counter& transactions_aborted;
+  Family<Counter>& transaction_records;
+  Counter& transaction_records_committed;
+  Counter& transaction_records_discarded;
   Gauge& assigned;
   Gauge& workers;
   Gauge& producer_queue_messages;
@@ -238,6 +259,11 @@ PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32
   restore_seconds_ = &f.restore_seconds.Add(topic_labels, kStateBounds);
   rebuilds_ = &f.rebuilds.Add(labels);
   replayed_ = &f.replayed.Add(labels);
+  for (std::size_t i = 0; i < kSnapshotRefusalReasons.size(); ++i) {
+    Labels with_reason = labels;
+    with_reason.emplace("reason", std::string(kSnapshotRefusalReasons[i]));
+    refusals_[i] = &f.snapshot_refusals.Add(with_reason);
+  }
 }
 
 PartitionMetrics::~PartitionMetrics() { owner_.drop_gauges(gauges_.get()); }
@@ -301,6 +327,19 @@ void PartitionMetrics::rebuilt(std::uint64_t replayed_records) {
 }
 
 void PartitionMetrics::add_replayed(std::uint64_t records) { add_nonzero(replayed_, records); }
+
+void PartitionMetrics::snapshot_refused(std::string_view reason) {
+  for (std::size_t i = 0; i < kSnapshotRefusalReasons.size(); ++i) {
+    if (kSnapshotRefusalReasons[i] == reason) {
+      refusals_[i]->Increment();
+      return;
+    }
+  }
+  // A reason this build does not list: still counted, under its own name.
+  Labels labels{{"topic", topic_}, {"reason", std::string(reason)}};
+  if (owner_.options_.per_partition) labels.emplace("partition", std::to_string(partition_));
+  owner_.families_->snapshot_refusals.Add(labels).Increment();
+}
 
 // ---------------------------------------------------------------------------
 
@@ -380,6 +419,14 @@ void Metrics::add_delivery_errors(std::string_view topic, std::uint64_t n) {
 }
 
 void Metrics::add_rebalance() { families_->rebalances.Increment(); }
+
+void Metrics::add_transactions(std::uint64_t committed, std::uint64_t aborted,
+                               std::uint64_t records_committed, std::uint64_t records_discarded) {
+  add_nonzero(&families_->transactions_committed, committed);
+  add_nonzero(&families_->transactions_aborted, aborted);
+  add_nonzero(&families_->transaction_records_committed, records_committed);
+  add_nonzero(&families_->transaction_records_discarded, records_discarded);
+}
 
 void Metrics::set_assigned_partitions(std::int64_t n) {
   families_->assigned.Set(static_cast<double>(n));

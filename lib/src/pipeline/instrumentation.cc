@@ -127,6 +127,12 @@ SliceHooks Instrumentation::hooks() {
 void Instrumentation::recovered(const PartitionId& id, const RecoveryOutcome& outcome) {
   auto entry = find(id);
   if (!entry) return;
+  // A stored snapshot that was not used is counted whatever happened next
+  // (rebuilt, or started fresh because nothing was committed); no snapshot
+  // at all is not a refusal.
+  if (outcome.snapshot_refusal && *outcome.snapshot_refusal != SnapshotRefusal::kMissing) {
+    entry->metrics->snapshot_refused(to_string(*outcome.snapshot_refusal));
+  }
   switch (outcome.reason) {
     case RecoveryReason::kRestored:
       entry->metrics->restored(outcome.seconds, outcome.restored_bytes);
@@ -292,6 +298,14 @@ void StatsBridge::publish() {
   // Instance-wide figures.
   for (std::uint64_t i = delta(s.rebalances, rebalances_); i > 0; --i) m.add_rebalance();
   rebalances_ = s.rebalances;
+  // Transaction totals only grow for the pipeline's lifetime (all zero
+  // unless delivery: transactional).
+  const TransactionStats& t = s.transactions;
+  m.add_transactions(delta(t.committed, transactions_.committed),
+                     delta(t.aborted, transactions_.aborted),
+                     delta(t.records_committed, transactions_.records_committed),
+                     delta(t.records_aborted, transactions_.records_aborted));
+  transactions_ = t;
   m.set_assigned_partitions(static_cast<std::int64_t>(s.assigned_partitions));
   m.set_workers(static_cast<std::int64_t>(s.worker_busy_nanos.size()));
   busy_nanos_.resize(s.worker_busy_nanos.size(), 0);

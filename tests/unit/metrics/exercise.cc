@@ -65,9 +65,12 @@ PartitionHandles exercise_every_metric(metrics::Metrics& m) {
     p->add_replayed(350);
     p->snapshot_written(0.045, 2u << 20);
   }
+  // A refusal the alert leaves out (a crash between snapshot and commit).
+  handles[3]->snapshot_refused("ahead_of_commit");
   handles[3]->rebuilt(12000);
   handles[3]->snapshot_failed();
   m.add_delivery_errors("orders-dedup", 2);
+  m.add_transactions(12, 1, 4800, 350);
 
   auto consumer = metrics::parse_statistics(R"({
     "name": "rdkafka#consumer-1", "type": "consumer", "ts": 1000, "msg_cnt": 0, "msg_size": 0,

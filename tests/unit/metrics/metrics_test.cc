@@ -287,6 +287,48 @@ TEST(Metrics, AggregatesPerTopicWhenPartitionSeriesAreOff) {
             nullptr);
 }
 
+TEST(Metrics, SnapshotRefusalsByReasonFollowPartitionSeriesSwitch) {
+  auto m = make();
+  auto p = m->partition("orders", 0);
+  const LabelMap corrupt{{"topic", "orders"}, {"partition", "0"}, {"reason", "corrupt"}};
+  EXPECT_EQ(counter(m->collect(), "kdedup_snapshot_refusals_total", corrupt), 0);  // from the start
+  p->snapshot_refused("corrupt");
+  p->snapshot_refused("some_future_reason");  // counted under its own name, not lost
+  auto fs = m->collect();
+  EXPECT_EQ(counter(fs, "kdedup_snapshot_refusals_total", corrupt), 1);
+  EXPECT_EQ(series_count(fs, "kdedup_snapshot_refusals_total"), kSnapshotRefusalReasons.size() + 1);
+  EXPECT_EQ(counter(fs, "kdedup_snapshot_refusals_total",
+                    {{"topic", "orders"}, {"partition", "0"}, {"reason", "some_future_reason"}}),
+            1);
+
+  MetricsOptions options;
+  options.per_partition = false;
+  auto agg = make(options);
+  auto a0 = agg->partition("orders", 0);
+  auto a1 = agg->partition("orders", 1);
+  a0->snapshot_refused("config_changed");
+  a1->snapshot_refused("config_changed");
+  fs = agg->collect();
+  EXPECT_EQ(counter(fs, "kdedup_snapshot_refusals_total",
+                    {{"topic", "orders"}, {"reason", "config_changed"}}),
+            2);
+  EXPECT_EQ(series_count(fs, "kdedup_snapshot_refusals_total"), kSnapshotRefusalReasons.size());
+}
+
+TEST(Metrics, TransactionCountersExistAtZeroAndAdd) {
+  auto m = make();
+  auto fs = m->collect();
+  EXPECT_EQ(series_count(fs, "kdedup_transactions_total"), 2u);
+  EXPECT_EQ(series_count(fs, "kdedup_transaction_records_total"), 2u);
+  m->add_transactions(4, 1, 400, 30);
+  m->add_transactions(1, 0, 10, 0);
+  fs = m->collect();
+  EXPECT_EQ(counter(fs, "kdedup_transactions_total", {{"outcome", "committed"}}), 5);
+  EXPECT_EQ(counter(fs, "kdedup_transactions_total", {{"outcome", "aborted"}}), 1);
+  EXPECT_EQ(counter(fs, "kdedup_transaction_records_total", {{"outcome", "committed"}}), 410);
+  EXPECT_EQ(counter(fs, "kdedup_transaction_records_total", {{"outcome", "discarded"}}), 30);
+}
+
 TEST(Metrics, AuditSnapshotRestoreAndRebuildCounters) {
   auto m = make();
   auto p = m->partition("orders", 0);

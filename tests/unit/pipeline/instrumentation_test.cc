@@ -561,5 +561,94 @@ TEST_F(BridgeTest, ThreadPublishesUntilStopped) {
   EXPECT_EQ(value(*m, "kdedup_records_in_total", p0), 1);  // joined: no more rounds
 }
 
+TEST_F(BridgeTest, RefusedSnapshotsAreCountedByReasonAndMissingIsNot) {
+  SliceOptions o;
+  o.filter.type = filter::FilterType::kExact;
+  ASSERT_TRUE(inst.make_slice(PartitionId{"in", 0}, o));
+  ASSERT_TRUE(inst.make_slice(PartitionId{"in", 1}, o));
+  const LabelMap p1{{"topic", "in"}, {"partition", "1"}};
+  auto refusals = [&](const LabelMap& where, const char* reason) {
+    LabelMap labels = where;
+    labels["reason"] = reason;
+    return value(*m, "kdedup_snapshot_refusals_total", labels);
+  };
+  // Every reason's series exists at zero from assignment on.
+  for (std::string_view r : metrics::kSnapshotRefusalReasons) {
+    EXPECT_EQ(refusals(p0, std::string(r).c_str()), 0) << r;
+  }
+
+  const SliceHooks hooks = inst.hooks();
+  RecoveryOutcome corrupt;
+  corrupt.reason = RecoveryReason::kRebuildFromWindow;
+  corrupt.snapshot_refusal = SnapshotRefusal::kCorrupt;
+  hooks.on_recovered(PartitionId{"in", 0}, corrupt);
+  RecoveryOutcome missing;
+  missing.reason = RecoveryReason::kRebuildFromWindow;
+  missing.snapshot_refusal = SnapshotRefusal::kMissing;
+  hooks.on_recovered(PartitionId{"in", 1}, missing);
+
+  EXPECT_EQ(refusals(p0, "corrupt"), 1);
+  EXPECT_EQ(refusals(p0, "config_changed"), 0);
+  EXPECT_EQ(refusals(p1, "corrupt"), 0);
+  EXPECT_EQ(refusals(p1, "missing"), -1) << "no snapshot is not a refusal";
+  double p1_total = 0;
+  for (std::string_view r : metrics::kSnapshotRefusalReasons) {
+    p1_total += refusals(p1, std::string(r).c_str());
+  }
+  EXPECT_EQ(p1_total, 0);
+  EXPECT_EQ(value(*m, "kdedup_rebuilds_total", p0), 1);
+  EXPECT_EQ(value(*m, "kdedup_rebuilds_total", p1), 1);
+
+  // A snapshot ahead of a partition the group never committed: refused,
+  // although the partition starts fresh rather than being rebuilt.
+  RecoveryOutcome fresh;
+  fresh.reason = RecoveryReason::kFreshPartition;
+  fresh.snapshot_refusal = SnapshotRefusal::kAheadOfCommit;
+  hooks.on_recovered(PartitionId{"in", 1}, fresh);
+  EXPECT_EQ(refusals(p1, "ahead_of_commit"), 1);
+  EXPECT_EQ(value(*m, "kdedup_rebuilds_total", p1), 1);
+}
+
+TEST(SnapshotRefusalNames, MetricsListsEveryRefusalButMissing) {
+  const SnapshotRefusal all[] = {
+      SnapshotRefusal::kCorrupt,       SnapshotRefusal::kConfigChanged,
+      SnapshotRefusal::kFormatUnknown, SnapshotRefusal::kReadError,
+      SnapshotRefusal::kAheadOfCommit, SnapshotRefusal::kBehindRetention};
+  ASSERT_EQ(std::size(all), metrics::kSnapshotRefusalReasons.size());
+  for (std::size_t i = 0; i < std::size(all); ++i) {
+    EXPECT_EQ(metrics::kSnapshotRefusalReasons[i], to_string(all[i]));
+  }
+}
+
+TEST_F(BridgeTest, TransactionTotalsArePublishedAsDeltas) {
+  const LabelMap committed{{"outcome", "committed"}};
+  const LabelMap aborted{{"outcome", "aborted"}};
+  const LabelMap discarded{{"outcome", "discarded"}};
+  // Registered in every delivery mode, at zero.
+  EXPECT_EQ(value(*m, "kdedup_transactions_total", committed), 0);
+  EXPECT_EQ(value(*m, "kdedup_transactions_total", aborted), 0);
+  EXPECT_EQ(value(*m, "kdedup_transaction_records_total", committed), 0);
+  EXPECT_EQ(value(*m, "kdedup_transaction_records_total", discarded), 0);
+
+  now.transactions.committed = 3;
+  now.transactions.records_committed = 300;
+  bridge.publish();
+  bridge.publish();  // nothing new: nothing added twice
+  EXPECT_EQ(value(*m, "kdedup_transactions_total", committed), 3);
+  EXPECT_EQ(value(*m, "kdedup_transactions_total", aborted), 0);
+  EXPECT_EQ(value(*m, "kdedup_transaction_records_total", committed), 300);
+
+  now.transactions.committed = 5;
+  now.transactions.aborted = 1;
+  now.transactions.records_committed = 420;
+  now.transactions.records_aborted = 17;
+  now.transactions.partitions_rolled_back = 2;
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_transactions_total", committed), 5);
+  EXPECT_EQ(value(*m, "kdedup_transactions_total", aborted), 1);
+  EXPECT_EQ(value(*m, "kdedup_transaction_records_total", committed), 420);
+  EXPECT_EQ(value(*m, "kdedup_transaction_records_total", discarded), 17);
+}
+
 }  // namespace
 }  // namespace kdedup::pipeline

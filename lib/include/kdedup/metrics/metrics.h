@@ -59,6 +59,15 @@ inline constexpr std::size_t kMaxInvalidReasons = 16;
 /// in that order; Metrics appends "other" for anything else.
 [[nodiscard]] std::vector<std::string> default_invalid_reasons();
 
+/// The `reason` label values of kdedup_snapshot_refusals_total: every way a
+/// stored snapshot can be refused, in the words of pipeline::to_string(
+/// SnapshotRefusal) (this module cannot see that enum; the pipeline's unit
+/// test checks the two agree). "missing" is not here: no snapshot is not a
+/// refusal. The series exist at zero from assignment so alerts see them.
+inline constexpr std::array<std::string_view, 6> kSnapshotRefusalReasons{
+    "corrupt",    "config_changed",  "format_unknown",
+    "read_error", "ahead_of_commit", "behind_retention"};
+
 struct MetricsOptions {
   /// false: one series per topic instead of per (topic, partition).
   bool per_partition = true;
@@ -118,6 +127,10 @@ class PartitionMetrics {
   /// Records replayed in rebuild mode for any reason (including output
   /// reconciliation after a restore).
   void add_replayed(std::uint64_t records);
+  /// A stored snapshot that was not used, by reason (one of
+  /// kSnapshotRefusalReasons; another name gets a series of its own rather
+  /// than being lost).
+  void snapshot_refused(std::string_view reason);
 
   const std::string& topic() const noexcept { return topic_; }
   std::int32_t partition() const noexcept { return partition_; }
@@ -152,6 +165,7 @@ class PartitionMetrics {
   prometheus::Histogram* restore_seconds_;
   prometheus::Counter* rebuilds_;
   prometheus::Counter* replayed_;
+  std::array<prometheus::Counter*, kSnapshotRefusalReasons.size()> refusals_{};
 };
 
 class Metrics {
@@ -192,6 +206,11 @@ class Metrics {
   /// Time a worker spent processing (not waiting); busy ratio =
   /// rate(kdedup_worker_busy_seconds_total) / kdedup_workers.
   void add_busy_seconds(double seconds);
+  /// delivery: transactional outcomes since the last call: transactions
+  /// committed and aborted, output-topic records they committed and the ones
+  /// aborts discarded. The four series exist (at zero) in every mode.
+  void add_transactions(std::uint64_t committed, std::uint64_t aborted,
+                        std::uint64_t records_committed, std::uint64_t records_discarded);
 
   [[nodiscard]] Health& health() noexcept { return health_; }
   [[nodiscard]] const MetricsOptions& options() const noexcept { return options_; }

@@ -253,6 +253,7 @@ class StatsBridge {
 
   std::map<PartitionId, Seen> seen_;
   std::uint64_t rebalances_ = 0;
+  TransactionStats transactions_;  // the last reading, for the deltas
   std::vector<std::uint64_t> busy_nanos_;
 
   std::mutex mu_;
