@@ -1,7 +1,8 @@
 // Runs a real Prometheus server against two test instances exposing kdedup's
 // metrics on loopback: a healthy one (pod kdedup-0) and a sick one (pod
 // kdedup-1: false positives above target, lag growing, dead letters,
-// delivery errors, failing snapshots, rebuild loop, not ready). Then every
+// delivery errors, failing snapshots, rebuild loop, refused snapshots,
+// aborting transactions, not ready). Then every
 // Grafana panel query and template variable must evaluate and return data,
 // every alert expression must be valid, fire for the sick pod only, and load
 // as a rule without evaluation errors; promtool accepts the rules file and
@@ -173,7 +174,9 @@ class PrometheusIntegration : public ::testing::Test {
     orders0.set_filter(s, 30.0);
     orders0.snapshot_failed();
     orders0.rebuilt(1000);
+    orders0.snapshot_refused("corrupt");
     sick_->add_delivery_errors("orders-dedup", 3);
+    sick_->add_transactions(1, 1, 100, 10);
     auto stats = parse_statistics(
         R"({"type": "consumer", "topics": {"orders": {"partitions": {"0": {"partition": 0,
             "consumer_lag": )" +
@@ -277,7 +280,7 @@ TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
       }
     }
   }
-  EXPECT_EQ(alerts.size(), 10u);
+  EXPECT_EQ(alerts.size(), 12u);
   // Each runbook anchor is the GitHub slug of a heading in docs/metrics.md.
   std::set<std::string> anchors;
   std::istringstream docs(kdedup::testing::read_file(source_path("docs/metrics.md")));
@@ -326,7 +329,7 @@ TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
         }
       }
     }
-    all_ok = total == 10 && ok == total;
+    all_ok = total == 12 && ok == total;
     if (!all_ok) std::this_thread::sleep_for(250ms);
   }
   EXPECT_TRUE(all_ok) << rules_body;
