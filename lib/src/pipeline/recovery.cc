@@ -107,10 +107,16 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
   }
   const std::string refusal =
       *plan.snapshot_refusal == SnapshotRefusal::kAheadOfCommit
-          ? fmt::format(
-                "snapshot at offset {} refused: it is ahead of the committed offset {} "
-                "and would hide undelivered records",
-                in.snapshot.snapshot->next_offset, opt(in.committed))
+          ? (in.committed
+                 ? fmt::format(
+                       "snapshot at offset {} refused: it is ahead of the committed offset {} "
+                       "and would hide undelivered records",
+                       in.snapshot.snapshot->next_offset, *in.committed)
+                 : fmt::format(
+                       "snapshot at offset {} refused: it is ahead of what the group committed "
+                       "(the group has no committed offset for it) and would hide undelivered "
+                       "records",
+                       in.snapshot.snapshot->next_offset))
       : *plan.snapshot_refusal == SnapshotRefusal::kBehindRetention
           ? fmt::format(
                 "snapshot at offset {} refused: the input's retention already deleted offsets "

@@ -110,6 +110,11 @@ TEST(RecoveryPlan, SnapshotWithoutAnyCommitIsRefused) {
   EXPECT_EQ(plan->reason, RecoveryReason::kFreshPartition);
   EXPECT_FALSE(plan->fetch_from);
   EXPECT_EQ(plan->rebuild_until, 0);
+  // Says so in words, not "committed offset none"; "ahead" stays for log readers.
+  EXPECT_NE(plan->explanation.find("ahead"), std::string::npos) << plan->explanation;
+  EXPECT_NE(plan->explanation.find("the group has no committed offset for it"), std::string::npos)
+      << plan->explanation;
+  EXPECT_EQ(plan->explanation.find("none"), std::string::npos) << plan->explanation;
 }
 
 TEST(RecoveryPlan, NeverRestoresAheadOfCommitProperty) {
