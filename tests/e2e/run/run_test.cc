@@ -224,18 +224,14 @@ TEST(RunE2E, SigtermMidStreamCommitsAndRestartContinues) {
 // over two partitions, committed before release), then the first leaves
 // mid-stream and the second takes the rest. Input keeps flowing throughout.
 TEST(RunE2E, TwoInstancesJoinAndLeaveMidStream) {
-  // Each instance writes its own output topic (the group does not care), so
-  // the test knows which owner emitted what.
-  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:4", "out:4", "out-b:4", "dlq:1"}});
+  // Both instances write the one output topic, as in production: the new
+  // owner's output reconciliation reads it on assignment.
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:4", "out:4", "dlq:1"}});
   ASSERT_TRUE(broker) << broker.error().message;
   TestBroker& b = **broker;
   TempDir dir;
   write_file(dir.file("a.yaml"), config_yaml(b.bootstrap()));
-  {
-    auto text = config_yaml(b.bootstrap());
-    text.replace(text.find("topic: out\n"), 11, "topic: out-b\n");
-    write_file(dir.file("b.yaml"), text);
-  }
+  write_file(dir.file("b.yaml"), config_yaml(b.bootstrap()));
   constexpr int kTotal = 6000;
   // Every key 15 times in a row of its partition (always the same one), new
   // keys all along the stream: some keys straddle each handover, so the new
@@ -276,56 +272,35 @@ TEST(RunE2E, TwoInstancesJoinAndLeaveMidStream) {
   }
   EXPECT_EQ(bi.process->stop(20s), 0) << bi.log();
 
-  // Where a handed each partition over: the last position it committed
-  // ("committed in[P]@X" lines are a's final commits: revocation, shutdown).
-  std::map<std::int32_t, std::int64_t> handover;
-  const std::string alog = a.log();
-  for (std::size_t at = alog.find("committed in["); at != std::string::npos;
-       at = alog.find("committed in[", at + 1)) {
-    std::size_t eol = alog.find('\n', at);
-    std::string line = alog.substr(at, eol - at);
-    for (std::size_t p = line.find("in["); p != std::string::npos; p = line.find("in[", p + 1)) {
-      const std::int32_t part = std::stoi(line.substr(p + 3));
-      handover[part] = std::stoll(line.substr(line.find('@', p) + 1));
-    }
-  }
-  ASSERT_EQ(handover.size(), 4u) << alog;
-
-  // The exact expectation: a deduplicates [0, handover) of each partition;
-  // b has no snapshot of them, so it rebuilds its filter by replaying the
-  // window before the handover offset (the whole stream is inside the 1 m
-  // window) without emitting, then deduplicates [handover, end). Together
-  // they emit exactly the oracle: no loss, no key passed twice, nothing
-  // emitted by both (a committed before it released).
+  // The exact expectation: the union of both owners' output is the oracle
+  // (first copy of each key per partition; the whole stream is inside the
+  // 1 m window), each record exactly once. a commits each partition's final
+  // position before it releases it; b has no snapshot of them, so it
+  // rebuilds its filter by replaying the window before the committed offset
+  // without emitting, and its output reconciliation also skips whatever a
+  // emitted past that offset (librdkafka 2.0.2 can lose the revocation
+  // commit to a concurrent rebalance round: reconciliation is what keeps the
+  // hand-over duplicate-free then).
   using Id = std::pair<std::int32_t, std::int64_t>;
-  std::set<Id> want_a, want_b, oracle;
+  std::set<Id> oracle;
   std::set<std::pair<std::int32_t, std::string>> seen;
   for (const auto& r : *input) {
-    if (!seen.insert({r.partition, *r.key}).second) continue;
-    oracle.insert({r.partition, r.offset});
-    (r.offset < handover[r.partition] ? want_a : want_b).insert({r.partition, r.offset});
+    if (seen.insert({r.partition, *r.key}).second) oracle.insert({r.partition, r.offset});
   }
-  auto emitted = [&](const std::string& topic) {
-    std::set<Id> ids;
-    auto out = b.read_topic(topic);
-    EXPECT_TRUE(out);
-    if (!out) return ids;
-    for (const auto& r : *out) {
-      Id id{std::stoi(*r.header("kdedup-source-partition")), source_offset(r)};
-      EXPECT_TRUE(ids.insert(id).second)
-          << topic << ": " << id.first << "@" << id.second << " emitted twice by one owner";
-    }
-    return ids;
-  };
-  auto got_a = emitted("out");
-  auto got_b = emitted("out-b");
-  EXPECT_EQ(got_a, want_a);
-  EXPECT_EQ(got_b, want_b);
+  auto out = b.read_topic("out");
+  ASSERT_TRUE(out);
+  std::set<Id> got;
+  for (const auto& r : *out) {
+    Id id{std::stoi(*r.header("kdedup-source-partition")), source_offset(r)};
+    EXPECT_TRUE(got.insert(id).second) << id.first << "@" << id.second << " emitted twice";
+  }
   for (const auto& id : oracle) {
-    EXPECT_TRUE(got_a.count(id) || got_b.count(id)) << "lost " << id.first << "@" << id.second;
+    EXPECT_TRUE(got.count(id)) << "lost " << id.first << "@" << id.second;
   }
-  EXPECT_GT(got_a.size(), 0u);
-  EXPECT_GT(got_b.size(), 0u);
+  for (const auto& id : got) {
+    EXPECT_TRUE(oracle.count(id)) << "not distinct but emitted: " << id.first << "@" << id.second;
+  }
+  EXPECT_EQ(got.size(), oracle.size());
   EXPECT_NE(a.log().find("revoked 2 partition(s)"), std::string::npos) << a.log();
   EXPECT_EQ(a.log().find("lost"), std::string::npos) << a.log();
   EXPECT_EQ(a.log().find("Illegal generation"), std::string::npos) << a.log();
