@@ -124,8 +124,8 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
                  "\"\n  statistics.interval.ms: \"1000\"\n"
                  "consumer:\n  session.timeout.ms: \"6000\"\n  heartbeat.interval.ms: \"500\"\n"
                  "metrics:\n  address: \"127.0.0.1:" +
-                 std::to_string(metrics_port) + "\"\n  audit_sample: 1\n" +
-                 "state:\n  dir: \"" + dir.file("state") + "\"\n");
+                 std::to_string(metrics_port) + "\"\n  audit_sample: 1\n" + "state:\n  dir: \"" +
+                 dir.file("state") + "\"\n");
   ChildOptions o;
   o.stderr_file = dir.file("kdedup.log");
   auto kdedup = ChildProcess::spawn({KDEDUP_BINARY, "run", "--config", dir.file("kdedup.yaml")}, o);
