@@ -230,8 +230,7 @@ TEST(RunE2E, TwoInstancesJoinAndLeaveMidStream) {
   ASSERT_TRUE(broker) << broker.error().message;
   TestBroker& b = **broker;
   TempDir dir;
-  write_file(dir.file("a.yaml"), config_yaml(b.bootstrap()));
-  write_file(dir.file("b.yaml"), config_yaml(b.bootstrap()));
+  write_file(dir.file("c.yaml"), config_yaml(b.bootstrap()));
   constexpr int kTotal = 6000;
   // Every key 15 times in a row of its partition (always the same one), new
   // keys all along the stream: some keys straddle each handover, so the new
@@ -239,10 +238,10 @@ TEST(RunE2E, TwoInstancesJoinAndLeaveMidStream) {
   Stream stream(b, kTotal, 4, 300,
                 [](int i) { return "user-" + std::to_string(i / 60 * 4 + i % 4); });
 
-  auto a = start_instance(dir, "a", dir.file("a.yaml"));
+  auto a = start_instance(dir, "a", dir.file("c.yaml"));
   ASSERT_TRUE(a.process);
   read_until(b, "out", 100);
-  auto bi = start_instance(dir, "b", dir.file("b.yaml"));  // joins mid-stream
+  auto bi = start_instance(dir, "b", dir.file("c.yaml"));  // joins mid-stream
   ASSERT_TRUE(bi.process);
   // Cooperative: b gets nothing in the first round, a revokes two partitions,
   // b gets them in the follow-up round.
