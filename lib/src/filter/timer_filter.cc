@@ -15,8 +15,18 @@
 #include <sys/mman.h>
 #endif
 
+// The AVX-512 paths (simd.h) are compiled into every x86-64 build, each
+// function with its own target attribute, and run only where the CPU has the
+// instructions: the rest of the program keeps the baseline instruction set.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KDEDUP_TIMER_AVX512 1
+#define KDEDUP_AVX512_TARGET [[gnu::target("avx512f,avx512bw,bmi,bmi2,popcnt")]]
+#endif
+
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/config_codec.h"
+#include "kdedup/filter/simd.h"
 
 namespace kdedup::filter {
 namespace {
@@ -330,6 +340,44 @@ std::uint32_t scrub_line(std::uint8_t* line, LiveInterval live) {
   return Cells<Bits>::kPerLine - sum_bytes(stay);
 }
 
+#if KDEDUP_TIMER_AVX512
+// scrub_line<8> over `count` consecutive lines with AVX-512: one line is one
+// register; a compare gives the 64-bit mask of live cells, a zero-masking
+// move clears the others, and popcounts give the cells cleared. Same result
+// as the portable loop, line for line.
+KDEDUP_AVX512_TARGET std::uint64_t scrub_lines_avx512_8(std::uint8_t* line, std::uint64_t count,
+                                                        LiveInterval live) {
+  const __m512i lo = _mm512_set1_epi8(static_cast<char>(live.lo));
+  const __m512i span = _mm512_set1_epi8(static_cast<char>(live.span));
+  std::uint64_t cleared = 0;
+  for (std::uint8_t* const stop = line + count * kLineBytes; line != stop; line += kLineBytes) {
+    __builtin_prefetch(line + kScrubPrefetchLines * kLineBytes, 1, 0);
+    const __m512i x = _mm512_load_si512(line);
+    const __mmask64 keep = _mm512_cmple_epu8_mask(_mm512_sub_epi8(x, lo), span);
+    const __mmask64 set = _mm512_test_epi8_mask(x, x);
+    _mm512_store_si512(line, _mm512_maskz_mov_epi8(keep, x));
+    cleared += static_cast<std::uint64_t>(_mm_popcnt_u64(set & ~keep));
+  }
+  return cleared;
+}
+#endif
+
+// scrub_line over `count` consecutive lines; returns the cells cleared.
+template <unsigned Bits>
+std::uint64_t scrub_run(std::uint8_t* line, std::uint64_t count, LiveInterval live) {
+#if KDEDUP_TIMER_AVX512
+  if (Bits == 8 && simd_in_use() == Simd::kAvx512) return scrub_lines_avx512_8(line, count, live);
+#endif
+  std::uint64_t cleared = 0;
+  for (std::uint8_t* const stop = line + count * kLineBytes; line != stop; line += kLineBytes) {
+    // Sequential, but it starts cold at every tick: fetch a few lines ahead
+    // (a prefetch past the array's end is a harmless hint).
+    __builtin_prefetch(line + kScrubPrefetchLines * kLineBytes, 1, 0);
+    cleared += scrub_line<Bits>(line, live);
+  }
+  return cleared;
+}
+
 }  // namespace
 
 // Insertions per tick over the last W + 1 ticks, in buckets of `width` ticks
@@ -508,14 +556,7 @@ void TimerFilter::scrub_lines(SubFilter& s, std::uint64_t count, Tick ref,
     // In contiguous segments (the sweep wraps at the end of the array).
     for (std::uint64_t left = count; left > 0;) {
       const std::uint64_t run = std::min(left, s.lines - i);
-      std::uint8_t* line = s.line(i);
-      std::uint8_t* const stop = line + run * kLineBytes;
-      for (; line != stop; line += kLineBytes) {
-        // Sequential, but it starts cold at every tick: fetch a few lines
-        // ahead (a prefetch past the array's end is a harmless hint).
-        __builtin_prefetch(line + kScrubPrefetchLines * kLineBytes, 1, 0);
-        cleared += scrub_line<Bits>(line, live);
-      }
+      cleared += scrub_run<Bits>(s.line(i), run, live);
       left -= run;
       i = i + run == s.lines ? 0 : i + run;
     }
@@ -728,6 +769,70 @@ template <unsigned Bits, unsigned K>
   return Probe::kInserted;
 }
 
+// The portable probe: probe_once.
+template <unsigned Bits, unsigned K>
+struct PortableProbe {
+  [[gnu::always_inline]] static inline Probe run(const auto& view, const Fingerprint& fp,
+                                                 std::uint64_t inserted, std::uint32_t& filled) {
+    return probe_once<Bits, K>(view, fp, inserted, filled);
+  }
+};
+
+#if KDEDUP_TIMER_AVX512
+// The k probe cells of a 64-cell line as a bit mask (the cells of
+// probe_positions: the raw 6-bit fields when distinct, else the slow path).
+template <unsigned K>
+[[gnu::always_inline]] inline std::uint64_t probe_mask64(std::uint64_t h, std::uint32_t k) {
+  if (K != 0) k = K;
+  std::uint64_t mask = 0;
+#pragma GCC unroll 16
+  for (std::uint32_t i = 0; i < k; ++i) mask |= std::uint64_t{1} << ((h >> (6 * i)) & 63);
+  if (static_cast<std::uint32_t>(std::popcount(mask)) != k) [[unlikely]] {
+    std::uint32_t pos[kMaxProbes];
+    resolve_positions<64, K>(h, k, pos);
+    mask = 0;
+    for (std::uint32_t i = 0; i < k; ++i) mask |= std::uint64_t{1} << pos[i];
+  }
+  return mask;
+}
+
+// probe_once for 8-bit timers without equal timers, on AVX-512: the line is
+// one register, one compare gives the mask of its live cells, and the k cells
+// are tested against the probe mask and written with one masked store. Same
+// outcome and the same bytes written as probe_once<8, K>. Not marked
+// always_inline (the run loop that calls it has the baseline target); it is
+// inlined once the loop is inlined into run_batch_avx512.
+// The live cells of a line of 8-bit timers (see "Age test").
+KDEDUP_AVX512_TARGET inline std::uint64_t live_cells(__m512i x, __m512i lo, __m512i span,
+                                                     std::uint64_t nonzero) {
+  return _mm512_cmple_epu8_mask(_mm512_sub_epi8(x, lo), span) & nonzero;
+}
+
+template <unsigned K>
+struct Avx512Probe {
+  KDEDUP_AVX512_TARGET static inline Probe run(const auto& view, const Fingerprint& fp,
+                                               std::uint64_t inserted, std::uint32_t& filled) {
+    const std::uint64_t want = probe_mask64<K>(fp.lo, view.k);
+    const __m512i lo = _mm512_set1_epi8(static_cast<char>(view.live_lo));
+    const __m512i span = _mm512_set1_epi8(static_cast<char>(view.live_span));
+    std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
+    const __m512i x = _mm512_load_si512(active);
+    const std::uint64_t nonzero = _mm512_test_epi8_mask(x, x);
+    if ((live_cells(x, lo, span, nonzero) & want) == want) return Probe::kDuplicate;
+    for (std::uint32_t s = 1; s < view.count; ++s) {
+      const __m512i y = _mm512_load_si512(line_of(fp.hi, view.subs[s].data, view.subs[s].lines));
+      if ((live_cells(y, lo, span, _mm512_test_epi8_mask(y, y)) & want) == want) {
+        return Probe::kDuplicate;
+      }
+    }
+    if (inserted >= view.room) return Probe::kNeedSeal;
+    _mm512_mask_storeu_epi8(active, want, _mm512_set1_epi8(static_cast<char>(view.now_code)));
+    filled = static_cast<std::uint32_t>(_mm_popcnt_u64(want & ~nonzero));
+    return Probe::kInserted;
+  }
+};
+#endif
+
 }  // namespace
 
 template <unsigned Bits>
@@ -759,9 +864,10 @@ Decision TimerFilter::test_and_insert(const Fingerprint& fp, Tick now) {
   }
 }
 
-template <unsigned Bits, unsigned K>
-void TimerFilter::decide_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
-                               std::span<Decision> out) {
+template <unsigned Bits, class Prober>
+[[gnu::always_inline]] inline void TimerFilter::run_batch(std::span<const Fingerprint> fps,
+                                                          std::span<const Tick> ticks,
+                                                          std::span<Decision> out) {
   // Prefetch the line each live sub-filter will read kPrefetchDistance
   // elements ahead; decisions are made strictly in order, so they equal the
   // one-by-one results (a sub-filter added mid-batch only misses a hint).
@@ -788,7 +894,7 @@ void TimerFilter::decide_batch(std::span<const Fingerprint> fps, std::span<const
     // False when the active sub-filter must be sealed first (nothing done).
     auto decide_one = [&](std::size_t j) __attribute__((always_inline)) {
       std::uint32_t empty = 0;
-      const Probe p = probe_once<Bits, K>(view, fps[j], inserted, empty);
+      const Probe p = Prober::run(view, fps[j], inserted, empty);
       if (p == Probe::kNeedSeal) return false;
       out[j] = p == Probe::kDuplicate ? Decision::kDuplicate : Decision::kDistinct;
       inserted += p == Probe::kInserted;
@@ -823,9 +929,40 @@ void TimerFilter::decide_batch(std::span<const Fingerprint> fps, std::span<const
   }
 }
 
+template <unsigned Bits, unsigned K>
+void TimerFilter::decide_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                               std::span<Decision> out) {
+  run_batch<Bits, PortableProbe<Bits, K>>(fps, ticks, out);
+}
+
+#if KDEDUP_TIMER_AVX512
+template <unsigned K>
+KDEDUP_AVX512_TARGET void TimerFilter::decide_batch_avx512(std::span<const Fingerprint> fps,
+                                                           std::span<const Tick> ticks,
+                                                           std::span<Decision> out) {
+  run_batch<8, Avx512Probe<K>>(fps, ticks, out);
+}
+#endif
+
 template <unsigned Bits>
 void TimerFilter::decide_batch_k(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                                  std::span<Decision> out) {
+#if KDEDUP_TIMER_AVX512
+  if (Bits == 8 && config_.equal_timers == 0 && simd_in_use() == Simd::kAvx512) {
+    switch (k_) {
+      case 5:
+        return decide_batch_avx512<5>(fps, ticks, out);
+      case 6:
+        return decide_batch_avx512<6>(fps, ticks, out);
+      case 7:
+        return decide_batch_avx512<7>(fps, ticks, out);
+      case 8:
+        return decide_batch_avx512<8>(fps, ticks, out);
+      default:
+        return decide_batch_avx512<0>(fps, ticks, out);
+    }
+  }
+#endif
   // The k of the usual targets (fpp 1% .. 0.1%) get a loop unrolled for them.
   switch (k_) {
     case 5:

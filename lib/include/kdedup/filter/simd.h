@@ -1,0 +1,32 @@
+#pragma once
+// Which vector instructions the filters' batch paths use.
+//
+// Every filter has a portable batch path (plain C++ and 16-byte vectors,
+// which every x86-64 and ARM64 CPU runs). On x86-64 CPUs with AVX-512 (F and
+// BW), the timer filter with 8-bit timers tests a whole 64-byte line in one
+// compare and writes its k cells in one masked store, and its scrub clears a
+// line in four instructions. Both paths give the same decisions and the same
+// state, byte for byte (tests/unit/filter/timer_filter_test.cc runs both).
+//
+// The level is the best the CPU supports, detected once per process; tests
+// and benchmarks switch it with set_simd() to compare the paths side by side.
+
+#include <cstdint>
+#include <string_view>
+
+namespace kdedup::filter {
+
+enum class Simd : std::uint8_t {
+  kPortable,  ///< no instructions beyond the platform's baseline
+  kAvx512,    ///< x86-64 AVX-512 F+BW (with BMI2 and POPCNT)
+};
+
+/// The best level this CPU runs.
+[[nodiscard]] Simd simd_supported() noexcept;
+/// The level the filters use now.
+[[nodiscard]] Simd simd_in_use() noexcept;
+/// Uses `level`, or the best supported one below it; returns the level now in use.
+Simd set_simd(Simd level) noexcept;
+[[nodiscard]] std::string_view to_string(Simd level) noexcept;
+
+}  // namespace kdedup::filter
