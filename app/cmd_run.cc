@@ -19,6 +19,7 @@
 #include "command.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/config/config.h"
+#include "kdedup/filter/simd.h"
 #include "kdedup/metrics/server.h"
 #include "kdedup/pipeline/instrumentation.h"
 #include "kdedup/pipeline/pipeline.h"
@@ -67,11 +68,12 @@ void log_summary(const kdedup::config::Config& c) {
   if (c.filter_enabled) {
     spdlog::info(
         "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity {} per "
-        "partition, max_future_skew {}",
+        "partition, max_future_skew {}, vector instructions {}",
         c.identity.extractor, format_duration_ms(c.window_ms()),
         format_duration_ms(std::max<std::int64_t>(1, c.tick_ms())),
         kdedup::filter::to_string(c.filter.type), c.filter.fpp, c.filter.capacity,
-        format_duration_ms(c.max_future_skew.count()));
+        format_duration_ms(c.max_future_skew.count()),
+        kdedup::filter::to_string(kdedup::filter::simd_in_use()));
   } else {
     spdlog::info(
         "identity '{}', filter disabled: passthrough (every identifiable record is "

@@ -2,8 +2,9 @@
 //
 // 1. Throughput. For state sizes of 1 MiB, 64 MiB (and 1 GiB with --large):
 //    test-and-insert ops/s on one thread, one call per element and through
-//    the prefetching batch path (with the vector level this CPU supports, and
-//    with the portable one, see kdedup/filter/simd.h), next to the machine's
+//    the prefetching batch path (with the best vector level this CPU
+//    supports, and with AVX2 and the portable path too, see
+//    kdedup/filter/simd.h), next to the machine's
 //    random cache-line read rate over an array of the same size: independent
 //    random 64-byte reads, prefetched ahead, the best of prefetch distances
 //    16, 32 and 64 (the batch path prefetches 32 ahead). A second reference
@@ -149,7 +150,8 @@ double random_line_rate(std::uint64_t bytes, std::uint64_t reads, bool write,
 
 // Medians over the rounds; the ratios are medians of the per-round ratios.
 struct Throughput {
-  double single = 0, batch = 0, batch_portable = 0, random_line = 0, random_line_write = 0;
+  double single = 0, batch = 0, random_line = 0, random_line_write = 0;
+  double batch_avx2 = 0, batch_portable = 0;  // 0: not measured (the CPU lacks AVX2)
   double ratio = 0, ratio_write = 0;
   std::uint64_t bytes = 0;
   std::uint32_t window = 0;
@@ -218,7 +220,7 @@ Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
   using kdedup::filter::Simd;
   const Simd best = kdedup::filter::simd_supported();
   out.single = run(false);  // no vector path: once is enough
-  std::vector<double> batch, portable, reads, writes, ratio, ratio_write;
+  std::vector<double> batch, avx2, portable, reads, writes, ratio, ratio_write;
   for (int r = 0; r < rounds; ++r) {
     kdedup::filter::set_simd(best);
     batch.push_back(run(true));
@@ -230,11 +232,16 @@ Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
     writes.push_back(random_line_rate(state_bytes, ops, true, TimerFilter::kPrefetchDistance));
     ratio.push_back(batch.back() / reads.back());
     ratio_write.push_back(batch.back() / writes.back());
+    if (best == Simd::kAvx512) {
+      kdedup::filter::set_simd(Simd::kAvx2);
+      avx2.push_back(run(true));
+    }
     kdedup::filter::set_simd(Simd::kPortable);
     portable.push_back(run(true));
   }
   kdedup::filter::set_simd(best);
   out.batch = median(batch);
+  out.batch_avx2 = best == Simd::kAvx2 ? out.batch : avx2.empty() ? 0 : median(avx2);
   out.batch_portable = median(portable);
   out.random_line = median(reads);
   out.random_line_write = median(writes);
@@ -357,9 +364,10 @@ int main(int argc, char** argv) {
     std::printf("Vector level of this CPU: %.*s\n\n", static_cast<int>(vector.size()),
                 vector.data());
     std::printf(
-        "| state | W | single ops/s | batch ops/s | batch ops/s, portable | random-line reads/s | "
-        "batch / random-line | random-line read+writes/s | batch / read+write |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+        "| state | W | single ops/s | batch ops/s | batch, avx2 | batch, portable | "
+        "random-line reads/s | batch / random-line | random-line read+writes/s | "
+        "batch / read+write |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     struct Case {
       std::uint64_t size;
       std::uint32_t window;  // 0: the default
@@ -369,8 +377,10 @@ int main(int argc, char** argv) {
     for (const Case& cs : cases) {
       const std::uint64_t ops = cs.size >= (1ULL << 30) ? 40'000'000 : 20'000'000;
       const Throughput t = measure_throughput(cs.size, ops, cs.window, rounds);
-      std::printf("| %s | %u | %.2fM | %.2fM | %.2fM | %.2fM | %.0f%% | %.2fM | %.0f%% |\n",
-                  human_bytes(t.bytes).c_str(), t.window, t.single / 1e6, t.batch / 1e6,
+      char avx2[32] = "-";
+      if (t.batch_avx2 > 0) std::snprintf(avx2, sizeof avx2, "%.2fM", t.batch_avx2 / 1e6);
+      std::printf("| %s | %u | %.2fM | %.2fM | %s | %.2fM | %.2fM | %.0f%% | %.2fM | %.0f%% |\n",
+                  human_bytes(t.bytes).c_str(), t.window, t.single / 1e6, t.batch / 1e6, avx2,
                   t.batch_portable / 1e6, t.random_line / 1e6, 100.0 * t.ratio,
                   t.random_line_write / 1e6, 100.0 * t.ratio_write);
       std::fflush(stdout);

@@ -8,10 +8,12 @@ namespace {
 Simd detect() noexcept {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt")) {
+  const bool base = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+  if (base && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
     return Simd::kAvx512;
   }
+  if (base) return Simd::kAvx2;
 #endif
   return Simd::kPortable;
 }
@@ -42,6 +44,8 @@ std::string_view to_string(Simd s) noexcept {
   switch (s) {
     case Simd::kAvx512:
       return "avx512";
+    case Simd::kAvx2:
+      return "avx2";
     case Simd::kPortable:
       break;
   }

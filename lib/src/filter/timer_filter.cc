@@ -15,12 +15,13 @@
 #include <sys/mman.h>
 #endif
 
-// The AVX-512 paths (simd.h) are compiled into every x86-64 build, each
-// function with its own target attribute, and run only where the CPU has the
-// instructions: the rest of the program keeps the baseline instruction set.
+// The AVX2 and AVX-512 paths (simd.h) are compiled into every x86-64 build,
+// each function with its own target attribute, and run only where the CPU
+// has the instructions: the rest of the program keeps the baseline set.
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define KDEDUP_TIMER_AVX512 1
+#define KDEDUP_TIMER_X86 1
+#define KDEDUP_AVX2_TARGET [[gnu::target("avx2,bmi,bmi2,popcnt")]]
 #define KDEDUP_AVX512_TARGET [[gnu::target("avx512f,avx512bw,bmi,bmi2,popcnt")]]
 #endif
 
@@ -340,7 +341,7 @@ std::uint32_t scrub_line(std::uint8_t* line, LiveInterval live) {
   return Cells<Bits>::kPerLine - sum_bytes(stay);
 }
 
-#if KDEDUP_TIMER_AVX512
+#if KDEDUP_TIMER_X86
 // scrub_line<8> over `count` consecutive lines with AVX-512: one line is one
 // register; a compare gives the 64-bit mask of live cells, a zero-masking
 // move clears the others, and popcounts give the cells cleared. Same result
@@ -360,13 +361,52 @@ KDEDUP_AVX512_TARGET std::uint64_t scrub_lines_avx512_8(std::uint8_t* line, std:
   }
   return cleared;
 }
+
+// Byte lanes of `x` whose code is in `live` (all-ones) on AVX2, which has no
+// unsigned byte compare: x - lo <= span  <=>  min(x - lo, span) == x - lo.
+KDEDUP_AVX2_TARGET inline __m256i in_interval_avx2(__m256i x, __m256i lo, __m256i span) {
+  const __m256i d = _mm256_sub_epi8(x, lo);
+  return _mm256_cmpeq_epi8(_mm256_min_epu8(d, span), d);
+}
+
+// The same scrub with AVX2: a line is two registers.
+KDEDUP_AVX2_TARGET std::uint64_t scrub_lines_avx2_8(std::uint8_t* line, std::uint64_t count,
+                                                    LiveInterval live) {
+  const __m256i lo = _mm256_set1_epi8(static_cast<char>(live.lo));
+  const __m256i span = _mm256_set1_epi8(static_cast<char>(live.span));
+  const __m256i zero = _mm256_setzero_si256();
+  std::uint64_t cleared = 0;
+  for (std::uint8_t* const stop = line + count * kLineBytes; line != stop; line += kLineBytes) {
+    __builtin_prefetch(line + kScrubPrefetchLines * kLineBytes, 1, 0);
+    for (std::uint8_t* half = line; half != line + kLineBytes; half += 32) {
+      auto* p = reinterpret_cast<__m256i*>(half);
+      const __m256i x = _mm256_load_si256(p);
+      const __m256i keep = in_interval_avx2(x, lo, span);
+      _mm256_store_si256(p, _mm256_and_si256(x, keep));
+      // Cleared: neither kept nor empty.
+      const auto stay = static_cast<std::uint32_t>(
+          _mm256_movemask_epi8(_mm256_or_si256(keep, _mm256_cmpeq_epi8(x, zero))));
+      cleared += static_cast<std::uint64_t>(_mm_popcnt_u32(~stay));
+    }
+  }
+  return cleared;
+}
 #endif
 
 // scrub_line over `count` consecutive lines; returns the cells cleared.
 template <unsigned Bits>
 std::uint64_t scrub_run(std::uint8_t* line, std::uint64_t count, LiveInterval live) {
-#if KDEDUP_TIMER_AVX512
-  if (Bits == 8 && simd_in_use() == Simd::kAvx512) return scrub_lines_avx512_8(line, count, live);
+#if KDEDUP_TIMER_X86
+  if constexpr (Bits == 8) {
+    switch (simd_in_use()) {
+      case Simd::kAvx512:
+        return scrub_lines_avx512_8(line, count, live);
+      case Simd::kAvx2:
+        return scrub_lines_avx2_8(line, count, live);
+      case Simd::kPortable:
+        break;
+    }
+  }
 #endif
   std::uint64_t cleared = 0;
   for (std::uint8_t* const stop = line + count * kLineBytes; line != stop; line += kLineBytes) {
@@ -607,7 +647,7 @@ void TimerFilter::clear_all(Tick now) {
   subs_.push_back(std::move(keep));
 }
 
-void TimerFilter::move_clock(Tick now) {
+[[gnu::noinline]] void TimerFilter::move_clock(Tick now) {
   const Tick old = clock_;
   const std::uint32_t window = config_.ticks_per_window;
   if (now - old > window) {
@@ -778,7 +818,7 @@ struct PortableProbe {
   }
 };
 
-#if KDEDUP_TIMER_AVX512
+#if KDEDUP_TIMER_X86
 // The k probe cells of a 64-cell line as a bit mask (the cells of
 // probe_positions: the raw 6-bit fields when distinct, else the slow path).
 template <unsigned K>
@@ -796,16 +836,25 @@ template <unsigned K>
   return mask;
 }
 
-// probe_once for 8-bit timers without equal timers, on AVX-512: the line is
-// one register, one compare gives the mask of its live cells, and the k cells
-// are tested against the probe mask and written with one masked store. Same
-// outcome and the same bytes written as probe_once<8, K>. Not marked
-// always_inline (the run loop that calls it has the baseline target); it is
-// inlined once the loop is inlined into run_batch_avx512.
-// The live cells of a line of 8-bit timers (see "Age test").
-KDEDUP_AVX512_TARGET inline std::uint64_t live_cells(__m512i x, __m512i lo, __m512i span,
-                                                     std::uint64_t nonzero) {
-  return _mm512_cmple_epu8_mask(_mm512_sub_epi8(x, lo), span) & nonzero;
+// probe_once<8, K> without equal timers, on vectors: the k positions are a
+// 64-bit mask, a few instructions over the whole line give the masks of its
+// set and live cells, and the k cells are written in one go. Same outcome
+// and the same bytes written as probe_once<8, K>. The run() functions are
+// not always_inline (the run loop that calls them has the baseline target):
+// they are inlined once the loop is inlined into decide_batch_avx2/avx512.
+
+// A line of 8-bit timers on AVX-512: one register.
+struct Avx512Line {
+  __m512i x;
+  std::uint64_t set;   // cells != 0
+  std::uint64_t live;  // set cells whose code is in the live interval
+};
+
+KDEDUP_AVX512_TARGET inline Avx512Line read_avx512(const std::uint8_t* line, __m512i lo,
+                                                   __m512i span) {
+  const __m512i x = _mm512_load_si512(line);
+  const std::uint64_t set = _mm512_test_epi8_mask(x, x);
+  return {x, set, _mm512_cmple_epu8_mask(_mm512_sub_epi8(x, lo), span) & set};
 }
 
 template <unsigned K>
@@ -816,18 +865,74 @@ struct Avx512Probe {
     const __m512i lo = _mm512_set1_epi8(static_cast<char>(view.live_lo));
     const __m512i span = _mm512_set1_epi8(static_cast<char>(view.live_span));
     std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
-    const __m512i x = _mm512_load_si512(active);
-    const std::uint64_t nonzero = _mm512_test_epi8_mask(x, x);
-    if ((live_cells(x, lo, span, nonzero) & want) == want) return Probe::kDuplicate;
+    const Avx512Line a = read_avx512(active, lo, span);
+    if ((a.live & want) == want) return Probe::kDuplicate;
     for (std::uint32_t s = 1; s < view.count; ++s) {
-      const __m512i y = _mm512_load_si512(line_of(fp.hi, view.subs[s].data, view.subs[s].lines));
-      if ((live_cells(y, lo, span, _mm512_test_epi8_mask(y, y)) & want) == want) {
-        return Probe::kDuplicate;
-      }
+      const auto* line = line_of(fp.hi, view.subs[s].data, view.subs[s].lines);
+      if ((read_avx512(line, lo, span).live & want) == want) return Probe::kDuplicate;
     }
     if (inserted >= view.room) return Probe::kNeedSeal;
     _mm512_mask_storeu_epi8(active, want, _mm512_set1_epi8(static_cast<char>(view.now_code)));
-    filled = static_cast<std::uint32_t>(_mm_popcnt_u64(want & ~nonzero));
+    filled = static_cast<std::uint32_t>(_mm_popcnt_u64(want & ~a.set));
+    return Probe::kInserted;
+  }
+};
+
+// A line of 8-bit timers on AVX2: two registers.
+struct Avx2Line {
+  __m256i x0, x1;
+  std::uint64_t set;   // cells != 0
+  std::uint64_t live;  // set cells whose code is in the live interval
+};
+
+KDEDUP_AVX2_TARGET inline std::uint64_t movemask64(__m256i low, __m256i high) {
+  return static_cast<std::uint32_t>(_mm256_movemask_epi8(low)) |
+         std::uint64_t{static_cast<std::uint32_t>(_mm256_movemask_epi8(high))} << 32;
+}
+
+KDEDUP_AVX2_TARGET inline Avx2Line read_avx2(const std::uint8_t* line, __m256i lo, __m256i span) {
+  const __m256i x0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(line));
+  const __m256i x1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(line + 32));
+  const __m256i zero = _mm256_setzero_si256();
+  const std::uint64_t set = ~movemask64(_mm256_cmpeq_epi8(x0, zero), _mm256_cmpeq_epi8(x1, zero));
+  const std::uint64_t live =
+      movemask64(in_interval_avx2(x0, lo, span), in_interval_avx2(x1, lo, span)) & set;
+  return {x0, x1, set, live};
+}
+
+// All-ones in the byte lanes whose bit is set in `bits` (32 cells): each
+// byte of `bits` is copied into 8 lanes and tested against one bit each.
+KDEDUP_AVX2_TARGET inline __m256i byte_mask_avx2(std::uint32_t bits) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i select = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, select), select);
+}
+
+template <unsigned K>
+struct Avx2Probe {
+  KDEDUP_AVX2_TARGET static inline Probe run(const auto& view, const Fingerprint& fp,
+                                             std::uint64_t inserted, std::uint32_t& filled) {
+    const std::uint64_t want = probe_mask64<K>(fp.lo, view.k);
+    const __m256i lo = _mm256_set1_epi8(static_cast<char>(view.live_lo));
+    const __m256i span = _mm256_set1_epi8(static_cast<char>(view.live_span));
+    std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
+    const Avx2Line a = read_avx2(active, lo, span);
+    if ((a.live & want) == want) return Probe::kDuplicate;
+    for (std::uint32_t s = 1; s < view.count; ++s) {
+      const auto* line = line_of(fp.hi, view.subs[s].data, view.subs[s].lines);
+      if ((read_avx2(line, lo, span).live & want) == want) return Probe::kDuplicate;
+    }
+    if (inserted >= view.room) return Probe::kNeedSeal;
+    const __m256i code = _mm256_set1_epi8(static_cast<char>(view.now_code));
+    const auto low = static_cast<std::uint32_t>(want),
+               high = static_cast<std::uint32_t>(want >> 32);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(active),
+                       _mm256_blendv_epi8(a.x0, code, byte_mask_avx2(low)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(active + 32),
+                       _mm256_blendv_epi8(a.x1, code, byte_mask_avx2(high)));
+    filled = static_cast<std::uint32_t>(_mm_popcnt_u64(want & ~a.set));
     return Probe::kInserted;
   }
 };
@@ -836,7 +941,7 @@ struct Avx512Probe {
 }  // namespace
 
 template <unsigned Bits>
-Decision TimerFilter::decide(const Fingerprint& fp) {
+[[gnu::noinline]] Decision TimerFilter::decide(const Fingerprint& fp) {
   std::uint32_t filled = 0;
   Probe p = probe_once<Bits, 0>(view_, fp, 0, filled);
   if (p == Probe::kNeedSeal) {
@@ -932,14 +1037,33 @@ template <unsigned Bits, class Prober>
 template <unsigned Bits, unsigned K>
 void TimerFilter::decide_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                                std::span<Decision> out) {
+#if KDEDUP_TIMER_X86
+  if constexpr (Bits == 8) {
+    if (config_.equal_timers == 0) {
+      switch (simd_in_use()) {
+        case Simd::kAvx512:
+          return decide_batch_avx512<K>(fps, ticks, out);
+        case Simd::kAvx2:
+          return decide_batch_avx2<K>(fps, ticks, out);
+        case Simd::kPortable:
+          break;
+      }
+    }
+  }
+#endif
   run_batch<Bits, PortableProbe<Bits, K>>(fps, ticks, out);
 }
 
-#if KDEDUP_TIMER_AVX512
+#if KDEDUP_TIMER_X86
 template <unsigned K>
-KDEDUP_AVX512_TARGET void TimerFilter::decide_batch_avx512(std::span<const Fingerprint> fps,
-                                                           std::span<const Tick> ticks,
-                                                           std::span<Decision> out) {
+KDEDUP_AVX2_TARGET [[gnu::flatten]] void TimerFilter::decide_batch_avx2(
+    std::span<const Fingerprint> fps, std::span<const Tick> ticks, std::span<Decision> out) {
+  run_batch<8, Avx2Probe<K>>(fps, ticks, out);
+}
+
+template <unsigned K>
+KDEDUP_AVX512_TARGET [[gnu::flatten]] void TimerFilter::decide_batch_avx512(
+    std::span<const Fingerprint> fps, std::span<const Tick> ticks, std::span<Decision> out) {
   run_batch<8, Avx512Probe<K>>(fps, ticks, out);
 }
 #endif
@@ -947,22 +1071,6 @@ KDEDUP_AVX512_TARGET void TimerFilter::decide_batch_avx512(std::span<const Finge
 template <unsigned Bits>
 void TimerFilter::decide_batch_k(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                                  std::span<Decision> out) {
-#if KDEDUP_TIMER_AVX512
-  if (Bits == 8 && config_.equal_timers == 0 && simd_in_use() == Simd::kAvx512) {
-    switch (k_) {
-      case 5:
-        return decide_batch_avx512<5>(fps, ticks, out);
-      case 6:
-        return decide_batch_avx512<6>(fps, ticks, out);
-      case 7:
-        return decide_batch_avx512<7>(fps, ticks, out);
-      case 8:
-        return decide_batch_avx512<8>(fps, ticks, out);
-      default:
-        return decide_batch_avx512<0>(fps, ticks, out);
-    }
-  }
-#endif
   // The k of the usual targets (fpp 1% .. 0.1%) get a loop unrolled for them.
   switch (k_) {
     case 5:

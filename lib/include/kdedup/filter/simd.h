@@ -2,11 +2,13 @@
 // Which vector instructions the filters' batch paths use.
 //
 // Every filter has a portable batch path (plain C++ and 16-byte vectors,
-// which every x86-64 and ARM64 CPU runs). On x86-64 CPUs with AVX-512 (F and
-// BW), the timer filter with 8-bit timers tests a whole 64-byte line in one
-// compare and writes its k cells in one masked store, and its scrub clears a
-// line in four instructions. Both paths give the same decisions and the same
-// state, byte for byte (tests/unit/filter/timer_filter_test.cc runs both).
+// which every x86-64 and ARM64 CPU runs). On x86-64 CPUs with AVX2 or
+// AVX-512 (F and BW), the timer filter with 8-bit timers tests a whole
+// 64-byte line in a few instructions and writes its k cells at once (a masked
+// store with AVX-512, a blend with AVX2), and its scrub clears a line in a
+// handful of instructions. All paths give the same decisions and the same
+// state, byte for byte (tests/unit/filter/timer_filter_test.cc runs each
+// level the CPU supports against the portable one).
 //
 // The level is the best the CPU supports, detected once per process; tests
 // and benchmarks switch it with set_simd() to compare the paths side by side.
@@ -18,6 +20,7 @@ namespace kdedup::filter {
 
 enum class Simd : std::uint8_t {
   kPortable,  ///< no instructions beyond the platform's baseline
+  kAvx2,      ///< x86-64 AVX2 (with BMI2 and POPCNT)
   kAvx512,    ///< x86-64 AVX-512 F+BW (with BMI2 and POPCNT)
 };
 
@@ -25,7 +28,8 @@ enum class Simd : std::uint8_t {
 [[nodiscard]] Simd simd_supported() noexcept;
 /// The level the filters use now.
 [[nodiscard]] Simd simd_in_use() noexcept;
-/// Uses `level`, or the best supported one below it; returns the level now in use.
+/// Uses `level`, or the best supported one below it; returns the level now
+/// in use. Levels are ordered: portable < avx2 < avx512.
 Simd set_simd(Simd level) noexcept;
 [[nodiscard]] std::string_view to_string(Simd level) noexcept;
 
