@@ -843,61 +843,53 @@ template <unsigned K>
 // not always_inline (the run loop that calls them has the baseline target):
 // they are inlined once the loop is inlined into decide_batch_avx2/avx512.
 
-// A line of 8-bit timers on AVX-512: one register.
+// One test-and-insert on vectors, for either instruction set: `Line` reads a
+// line into registers with the masks of its set and live cells, and writes
+// the clock's code into the probe cells. Inlined into the run() below, which
+// carries the instruction set's target.
+template <class Line, unsigned K>
+[[gnu::always_inline]] inline Probe vector_probe(const auto& view, const Fingerprint& fp,
+                                                 std::uint64_t inserted, std::uint32_t& filled) {
+  const std::uint64_t want = probe_mask64<K>(fp.lo, view.k);
+  const typename Line::Codes codes(view.live_lo, view.live_span);
+  std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
+  const Line a(active, codes);
+  if ((a.live & want) == want) return Probe::kDuplicate;
+  for (std::uint32_t s = 1; s < view.count; ++s) {
+    const Line other(line_of(fp.hi, view.subs[s].data, view.subs[s].lines), codes);
+    if ((other.live & want) == want) return Probe::kDuplicate;
+  }
+  if (inserted >= view.room) return Probe::kNeedSeal;
+  a.write(active, want, view.now_code);
+  filled = static_cast<std::uint32_t>(std::popcount(want & ~a.set));
+  return Probe::kInserted;
+}
+
+// A line of 8-bit timers on AVX-512: one register; a masked store writes.
 struct Avx512Line {
+  struct Codes {
+    __m512i lo, span;
+    KDEDUP_AVX512_TARGET Codes(std::uint32_t l, std::uint32_t s)
+        : lo(_mm512_set1_epi8(static_cast<char>(l))),
+          span(_mm512_set1_epi8(static_cast<char>(s))) {}
+  };
   __m512i x;
   std::uint64_t set;   // cells != 0
   std::uint64_t live;  // set cells whose code is in the live interval
-};
 
-KDEDUP_AVX512_TARGET inline Avx512Line read_avx512(const std::uint8_t* line, __m512i lo,
-                                                   __m512i span) {
-  const __m512i x = _mm512_load_si512(line);
-  const std::uint64_t set = _mm512_test_epi8_mask(x, x);
-  return {x, set, _mm512_cmple_epu8_mask(_mm512_sub_epi8(x, lo), span) & set};
-}
-
-template <unsigned K>
-struct Avx512Probe {
-  KDEDUP_AVX512_TARGET static inline Probe run(const auto& view, const Fingerprint& fp,
-                                               std::uint64_t inserted, std::uint32_t& filled) {
-    const std::uint64_t want = probe_mask64<K>(fp.lo, view.k);
-    const __m512i lo = _mm512_set1_epi8(static_cast<char>(view.live_lo));
-    const __m512i span = _mm512_set1_epi8(static_cast<char>(view.live_span));
-    std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
-    const Avx512Line a = read_avx512(active, lo, span);
-    if ((a.live & want) == want) return Probe::kDuplicate;
-    for (std::uint32_t s = 1; s < view.count; ++s) {
-      const auto* line = line_of(fp.hi, view.subs[s].data, view.subs[s].lines);
-      if ((read_avx512(line, lo, span).live & want) == want) return Probe::kDuplicate;
-    }
-    if (inserted >= view.room) return Probe::kNeedSeal;
-    _mm512_mask_storeu_epi8(active, want, _mm512_set1_epi8(static_cast<char>(view.now_code)));
-    filled = static_cast<std::uint32_t>(_mm_popcnt_u64(want & ~a.set));
-    return Probe::kInserted;
+  KDEDUP_AVX512_TARGET Avx512Line(const std::uint8_t* line, const Codes& c)
+      : x(_mm512_load_si512(line)),
+        set(_mm512_test_epi8_mask(x, x)),
+        live(_mm512_cmple_epu8_mask(_mm512_sub_epi8(x, c.lo), c.span) & set) {}
+  KDEDUP_AVX512_TARGET void write(std::uint8_t* line, std::uint64_t cells,
+                                  std::uint32_t code) const {
+    _mm512_mask_storeu_epi8(line, cells, _mm512_set1_epi8(static_cast<char>(code)));
   }
-};
-
-// A line of 8-bit timers on AVX2: two registers.
-struct Avx2Line {
-  __m256i x0, x1;
-  std::uint64_t set;   // cells != 0
-  std::uint64_t live;  // set cells whose code is in the live interval
 };
 
 KDEDUP_AVX2_TARGET inline std::uint64_t movemask64(__m256i low, __m256i high) {
   return static_cast<std::uint32_t>(_mm256_movemask_epi8(low)) |
          std::uint64_t{static_cast<std::uint32_t>(_mm256_movemask_epi8(high))} << 32;
-}
-
-KDEDUP_AVX2_TARGET inline Avx2Line read_avx2(const std::uint8_t* line, __m256i lo, __m256i span) {
-  const __m256i x0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(line));
-  const __m256i x1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(line + 32));
-  const __m256i zero = _mm256_setzero_si256();
-  const std::uint64_t set = ~movemask64(_mm256_cmpeq_epi8(x0, zero), _mm256_cmpeq_epi8(x1, zero));
-  const std::uint64_t live =
-      movemask64(in_interval_avx2(x0, lo, span), in_interval_avx2(x1, lo, span)) & set;
-  return {x0, x1, set, live};
 }
 
 // All-ones in the byte lanes whose bit is set in `bits` (32 cells): each
@@ -910,30 +902,50 @@ KDEDUP_AVX2_TARGET inline __m256i byte_mask_avx2(std::uint32_t bits) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(v, select), select);
 }
 
+// A line of 8-bit timers on AVX2: two registers; written back whole, the
+// probe cells blended in.
+struct Avx2Line {
+  struct Codes {
+    __m256i lo, span;
+    KDEDUP_AVX2_TARGET Codes(std::uint32_t l, std::uint32_t s)
+        : lo(_mm256_set1_epi8(static_cast<char>(l))),
+          span(_mm256_set1_epi8(static_cast<char>(s))) {}
+  };
+  __m256i x0, x1;
+  std::uint64_t set;   // cells != 0
+  std::uint64_t live;  // set cells whose code is in the live interval
+
+  KDEDUP_AVX2_TARGET Avx2Line(const std::uint8_t* line, const Codes& c)
+      : x0(_mm256_load_si256(reinterpret_cast<const __m256i*>(line))),
+        x1(_mm256_load_si256(reinterpret_cast<const __m256i*>(line + 32))),
+        set(~movemask64(_mm256_cmpeq_epi8(x0, _mm256_setzero_si256()),
+                        _mm256_cmpeq_epi8(x1, _mm256_setzero_si256()))),
+        live(movemask64(in_interval_avx2(x0, c.lo, c.span), in_interval_avx2(x1, c.lo, c.span)) &
+             set) {}
+  KDEDUP_AVX2_TARGET void write(std::uint8_t* line, std::uint64_t cells, std::uint32_t code) const {
+    const __m256i v = _mm256_set1_epi8(static_cast<char>(code));
+    const auto low = static_cast<std::uint32_t>(cells);
+    const auto high = static_cast<std::uint32_t>(cells >> 32);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(line),
+                       _mm256_blendv_epi8(x0, v, byte_mask_avx2(low)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(line + 32),
+                       _mm256_blendv_epi8(x1, v, byte_mask_avx2(high)));
+  }
+};
+
+template <unsigned K>
+struct Avx512Probe {
+  KDEDUP_AVX512_TARGET static inline Probe run(const auto& view, const Fingerprint& fp,
+                                               std::uint64_t inserted, std::uint32_t& filled) {
+    return vector_probe<Avx512Line, K>(view, fp, inserted, filled);
+  }
+};
+
 template <unsigned K>
 struct Avx2Probe {
   KDEDUP_AVX2_TARGET static inline Probe run(const auto& view, const Fingerprint& fp,
                                              std::uint64_t inserted, std::uint32_t& filled) {
-    const std::uint64_t want = probe_mask64<K>(fp.lo, view.k);
-    const __m256i lo = _mm256_set1_epi8(static_cast<char>(view.live_lo));
-    const __m256i span = _mm256_set1_epi8(static_cast<char>(view.live_span));
-    std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
-    const Avx2Line a = read_avx2(active, lo, span);
-    if ((a.live & want) == want) return Probe::kDuplicate;
-    for (std::uint32_t s = 1; s < view.count; ++s) {
-      const auto* line = line_of(fp.hi, view.subs[s].data, view.subs[s].lines);
-      if ((read_avx2(line, lo, span).live & want) == want) return Probe::kDuplicate;
-    }
-    if (inserted >= view.room) return Probe::kNeedSeal;
-    const __m256i code = _mm256_set1_epi8(static_cast<char>(view.now_code));
-    const auto low = static_cast<std::uint32_t>(want),
-               high = static_cast<std::uint32_t>(want >> 32);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(active),
-                       _mm256_blendv_epi8(a.x0, code, byte_mask_avx2(low)));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(active + 32),
-                       _mm256_blendv_epi8(a.x1, code, byte_mask_avx2(high)));
-    filled = static_cast<std::uint32_t>(_mm_popcnt_u64(want & ~a.set));
-    return Probe::kInserted;
+    return vector_probe<Avx2Line, K>(view, fp, inserted, filled);
   }
 };
 #endif
