@@ -647,6 +647,7 @@ void TimerFilter::clear_all(Tick now) {
   subs_.push_back(std::move(keep));
 }
 
+// noinline: kept out of the flattened vector batch loops (vector_probe).
 [[gnu::noinline]] void TimerFilter::move_clock(Tick now) {
   const Tick old = clock_;
   const std::uint32_t window = config_.ticks_per_window;
@@ -836,17 +837,15 @@ template <unsigned K>
   return mask;
 }
 
-// probe_once<8, K> without equal timers, on vectors: the k positions are a
-// 64-bit mask, a few instructions over the whole line give the masks of its
-// set and live cells, and the k cells are written in one go. Same outcome
-// and the same bytes written as probe_once<8, K>. The run() functions are
-// not always_inline (the run loop that calls them has the baseline target):
-// they are inlined once the loop is inlined into decide_batch_avx2/avx512.
-
-// One test-and-insert on vectors, for either instruction set: `Line` reads a
-// line into registers with the masks of its set and live cells, and writes
-// the clock's code into the probe cells. Inlined into the run() below, which
-// carries the instruction set's target.
+// probe_once<8, K> without equal timers, on vectors, for either instruction
+// set: the k positions are a 64-bit mask, `Line` reads the line into
+// registers with the masks of its set and live cells (a few instructions for
+// the whole line), and writes the clock's code into the probe cells in one
+// go. Same outcome and the same bytes written as probe_once<8, K>. The run()
+// functions below carry the instruction set's target; they cannot be
+// always_inline (the run loop that calls them has the baseline target), so
+// decide_batch_avx2/avx512 are flattened: everything they call is inlined
+// into them, except move_clock and decide (noinline: cold, and large).
 template <class Line, unsigned K>
 [[gnu::always_inline]] inline Probe vector_probe(const auto& view, const Fingerprint& fp,
                                                  std::uint64_t inserted, std::uint32_t& filled) {
@@ -952,6 +951,7 @@ struct Avx2Probe {
 
 }  // namespace
 
+// noinline: kept out of the flattened vector batch loops (vector_probe).
 template <unsigned Bits>
 [[gnu::noinline]] Decision TimerFilter::decide(const Fingerprint& fp) {
   std::uint32_t filled = 0;
