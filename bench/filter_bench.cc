@@ -4,10 +4,10 @@
 //    test-and-insert ops/s on one thread, one call per element and through
 //    the prefetching batch path (with the best vector level this CPU
 //    supports, and with AVX2 and the portable path too, see
-//    kdedup/filter/simd.h), next to the machine's
-//    random cache-line read rate over an array of the same size: independent
-//    random 64-byte reads, prefetched ahead, the best of prefetch distances
-//    16, 32 and 64 (the batch path prefetches 32 ahead). A second reference
+//    kdedup/filter/simd.h), next to the machine's random cache-line read
+//    rate over an array of the same size: independent random 64-byte reads,
+//    prefetched ahead, the best of prefetch distances 16, 32 and 64 (the
+//    batch path prefetches 32 ahead). A second reference
 //    rate writes one byte into each line it reads, as an insert does (every
 //    line is then written back to memory once evicted). The filter is
 //    pre-sized for the window and filled for one window first, so every
