@@ -32,6 +32,7 @@
 #include "command.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/filter/fingerprint.h"
+#include "kdedup/filter/simd.h"
 #include "kdedup/filter/sliding_filter.h"
 #include "kdedup/identity/extractor.h"
 
@@ -373,10 +374,10 @@ Status write_stats(const std::string& path, const Counters& c, double elapsed_s,
   const std::string json = fmt::format(
       "{{\"records_in\":{},\"distinct\":{},\"duplicates\":{},\"invalid\":{},\"elapsed_s\":{:.6f},"
       "\"filter\":{{\"type\":\"{}\",\"bytes_peak\":{},\"bytes_final\":{},\"subfilters_peak\":{},"
-      "\"fpp_estimate\":{}}}}}\n",
+      "\"fpp_estimate\":{},\"vector_instructions\":\"{}\"}}}}\n",
       c.records_in, c.distinct, c.duplicates, c.invalid, elapsed_s, filter::to_string(f.type()),
       std::max(c.bytes_peak, s.bytes), s.bytes, std::max(c.subfilters_peak, s.subfilters),
-      s.fpp_estimate);
+      s.fpp_estimate, filter::to_string(filter::simd_in_use()));
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (!file) return fail("--stats: cannot open '" + path + "': " + errno_text(errno));
   const bool ok = std::fwrite(json.data(), 1, json.size(), file) == json.size();

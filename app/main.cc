@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "kdedup/filter/simd.h"
 
 namespace kdedup::app {
 std::vector<Command>& commands() {
@@ -35,6 +37,9 @@ void print_usage(std::FILE* out) {
   std::fprintf(out, "usage: kdedup <command> [options]\n\ncommands:\n");
   for (const auto& c : cmds) std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
   std::fprintf(out, "\n'kdedup <command> --help' describes a command's options.\n");
+  std::fprintf(out,
+               "Environment: KDEDUP_SIMD=portable|avx2|avx512 caps the vector instructions the "
+               "filters use.\n");
 }
 
 }  // namespace
@@ -48,6 +53,18 @@ int main(int argc, char** argv) {
   if (!std::strcmp(argv[1], "--version")) {
     std::printf("kdedup %s\n", KDEDUP_VERSION);
     return 0;
+  }
+  // KDEDUP_SIMD caps the vector instructions the filters use (simd.h).
+  if (const char* simd = std::getenv("KDEDUP_SIMD"); simd != nullptr && *simd != '\0') {
+    const auto level = kdedup::filter::simd_from_string(simd);
+    if (!level) {
+      std::fprintf(stderr,
+                   "kdedup: environment variable KDEDUP_SIMD='%s' is not one of portable, avx2, "
+                   "avx512\n",
+                   simd);
+      return 2;
+    }
+    kdedup::filter::set_simd(*level);
   }
   for (const auto& c : kdedup::app::commands()) {
     if (c.name == argv[1]) {

@@ -52,4 +52,11 @@ std::string_view to_string(Simd s) noexcept {
   return "portable";
 }
 
+std::optional<Simd> simd_from_string(std::string_view name) noexcept {
+  for (const Simd s : {Simd::kPortable, Simd::kAvx2, Simd::kAvx512}) {
+    if (name == to_string(s)) return s;
+  }
+  return std::nullopt;
+}
+
 }  // namespace kdedup::filter

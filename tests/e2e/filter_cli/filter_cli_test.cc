@@ -4,6 +4,7 @@
 
 #include <simdjson.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -200,6 +201,50 @@ TEST(FilterCli, StatsFileHasTheDocumentedFields) {
   EXPECT_GE(peak, final_bytes);
   EXPECT_EQ(f["subfilters_peak"].get_uint64().value(), 1u);
   EXPECT_EQ(f["fpp_estimate"].get_double().value(), 0.0);
+  const std::string_view vector = f["vector_instructions"].get_string().value();
+  EXPECT_TRUE(vector == "portable" || vector == "avx2" || vector == "avx512") << text;
+}
+
+// KDEDUP_SIMD caps the vector instructions (kdedup/filter/simd.h): the stats
+// say which level ran, and the output is the same at every level; a value
+// that is not a level is bad usage naming the variable.
+TEST(FilterCli, SimdEnvironmentCapsTheVectorLevel) {
+  TempDir dir;
+  std::string input;
+  for (int i = 0; i < 5000; ++i) input += "id-" + std::to_string(i * 7919 % 3001) + "\n";
+  auto run_with = [&](const char* level) {
+    if (level != nullptr) {
+      setenv("KDEDUP_SIMD", level, 1);
+    } else {
+      unsetenv("KDEDUP_SIMD");
+    }
+    auto r = run_kdedup({"filter", "--filter", "timer", "--key", "line", "--window", "1h",
+                         "--stats", dir.file("stats.json")},
+                        input);
+    unsetenv("KDEDUP_SIMD");
+    return r;
+  };
+  auto vector_of = [&] {
+    simdjson::dom::parser parser;
+    const std::string text = read_file(dir.file("stats.json"));
+    auto level = parser.parse(text)["filter"]["vector_instructions"].get_string();
+    return level.error() ? std::string("(missing) ") + text : std::string(level.value());
+  };
+  auto best = run_with(nullptr);
+  ASSERT_EQ(best.exit_code, 0) << best.err;
+  const std::string best_level = vector_of();
+  EXPECT_EQ(count_of(best.out, "\n"), 3001u);
+  auto portable = run_with("portable");
+  ASSERT_EQ(portable.exit_code, 0) << portable.err;
+  EXPECT_EQ(vector_of(), "portable");
+  EXPECT_EQ(portable.out, best.out) << "the portable path decided otherwise than " << best_level;
+  auto avx512 = run_with("avx512");  // a cap: at most what the CPU has
+  ASSERT_EQ(avx512.exit_code, 0) << avx512.err;
+  EXPECT_EQ(vector_of(), best_level);
+  auto bad = run_with("sse9");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("KDEDUP_SIMD='sse9'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("portable, avx2, avx512"), std::string::npos) << bad.err;
 }
 
 TEST(FilterCli, EventTimeWindowExpiresAndUsesTheMaxSoFarClock) {

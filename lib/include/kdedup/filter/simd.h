@@ -10,10 +10,14 @@
 // state, byte for byte (tests/unit/filter/timer_filter_test.cc runs each
 // level the CPU supports against the portable one).
 //
-// The level is the best the CPU supports, detected once per process; tests
-// and benchmarks switch it with set_simd() to compare the paths side by side.
+// The level is the best the CPU supports, detected once per process. The
+// `kdedup` binary caps it with the environment variable
+// KDEDUP_SIMD=portable|avx2|avx512 (a way to rule the vector paths out when
+// diagnosing); tests and benchmarks switch it with set_simd() to compare the
+// paths side by side.
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace kdedup::filter {
@@ -32,5 +36,7 @@ enum class Simd : std::uint8_t {
 /// in use. Levels are ordered: portable < avx2 < avx512.
 Simd set_simd(Simd level) noexcept;
 [[nodiscard]] std::string_view to_string(Simd level) noexcept;
+/// "portable", "avx2" or "avx512"; nullopt for anything else.
+[[nodiscard]] std::optional<Simd> simd_from_string(std::string_view name) noexcept;
 
 }  // namespace kdedup::filter
