@@ -1,5 +1,6 @@
 #include "metrics_doc.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -52,6 +53,24 @@ std::map<std::string, std::string> exposition_types(const std::string& text) {
     if (!name.empty()) out[name] = type;
   }
   return out;
+}
+
+std::optional<double> exposition_sum(const std::string& text, const std::string& name,
+                                     const std::vector<std::string>& labels) {
+  std::optional<double> sum;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : '\0';
+    if (next != '{' && next != ' ') continue;
+    bool match = true;
+    for (const auto& l : labels) match = match && line.find(l) != std::string::npos;
+    const auto space = line.rfind(' ');
+    if (!match || space == std::string::npos) continue;
+    sum = sum.value_or(0.0) + std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  return sum;
 }
 
 }  // namespace kdedup::testing

@@ -10,6 +10,7 @@
 
 #include "http_get.h"
 #include "kdedup/testbroker/kafka_io.h"
+#include "metrics_doc.h"
 #include "streams.h"
 
 namespace kdedup::testing {
@@ -143,7 +144,7 @@ std::optional<double> Instance::metric(const std::string& name) {
   if (!port) return std::nullopt;
   auto r = http_get(*port, "/metrics");
   if (r.status != 200) return std::nullopt;
-  return metric_sum(r.body, name);
+  return exposition_sum(r.body, name);
 }
 
 int Instance::readyz() {
@@ -369,21 +370,6 @@ std::string RecoveryLines::to_string() const {
   }
   return (text.empty() ? "no partition recovered" : text) + "; " + std::to_string(replayed) +
          " records replayed";
-}
-
-std::optional<double> metric_sum(const std::string& exposition, const std::string& name) {
-  std::optional<double> sum;
-  std::istringstream lines(exposition);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != '{' && next != ' ') continue;
-    const auto space = line.rfind(' ');
-    if (space == std::string::npos) continue;
-    sum = sum.value_or(0.0) + std::strtod(line.c_str() + space + 1, nullptr);
-  }
-  return sum;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

@@ -197,10 +197,7 @@ std::string first_line_with(const std::string& log, const std::string& what);
 std::optional<std::string> line_with_all(const std::string& log,
                                          const std::vector<std::string>& words);
 
-/// Sum of every sample of metric `name` in a Prometheus text exposition.
-std::optional<double> metric_sum(const std::string& exposition, const std::string& name);
-
-/// Milliseconds since `start`, for per-test timing lines.
+/// Seconds since `start`, for per-test timing lines.
 double seconds_since(std::chrono::steady_clock::time_point start);
 
 }  // namespace kdedup::testing

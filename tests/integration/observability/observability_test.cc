@@ -51,18 +51,7 @@ std::size_t count_series(const std::string& text, const std::string& name) {
 
 double sum_samples(const std::string& text, const std::string& name,
                    const std::vector<std::string>& labels = {}) {
-  double sum = 0.0;
-  std::stringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != '{' && next != ' ') continue;
-    bool match = true;
-    for (const auto& l : labels) match = match && line.find(l) != std::string::npos;
-    if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
+  return exposition_sum(text, name, labels).value_or(0.0);
 }
 
 TEST(Observability, RunningServiceExportsWhatItDid) {

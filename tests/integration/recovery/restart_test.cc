@@ -25,6 +25,7 @@
 #include "broker.h"
 #include "http_get.h"
 #include "kdedup/testbroker/child_process.h"
+#include "metrics_doc.h"
 #include "prometheus_query.h"
 
 namespace kdedup::testing {
@@ -85,16 +86,7 @@ Instance start(const TempDir& dir, const std::string& name, const std::string& c
 }
 
 double sum_samples(const std::string& text, const std::string& name) {
-  double sum = 0.0;
-  std::stringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != '{' && next != ' ') continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
+  return exposition_sum(text, name).value_or(0.0);
 }
 
 /// Produces `n` records over `partitions` partitions, key = key_of(i).
