@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "kdedup/filter/exact_filter.h"
 
@@ -101,9 +100,6 @@ OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event>
   oracle_config.type = filter::FilterType::kExact;
   oracle_config.ticks_per_window = f.config().ticks_per_window;
   filter::ExactFilter oracle(oracle_config);
-  const Tick window = oracle_config.ticks_per_window;
-  // Re-deliveries after a false negative: ExactFilter keeps the first tick.
-  std::unordered_map<Fingerprint, Tick, filter::FingerprintHash> redelivered;
 
   OracleCounts counts;
   if (batch == 0) batch = 1;
@@ -126,23 +122,15 @@ OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event>
     }
     for (std::size_t j = 0; j < n; ++j) {
       const Event& e = events[start + j];
-      bool delivered = oracle.contains(e.fp, e.tick);
-      if (!delivered && !redelivered.empty()) {
-        auto it = redelivered.find(e.fp);
-        delivered = it != redelivered.end() && e.tick - it->second <= window;
-      }
+      const bool delivered = oracle.contains(e.fp, e.tick);
       const bool duplicate = decisions[j] == filter::Decision::kDuplicate;
       ++counts.events;
       if (duplicate) {
         delivered ? ++counts.true_positives : ++counts.false_positives;
       } else {
-        if (delivered) {
-          ++counts.false_negatives;
-          redelivered[e.fp] = e.tick;
-        } else {
-          ++counts.true_negatives;
-        }
-        (void)oracle.test_and_insert(e.fp, e.tick);
+        delivered ? ++counts.false_negatives : ++counts.true_negatives;
+        // A false negative is a real re-delivery: the last delivery moves.
+        oracle.insert(e.fp, e.tick);
       }
       if (observer) observer(start + j, e, decisions[j], delivered);
     }

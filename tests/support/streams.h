@@ -103,9 +103,9 @@ using OracleObserver = std::function<void(std::size_t index, const Event& event,
 ///   if decision is distinct: insert into the oracle too.
 /// FP = decided duplicate while truth says not delivered; FN = decided
 /// distinct while truth says delivered; fp_rate() = FP / (events whose truth
-/// is "not delivered"). An ExactFilter never refreshes a live entry, so after
-/// a false negative (a re-delivery) the runner also remembers the re-delivery
-/// tick itself; truth is "delivered" if either says so.
+/// is "not delivered"). The oracle records each delivery with
+/// ExactFilter::insert, so a false negative (a re-delivery) moves the
+/// identity's last delivery to its tick.
 ///
 /// batch > 1 feeds the filter through test_and_insert_batch in chunks of that
 /// size; truth is still evaluated event by event in order, which is exact

@@ -193,7 +193,7 @@ bool AgingFilter::contains(const Fingerprint& fp, Tick now) const {
   return false;
 }
 
-void AgingFilter::insert(const Fingerprint& fp) {
+void AgingFilter::write_bits(const Fingerprint& fp) {
   for (std::uint32_t p = 0; p < shape_.k; ++p) {
     Slice& s = at(p);
     const std::uint64_t pos = probe(s, fp);
@@ -211,8 +211,7 @@ void AgingFilter::insert(const Fingerprint& fp) {
   if (--remaining_ == 0) shift();
 }
 
-Decision AgingFilter::test_and_insert(const Fingerprint& fp, Tick now) {
-  move_clock(now);
+void AgingFilter::close_stale_generation() {
   Slice& s0 = at(0);
   if (clock_ - s0.created >= generation_limit_) {
     // An idle generation just restarts: an empty slice would only waste memory.
@@ -225,9 +224,20 @@ Decision AgingFilter::test_and_insert(const Fingerprint& fp, Tick now) {
       s0.tick_base = tick_base_;
     }
   }
+}
+
+Decision AgingFilter::test_and_insert(const Fingerprint& fp, Tick now) {
+  move_clock(now);
+  close_stale_generation();
   if (contains(fp, clock_)) return Decision::kDuplicate;
-  insert(fp);
+  write_bits(fp);
   return Decision::kDistinct;
+}
+
+void AgingFilter::insert(const Fingerprint& fp, Tick now) {
+  move_clock(now);
+  close_stale_generation();
+  write_bits(fp);
 }
 
 void AgingFilter::prefetch(const Fingerprint& fp) const {

@@ -43,6 +43,13 @@ Decision ExactFilter::test_and_insert(const Fingerprint& fp, Tick now) {
   return Decision::kDistinct;
 }
 
+void ExactFilter::insert(const Fingerprint& fp, Tick now) {
+  advance(now);
+  last_.insert_or_assign(fp, clock_);
+  order_.push_back(Entry{clock_, fp});
+  ++insertions_;
+}
+
 FilterStats ExactFilter::stats() const {
   FilterStats s;
   // Node-based map: key + value + next pointer + cached hash, plus buckets.

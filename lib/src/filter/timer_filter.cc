@@ -810,6 +810,22 @@ template <unsigned Bits, unsigned K>
   return Probe::kInserted;
 }
 
+// insert(): writes the clock's code into the k cells of the active line
+// without testing them first (the identity was delivered: its lifetime
+// starts now, whatever older cells say). kNeedSeal when the active is full.
+template <unsigned Bits>
+inline Probe write_once(const auto& view, const Fingerprint& fp, std::uint64_t inserted,
+                        std::uint32_t& filled) {
+  if (inserted >= view.room) return Probe::kNeedSeal;
+  std::uint32_t pos[kMaxProbes];
+  probe_positions<Cells<Bits>::kPerLine, 0>(fp.lo, view.k, pos);
+  std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
+  filled = 0;
+  for (std::uint32_t i = 0; i < view.k; ++i) filled += Cells<Bits>::get(active, pos[i]) == 0;
+  write_code<Bits>(active, pos, view.k, view.now_code);
+  return Probe::kInserted;
+}
+
 // The portable probe: probe_once.
 template <unsigned Bits, unsigned K>
 struct PortableProbe {
@@ -978,6 +994,30 @@ Decision TimerFilter::test_and_insert(const Fingerprint& fp, Tick now) {
       return decide<8>(fp);
     default:
       return decide<16>(fp);
+  }
+}
+
+template <unsigned Bits>
+void TimerFilter::write(const Fingerprint& fp) {
+  std::uint32_t filled = 0;
+  if (write_once<Bits>(view_, fp, 0, filled) == Probe::kNeedSeal) {
+    seal_and_grow();
+    TickView v = view_;
+    v.room = ~std::uint64_t{0};  // at the cap of sub-filters: into the same one anyway
+    write_once<Bits>(v, fp, 0, filled);
+  }
+  commit_inserts(1, filled);
+}
+
+void TimerFilter::insert(const Fingerprint& fp, Tick now) {
+  if (now > clock_) move_clock(now);
+  switch (config_.timer_bits) {
+    case 4:
+      return write<4>(fp);
+    case 8:
+      return write<8>(fp);
+    default:
+      return write<16>(fp);
   }
 }
 

@@ -29,23 +29,18 @@ Result<AuditSampler> AuditSampler::create(std::uint32_t ticks_per_window, std::u
 }
 
 AuditSampler::AuditSampler(const filter::FilterConfig& config, std::uint32_t one_in)
-    : shadow_(config), ticks_per_window_(config.ticks_per_window), one_in_(one_in) {}
+    : shadow_(config), one_in_(one_in) {}
 
 bool AuditSampler::selects(const filter::Fingerprint& fp) const noexcept {
   return mix64(fp.lo ^ fp.hi) % one_in_ == 0;
 }
 
 bool AuditSampler::delivered(const filter::Fingerprint& fp, filter::Tick now) const {
-  if (shadow_.contains(fp, now)) return true;
-  auto it = redelivered_.find(fp);
-  return it != redelivered_.end() && now - it->second <= ticks_per_window_;
+  return shadow_.contains(fp, now);
 }
 
-void AuditSampler::sweep_redelivered(filter::Tick now) {
-  if (redelivered_.size() < sweep_at_) return;
-  std::erase_if(redelivered_, [&](const auto& e) { return now - e.second > ticks_per_window_; });
-  // Doubling keeps the sweeps amortised O(1) per insertion.
-  sweep_at_ = std::max<std::size_t>(64, 2 * redelivered_.size());
+void AuditSampler::record_delivery(const filter::Fingerprint& fp, filter::Tick now) {
+  if (selects(fp)) shadow_.insert(fp, now);
 }
 
 void AuditSampler::observe(const filter::Fingerprint& fp, filter::Decision decision,
@@ -55,14 +50,9 @@ void AuditSampler::observe(const filter::Fingerprint& fp, filter::Decision decis
   ++pending_.sampled;
   ++totals_.sampled;
   if (decision == filter::Decision::kDistinct) {
-    // The record is delivered now. The shadow inserts it unless it still
-    // holds a live earlier delivery; then the new one is kept beside it.
-    if (shadow_.test_and_insert(fp, now) == filter::Decision::kDuplicate) {
-      redelivered_[fp] = now;
-      sweep_redelivered(now);
-    } else {
-      redelivered_.erase(fp);
-    }
+    // The record is delivered now; a false negative is a real second
+    // delivery, so the identity's last delivery moves to now either way.
+    shadow_.insert(fp, now);
     if (was_delivered) {
       ++pending_.false_negatives;
       ++totals_.false_negatives;
@@ -81,12 +71,7 @@ void AuditSampler::observe(const filter::Fingerprint& fp, filter::Decision decis
   }
 }
 
-std::uint64_t AuditSampler::shadow_bytes() const {
-  constexpr std::uint64_t kNodeBytes =
-      sizeof(filter::Fingerprint) + sizeof(filter::Tick) + 2 * sizeof(void*);
-  return shadow_.stats().bytes + redelivered_.size() * kNodeBytes +
-         redelivered_.bucket_count() * sizeof(void*);
-}
+std::uint64_t AuditSampler::shadow_bytes() const { return shadow_.stats().bytes; }
 
 AuditCounts AuditSampler::drain() noexcept {
   AuditCounts out = pending_;

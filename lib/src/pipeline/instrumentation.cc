@@ -88,6 +88,11 @@ void AuditedFilter::test_and_insert_batch(std::span<const filter::Fingerprint> f
   after_batch();
 }
 
+void AuditedFilter::insert(const filter::Fingerprint& fp, filter::Tick now) {
+  inner_->insert(fp, now);
+  if (sampler_) sampler_->record_delivery(fp, now);
+}
+
 void AuditedFilter::after_batch() {
   if (sampler_) {
     const metrics::AuditCounts c = sampler_->drain();

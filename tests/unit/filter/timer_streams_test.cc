@@ -109,6 +109,7 @@ class ConstantFilter final : public filter::SlidingFilter {
     }
     return decision_;
   }
+  void insert(const Fingerprint&, Tick) override {}
   void advance(Tick) override {}
   filter::FilterStats stats() const override { return {}; }
   std::string serialize() const override { return {}; }

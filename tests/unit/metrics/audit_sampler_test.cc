@@ -33,8 +33,11 @@ class TinyBloom final : public filter::SlidingFilter {
     bool all = true;
     for (int i = 0; i < 3; ++i) all &= bits_.test(probe(fp, i));
     if (all) return Decision::kDuplicate;
-    for (int i = 0; i < 3; ++i) bits_.set(probe(fp, i));
+    insert(fp, 0);
     return Decision::kDistinct;
+  }
+  void insert(const Fingerprint& fp, Tick) override {
+    for (int i = 0; i < 3; ++i) bits_.set(probe(fp, i));
   }
   void advance(Tick) override {}
   filter::FilterStats stats() const override { return {}; }
@@ -52,6 +55,7 @@ class Forgetful final : public filter::SlidingFilter {
   filter::FilterType type() const noexcept override { return filter::FilterType::kTimer; }
   const filter::FilterConfig& config() const noexcept override { return config_; }
   Decision test_and_insert(const Fingerprint&, Tick) override { return Decision::kDistinct; }
+  void insert(const Fingerprint&, Tick) override {}
   void advance(Tick) override {}
   filter::FilterStats stats() const override { return {}; }
   std::string serialize() const override { return {}; }

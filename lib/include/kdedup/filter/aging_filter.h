@@ -109,6 +109,9 @@ class AgingFilter final : public SlidingFilter {
   /// insertion of a later element will touch.
   void test_and_insert_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                              std::span<Decision> out) override;
+  /// Sets the identity's bits in s0..s_{k-1}: it matches the newest k
+  /// slices from now on, whatever older slices hold.
+  void insert(const Fingerprint& fp, Tick now) override;
   /// Moves the clock; retires slices past the window beyond the first k + l.
   void advance(Tick now) override;
   FilterStats stats() const override;
@@ -148,7 +151,9 @@ class AgingFilter final : public SlidingFilter {
   }
   void start(Tick now);
   void move_clock(Tick now);
-  void insert(const Fingerprint& fp);
+  /// Closes a generation that has lasted generation_limit() ticks.
+  void close_stale_generation();
+  void write_bits(const Fingerprint& fp);
   void shift();
   void retire_expired();
   void prefetch(const Fingerprint& fp) const;

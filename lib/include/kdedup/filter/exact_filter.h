@@ -22,6 +22,7 @@ class ExactFilter final : public SlidingFilter {
   FilterType type() const noexcept override { return FilterType::kExact; }
   const FilterConfig& config() const noexcept override { return config_; }
   Decision test_and_insert(const Fingerprint& fp, Tick now) override;
+  void insert(const Fingerprint& fp, Tick now) override;
   void advance(Tick now) override;
   FilterStats stats() const override;
   std::string serialize() const override;

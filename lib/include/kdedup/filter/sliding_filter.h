@@ -82,6 +82,14 @@ class SlidingFilter {
   virtual void test_and_insert_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                                      std::span<Decision> out);
 
+  /// Records `fp` as delivered at tick `now` whatever the filter says about
+  /// it: its lifetime (re)starts at `now`, as if test_and_insert had judged
+  /// it distinct. Used where the decision was already made elsewhere: a
+  /// rebuild from the records a previous owner delivered (recovery), and
+  /// `on_duplicate: refresh` (a duplicate renews its identity). Same clock
+  /// rule as test_and_insert.
+  virtual void insert(const Fingerprint& fp, Tick now) = 0;
+
   /// Moves the clock to `now` without a record (idle partitions still expire).
   virtual void advance(Tick now) = 0;
 

@@ -157,6 +157,9 @@ class TimerFilter final : public SlidingFilter {
   Decision test_and_insert(const Fingerprint& fp, Tick now) override;
   void test_and_insert_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                              std::span<Decision> out) override;
+  /// Writes the clock's code into the identity's k cells of the active
+  /// sub-filter (sealing it first when full), without testing them.
+  void insert(const Fingerprint& fp, Tick now) override;
   void advance(Tick now) override;
   FilterStats stats() const override;
   std::string serialize() const override;
@@ -223,6 +226,8 @@ class TimerFilter final : public SlidingFilter {
   [[nodiscard]] std::uint64_t alive_total() const;
   template <unsigned Bits>
   Decision decide(const Fingerprint& fp);
+  template <unsigned Bits>
+  void write(const Fingerprint& fp);
   /// The batch loop around one probe (`Prober::run`, see timer_filter.cc).
   template <unsigned Bits, class Prober>
   void run_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,

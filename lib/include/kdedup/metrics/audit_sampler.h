@@ -8,11 +8,9 @@
 //     a confirmed false positive (an event was wrongly dropped);
 //   - "distinct" but the shadow holds a delivery within the window:
 //     a false negative (a duplicate got through);
-//   - "distinct": the shadow records the delivery. A false negative is a
-//     real second delivery, so it moves the identity's last delivery to now;
-//     ExactFilter keeps the first delivery of a live entry, so those rare
-//     re-deliveries are kept beside it (`redelivered_`). Together they hold
-//     the delivered set exactly.
+//   - "distinct": the shadow records the delivery (ExactFilter::insert). A
+//     false negative is a real second delivery, so it moves the identity's
+//     last delivery to now; the shadow holds the delivered set exactly.
 // Observed FP rate = false_positives / truly_new, where truly_new counts the
 // sampled records the shadow says were never delivered (FP + TN, the
 // denominator of seed 000 §7's false-positive rate).
@@ -37,7 +35,6 @@
 // the filter it audits. Ticks must be the filter's ticks.
 
 #include <cstdint>
-#include <unordered_map>
 
 #include "kdedup/common/result.h"
 #include "kdedup/filter/exact_filter.h"
@@ -68,6 +65,11 @@ class AuditSampler {
   /// is correct, only slower than checking selects() first.
   void observe(const filter::Fingerprint& fp, filter::Decision decision, filter::Tick now);
 
+  /// A delivery decided elsewhere (AuditedFilter::insert: a rebuild from
+  /// delivered records, on_duplicate: refresh): the shadow learns it, no
+  /// decision is counted. Ignores records outside the sample.
+  void record_delivery(const filter::Fingerprint& fp, filter::Tick now);
+
   /// Counts since the previous drain (for per-batch publishing).
   [[nodiscard]] AuditCounts drain() noexcept;
 
@@ -82,14 +84,7 @@ class AuditSampler {
  private:
   AuditSampler(const filter::FilterConfig& config, std::uint32_t one_in);
   [[nodiscard]] bool delivered(const filter::Fingerprint& fp, filter::Tick now) const;
-  void sweep_redelivered(filter::Tick now);
-
   filter::ExactFilter shadow_;
-  std::uint32_t ticks_per_window_;
-  // Identities delivered again (false negatives) while the shadow still held
-  // an earlier delivery: fingerprint -> tick of the latest delivery.
-  std::unordered_map<filter::Fingerprint, filter::Tick, filter::FingerprintHash> redelivered_;
-  std::size_t sweep_at_ = 64;
   std::uint32_t one_in_;
   AuditCounts pending_;
   AuditCounts totals_;

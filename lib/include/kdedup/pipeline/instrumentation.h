@@ -91,6 +91,8 @@ class AuditedFilter final : public filter::SlidingFilter {
   void test_and_insert_batch(std::span<const filter::Fingerprint> fps,
                              std::span<const filter::Tick> ticks,
                              std::span<filter::Decision> out) override;
+  /// The inner filter's insert; the audit's shadow set learns the delivery.
+  void insert(const filter::Fingerprint& fp, filter::Tick now) override;
   void advance(filter::Tick now) override { inner_->advance(now); }
   [[nodiscard]] filter::FilterStats stats() const override { return inner_->stats(); }
   [[nodiscard]] std::string serialize() const override { return inner_->serialize(); }
