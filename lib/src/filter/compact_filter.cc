@@ -1,0 +1,1379 @@
+// Compact filter: a bucketized cuckoo table of short fingerprints with
+// wrapping tick tags, grown and shrunk by tables. The design, its sources and
+// the reasoning behind every constant are in compact_filter.h.
+
+#include "kdedup/filter/compact_filter.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "kdedup/common/bytes.h"
+#include "kdedup/filter/config_codec.h"
+
+namespace kdedup::filter {
+namespace {
+
+constexpr std::uint16_t kVersion = 1;
+constexpr std::uint64_t kBlockBytes = CompactFilter::kBlockBytes;
+constexpr std::uint64_t kBlockBits = kBlockBytes * 8;
+constexpr unsigned kSlots = CompactFilter::kSlots;
+// After the last block, so that a 16-byte load of its last bucket stays
+// inside the allocation.
+constexpr std::uint64_t kTailBytes = 64;
+// A failed kick chain adds a table even past kMaxTables, up to this many
+// (the hot path's view of the tables is a fixed array).
+constexpr std::uint32_t kHardMaxTables = 64;
+// Overflow entries beyond which a failed kick chain no longer adds a table.
+constexpr std::size_t kMaxOverflow = 4096;
+constexpr unsigned kMaxSortedAge = 13;                    // largest W with 4-bit tags
+constexpr std::uint64_t kPosMul = 0x9E3779B97F4A7C15ULL;  // odd: a bijection of fp.lo
+constexpr std::uint64_t kAltMul = 0xD6E8FEB86659FD93ULL;
+constexpr std::uint64_t kKickMul = 0xA0761D6478BD642FULL;
+
+__extension__ typedef unsigned __int128 u128;
+
+inline std::uint64_t mulhi(std::uint64_t a, std::uint64_t b) {
+  return static_cast<std::uint64_t>((static_cast<u128>(a) * b) >> 64);
+}
+
+constexpr std::array<std::uint8_t, 16> kBitCount = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
+
+// --- tags stored sorted ------------------------------------------------------
+//
+// With 4-bit tags a bucket stores its four tags in ascending order as the
+// rank of their multiset: t0 <= t1 <= t2 <= t3 map to the strictly
+// increasing u_j = t_j + j in [0, 19), ranked in colexicographic order,
+//   code = C(u0, 1) + C(u1, 2) + C(u2, 3) + C(u3, 4)  in [0, C(19, 4)),
+// computed as lo[t0 | t1 << 4] + hi[t2 | t3 << 4]. Slot j's fingerprint goes
+// with the j-th tag. An all-zero bucket is code 0 with four empty slots.
+struct SortedTags {
+  static constexpr std::uint32_t kCodes = 3876;  // C(19, 4)
+  std::array<std::uint16_t, 4096> decode{};      // tag j in bits 4j .. 4j + 3
+  std::array<std::uint16_t, 256> lo{}, hi{};
+
+  static constexpr std::uint32_t choose(std::uint32_t n, std::uint32_t k) {
+    std::uint32_t r = 1;
+    for (std::uint32_t i = 0; i < k; ++i) r = r * (n - i) / (i + 1);
+    return n < k ? 0 : r;
+  }
+  constexpr SortedTags() {
+    for (unsigned a = 0; a < 16; ++a) {
+      for (unsigned b = 0; b < 16; ++b) {
+        lo[a | b << 4] = static_cast<std::uint16_t>(a + choose(b + 1, 2));
+        hi[a | b << 4] = static_cast<std::uint16_t>(choose(a + 2, 3) + choose(b + 3, 4));
+      }
+    }
+    for (unsigned a = 0; a < 16; ++a) {
+      for (unsigned b = a; b < 16; ++b) {
+        for (unsigned c = b; c < 16; ++c) {
+          for (unsigned d = c; d < 16; ++d) {
+            const auto packed = static_cast<std::uint16_t>(a | b << 4 | c << 8 | d << 12);
+            decode[encode(packed)] = packed;
+          }
+        }
+      }
+    }
+  }
+  // Code of four sorted tags packed as nibbles, tag j in bits 4j .. 4j + 3.
+  constexpr std::uint32_t encode(std::uint32_t packed) const {
+    return lo[packed & 0xFF] + hi[packed >> 8];
+  }
+};
+
+constexpr SortedTags kTags{};
+static_assert(kTags.encode(0xFFFF) == SortedTags::kCodes - 1);
+static_assert(kTags.encode(0) == 0);
+
+// young(max_age, ref)[code]: bit j set when tag j of `code` is at most
+// max_age ticks older than tag `ref` (mod 16). One 4 KiB page per (max_age,
+// ref), built once per process (0.9 MiB): queries read the page of (W, clock),
+// the scrub the page of its reference clock.
+class YoungTables {
+ public:
+  YoungTables() : data_((kMaxSortedAge + 1) * 16 * 4096, 0) {
+    for (unsigned age = 0; age <= kMaxSortedAge; ++age) {
+      for (unsigned ref = 0; ref < 16; ++ref) {
+        std::uint8_t* page = data_.data() + (age * 16 + ref) * 4096;
+        for (std::uint32_t code = 0; code < SortedTags::kCodes; ++code) {
+          const std::uint32_t tags = kTags.decode[code];
+          std::uint8_t m = 0;
+          for (unsigned j = 0; j < kSlots; ++j) {
+            const std::uint32_t tag = (tags >> (4 * j)) & 0xF;
+            m = static_cast<std::uint8_t>(m | (((ref - tag) & 0xF) <= age) << j);
+          }
+          page[code] = m;
+        }
+      }
+    }
+  }
+  const std::uint8_t* page(unsigned max_age, std::uint32_t ref) const {
+    return data_.data() + (std::min(max_age, kMaxSortedAge) * 16 + (ref & 0xF)) * 4096;
+  }
+
+ private:
+  std::vector<std::uint8_t> data_;
+};
+
+const YoungTables& young_tables() {
+  static const YoungTables tables;
+  return tables;
+}
+
+// --- memory ------------------------------------------------------------------
+
+struct FreeCells {
+  void operator()(std::uint8_t* p) const { std::free(p); }
+};
+
+// Zeroed blocks (an all-zero bucket is empty). Large tables are 2 MiB
+// aligned and asked to use transparent huge pages, as the timer filter's
+// cells are: every operation reads random lines.
+std::uint8_t* allocate_blocks(std::uint64_t bytes) {
+  constexpr std::uint64_t kHuge = 2ULL << 20;
+  const bool huge = bytes >= kHuge;
+  const std::uint64_t align = huge ? kHuge : kBlockBytes;
+  const std::uint64_t rounded = (bytes + align - 1) / align * align;
+  auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(align, rounded));
+  if (p == nullptr) return nullptr;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
+#endif
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+// --- sizing model --------------------------------------------------------------
+
+// False-positive probability of one table at live load `load` (entries per
+// slot): a query meets 8 * load live slots, each matching its f-bit
+// fingerprint (never 0) with probability 1 / (2^f - 1).
+double fpp_at(double load, unsigned f) {
+  if (!(load > 0)) return 0.0;
+  const double q = 1.0 / (std::ldexp(1.0, static_cast<int>(f)) - 1.0);
+  if (q >= 1.0) return 1.0;
+  return -std::expm1(2.0 * kSlots * load * std::log1p(-q));
+}
+
+// Largest load whose fpp_at() is at most `fpp`.
+double load_for(double fpp, unsigned f) {
+  if (!(fpp > 0)) return 0.0;
+  if (fpp >= 1.0) return 1e9;
+  const double q = 1.0 / (std::ldexp(1.0, static_cast<int>(f)) - 1.0);
+  if (q >= 1.0) return 0.0;
+  return std::log1p(-fpp) / (2.0 * kSlots * std::log1p(-q));
+}
+
+// Insertions per tick over the last W + 1 ticks, one counter per tick.
+struct TickCounts {
+  std::vector<std::uint32_t> ring;  // tick x at x % ring.size(); W + 2 slots
+  std::uint64_t sum = 0;            // over ticks clock - W .. clock
+
+  void init(std::uint32_t window) {
+    ring.assign(window + 2, 0);
+    sum = 0;
+  }
+  std::uint32_t at(Tick x) const { return ring[x % ring.size()]; }
+  // The clock moves from `old` to `now`: ticks old - W .. now - W - 1 leave.
+  void advance(Tick old, Tick now, std::uint32_t window) {
+    if (now - old >= ring.size()) {
+      std::fill(ring.begin(), ring.end(), 0);
+      sum = 0;
+      return;
+    }
+    for (Tick x = old; x < now; ++x) {
+      if (x < window) continue;
+      std::uint32_t& c = ring[(x - window) % ring.size()];
+      sum -= c;
+      c = 0;
+    }
+  }
+};
+
+}  // namespace
+
+unsigned compact_fingerprint_bits(double fpp) {
+  for (unsigned f = 4; f <= 32; ++f) {
+    if (fpp_at(CompactFilter::kFingerprintLoad, f) <= CompactFilter::kBudgetShare * fpp) return f;
+  }
+  return 33;
+}
+
+// One cuckoo table: whole blocks of buckets and what its scrub and budget
+// need to know.
+struct CompactFilter::Table {
+  std::unique_ptr<std::uint8_t[], FreeCells> data;
+  std::uint64_t blocks = 0;
+  Tick created = 0;            // start of the scrub schedule
+  std::uint64_t swept = 0;     // buckets visited since `created`
+  Tick last_insert = 0;        // newest insertion (== created before any)
+  std::uint64_t inserts = 0;   // since creation
+  std::uint64_t nonempty = 0;  // slots with a fingerprint
+  TickCounts alive;            // insertions in the window
+
+  std::uint64_t bytes() const { return blocks * kBlockBytes; }
+  std::uint8_t* block(std::uint64_t i) const { return data.get() + i * kBlockBytes; }
+
+  // Buckets the schedule requires by clock c: floor((c - created) * buckets / P).
+  std::uint64_t required(Tick c, std::uint64_t buckets, std::uint32_t period) const {
+    if (c <= created) return 0;
+    const u128 r = static_cast<u128>(c - created) * buckets / period;
+    return r > ~std::uint64_t{0} ? ~std::uint64_t{0} : static_cast<std::uint64_t>(r);
+  }
+};
+
+// A displaced entry on its way to its other bucket `to` (waiting), or one
+// that found no room (overflow). Either way a query finds it here.
+struct CompactFilter::Stashed {
+  std::uint32_t table = 0;  // index into tables_
+  std::uint32_t to = 0;     // bucket in the block
+  std::uint64_t block = 0;
+  std::uint32_t fp = 0;
+  std::uint32_t tag = 0;
+  std::uint32_t kicks = 0;  // moves so far
+  std::uint64_t ready = 0;  // insertions_ value from which it may move
+};
+
+// What the hot path reads, as plain values: rebuilt by refresh_view()
+// whenever the clock moves or the tables change.
+struct CompactFilter::View {
+  struct Cells {
+    std::uint8_t* data = nullptr;
+    std::uint64_t blocks = 0;
+  };
+  std::array<Cells, kHardMaxTables> tables{};  // newest (the active one) first
+  std::uint32_t count = 0;
+  std::uint32_t per_block = 0;
+  unsigned f = 0;
+  unsigned t = 0;
+  unsigned code_bits = 0;
+  unsigned bucket_bits = 0;
+  std::uint32_t fmax = 0;       // 2^f - 1: fingerprints are 1 .. fmax
+  std::uint32_t tag_mask = 0;   // 2^t - 1
+  std::uint32_t window = 0;     // W
+  std::uint32_t now_tag = 0;    // clock mod 2^t
+  std::uint32_t tick_slot = 0;  // clock mod (W + 2): the tick's insertion counter
+  // The four fingerprint fields, from bit 0: one bit low in each, the high
+  // bit of each, all of them; the multiplier that gathers the high bits.
+  u128 low_bits = 0;
+  u128 high_bits = 0;
+  u128 fields = 0;
+  u128 gather = 0;
+  std::array<u128, 16> field_mask{};    // the fields of a 4-bit slot mask
+  const std::uint8_t* young = nullptr;  // sorted tags: live tags at the clock
+  std::uint64_t room = 0;               // inserts the active may take before it must be sealed
+};
+
+// The bucket formats the hot paths are compiled for: tags stored sorted in
+// a 64- or 128-bit word, or stored as they are (5- to 8-bit tags).
+struct CompactFilter::Sorted64 {
+  using Word = std::uint64_t;
+  static constexpr bool kSorted = true;
+};
+struct CompactFilter::Sorted128 {
+  using Word = u128;
+  static constexpr bool kSorted = true;
+};
+struct CompactFilter::Plain128 {
+  using Word = u128;
+  static constexpr bool kSorted = false;
+};
+
+namespace {
+
+// --- positions -----------------------------------------------------------------
+//
+// Fingerprint.lo, through an odd multiplier, gives the stored fingerprint
+// (its top bits, scaled to 1 .. 2^f - 1); Fingerprint.hi xor the same
+// product gives the position: the block (multiply-high by the table's
+// blocks) and, from the low half of that product, the first bucket. With
+// salted XXH3-128 fingerprints the two halves are independent, so position
+// and stored fingerprint are too; the xor only spreads weak test inputs.
+
+template <class K>
+inline K key_of(const Fingerprint& x, std::uint32_t fmax) {
+  const std::uint64_t mixed = x.lo * kPosMul;
+  return {x.hi ^ mixed, static_cast<std::uint32_t>(1 + mulhi(mixed, fmax))};
+}
+
+// The reflection point of an entry's two buckets: b2 = (c - b1) mod
+// buckets-per-block, an involution, so either bucket gives the other.
+inline std::uint32_t reflection(std::uint32_t fp, std::uint32_t per_block) {
+  return static_cast<std::uint32_t>(mulhi(fp * kAltMul, per_block));
+}
+
+inline std::uint32_t other(std::uint32_t c, std::uint32_t b, std::uint32_t per_block) {
+  return c >= b ? c - b : c + per_block - b;
+}
+
+struct Place {
+  std::uint64_t block = 0;
+  std::uint32_t b1 = 0;
+  std::uint32_t b2 = 0;
+};
+
+inline Place place_of(std::uint64_t pos, std::uint32_t c, std::uint64_t blocks,
+                      std::uint32_t per_block) {
+  const std::uint64_t block = mulhi(pos, blocks);
+  const auto b1 = static_cast<std::uint32_t>(mulhi(pos * blocks, per_block));
+  return {block, b1, other(c, b1, per_block)};
+}
+
+// --- buckets -------------------------------------------------------------------
+//
+// A bucket is code_bits of tags followed by four f-bit fingerprints, packed
+// back to back in its block; it is read and written as one unaligned 64- or
+// 128-bit word. F below is a bucket's four fingerprint fields moved to bit 0.
+
+template <class Word>
+inline Word bucket_mask(unsigned bits) {
+  return (Word{1} << bits) - 1;
+}
+
+template <class Word>
+inline Word load_bucket(const std::uint8_t* block, std::uint32_t b, unsigned bits) {
+  const std::uint64_t at = std::uint64_t{b} * bits;
+  Word w;
+  std::memcpy(&w, block + (at >> 3), sizeof(Word));
+  return (w >> (at & 7)) & bucket_mask<Word>(bits);
+}
+
+template <class Word>
+inline void store_bucket(std::uint8_t* block, std::uint32_t b, unsigned bits, Word value) {
+  const std::uint64_t at = std::uint64_t{b} * bits;
+  const unsigned shift = static_cast<unsigned>(at & 7);
+  Word w;
+  std::memcpy(&w, block + (at >> 3), sizeof(Word));
+  w = (w & ~(bucket_mask<Word>(bits) << shift)) | (value << shift);
+  std::memcpy(block + (at >> 3), &w, sizeof(Word));
+}
+
+// always_inline: a function whose only effect is __builtin_prefetch is
+// classified as const by GCC's pure-const analysis, and calls to it deleted.
+[[gnu::always_inline]] inline void prefetch_bucket(const std::uint8_t* block, std::uint32_t b,
+                                                   unsigned bits) {
+  const std::uint64_t at = std::uint64_t{b} * bits;
+  __builtin_prefetch(block + (at >> 3), 1, 3);
+  __builtin_prefetch(block + ((at + bits - 1) >> 3), 1, 3);
+}
+
+// Fields of F that are zero, as a 4-bit mask. Adding 2^(f-1) - 1 to each
+// field's low f - 1 bits sets its high bit unless they are all zero, and no
+// carry leaves a field; the high bits are then gathered by one multiply
+// (their products land on distinct bits, f >= 4).
+template <class Word>
+inline unsigned zero_fields(Word x, const auto& v) {
+  const auto high = static_cast<Word>(v.high_bits);
+  const auto fields = static_cast<Word>(v.fields);
+  const Word set = (x & ~high) + (fields & ~high);
+  const Word zero = ~(set | x) & high;
+  return static_cast<unsigned>(((zero >> (v.f - 1)) * static_cast<Word>(v.gather)) >> (3 * v.f)) &
+         0xF;
+}
+
+template <class Word>
+inline Word fields_of(Word w, const auto& v) {
+  return w >> v.code_bits;
+}
+
+template <class Word>
+inline std::uint32_t field(Word fields, unsigned j, const auto& v) {
+  return static_cast<std::uint32_t>(fields >> (j * v.f)) & v.fmax;
+}
+
+// Slots whose tag is alive at the clock (whatever their fingerprint).
+template <class Codec>
+inline unsigned young4(typename Codec::Word w, const auto& v) {
+  if constexpr (Codec::kSorted) {
+    return v.young[static_cast<std::uint32_t>(w) & 0xFFF];
+  } else {
+    unsigned m = 0;
+    for (unsigned j = 0; j < kSlots; ++j) {
+      const auto tag = static_cast<std::uint32_t>(w >> (j * v.t)) & v.tag_mask;
+      m |= static_cast<unsigned>(((v.now_tag - tag) & v.tag_mask) <= v.window) << j;
+    }
+    return m;
+  }
+}
+
+template <class Codec>
+inline std::uint32_t tag_at(typename Codec::Word w, unsigned j, const auto& v) {
+  if constexpr (Codec::kSorted) {
+    return (kTags.decode[static_cast<std::uint32_t>(w) & 0xFFF] >> (4 * j)) & 0xF;
+  } else {
+    return static_cast<std::uint32_t>(w >> (j * v.t)) & v.tag_mask;
+  }
+}
+
+// Live slots holding `fp`. The fingerprint test comes first: for a new
+// identity it almost never matches, and the tags are then not looked at.
+template <class Codec>
+inline unsigned holding(typename Codec::Word w, std::uint32_t fp, const auto& v) {
+  using Word = typename Codec::Word;
+  const unsigned m = zero_fields(fields_of(w, v) ^ (static_cast<Word>(v.low_bits) * fp), v);
+  return m == 0 ? 0 : m & young4<Codec>(w, v);
+}
+
+// Slots a new entry may take: empty or dead.
+template <class Codec>
+inline unsigned free4(typename Codec::Word w, const auto& v) {
+  return (zero_fields(fields_of(w, v), v) | ~young4<Codec>(w, v)) & 0xF;
+}
+
+// The bucket with slot j replaced by (tag, fp). With sorted tags the entry
+// moves to its place among the other three (after equal tags): the tag
+// nibbles and fingerprint fields between the two positions shift by one.
+template <class Codec>
+[[gnu::always_inline]] inline typename Codec::Word with_slot(typename Codec::Word w, unsigned j,
+                                                             std::uint32_t tag, std::uint32_t fp,
+                                                             const auto& v) {
+  using Word = typename Codec::Word;
+  if constexpr (Codec::kSorted) {
+    const std::uint32_t tags = kTags.decode[static_cast<std::uint32_t>(w) & 0xFFF];
+    const std::uint32_t below_j = (1U << (4 * j)) - 1;
+    const std::uint32_t rest = (tags & below_j) | ((tags >> 4) & ~below_j & 0xFFF);
+    const unsigned p = ((rest & 0xF) <= tag) + (((rest >> 4) & 0xF) <= tag) + ((rest >> 8) <= tag);
+    const std::uint32_t below_p = (1U << (4 * p)) - 1;
+    const std::uint32_t sorted = (rest & below_p) | tag << (4 * p) | (rest & ~below_p) << 4;
+    const Word fields = fields_of(w, v);
+    const Word field_j = (Word{1} << (j * v.f)) - 1;
+    const Word others = (fields & field_j) | ((fields >> v.f) & ~field_j);
+    const Word field_p = (Word{1} << (p * v.f)) - 1;
+    const Word moved = (others & field_p) | Word{fp} << (p * v.f) | (others & ~field_p) << v.f;
+    return Word{kTags.encode(sorted)} | moved << v.code_bits;
+  } else {
+    const unsigned tag_bit = j * v.t;
+    const unsigned fp_bit = v.code_bits + j * v.f;
+    w &= ~(Word{v.tag_mask} << tag_bit);
+    w &= ~(Word{v.fmax} << fp_bit);
+    return w | Word{tag} << tag_bit | Word{fp} << fp_bit;
+  }
+}
+
+}  // namespace
+
+// --- construction ----------------------------------------------------------------
+
+CompactFilter::CompactFilter(const FilterConfig& config)
+    : config_(config), waiting_(new Stashed[kStash]), view_(std::make_unique<View>()) {}
+CompactFilter::~CompactFilter() = default;
+
+Result<std::unique_ptr<CompactFilter>> CompactFilter::create(const FilterConfig& config) {
+  if (config.type != FilterType::kCompact) {
+    return fail("compact filter: config type is not compact");
+  }
+  const unsigned t = compact_tag_bits(config.ticks_per_window);
+  if (config.ticks_per_window == 0 || t == 0) {
+    return fail("compact filter: ticks_per_window " + std::to_string(config.ticks_per_window) +
+                " out of range (1 .. " + std::to_string(kMaxCompactTicksPerWindow) + ")");
+  }
+  std::unique_ptr<CompactFilter> f(new CompactFilter(config));
+  f->t_ = t;
+  f->f_ = compact_fingerprint_bits(config.fpp);
+  f->code_bits_ = t == 4 ? 12 : 4 * t;
+  f->bucket_bits_ = f->code_bits_ + kSlots * f->f_;
+  if (f->bucket_bits_ > 121) {
+    return fail("compact filter: fpp " + std::to_string(config.fpp) + " needs " +
+                std::to_string(f->f_) + "-bit fingerprints, too many with " + std::to_string(t) +
+                "-bit tags");
+  }
+  f->per_block_ = static_cast<std::uint32_t>(kBlockBits / f->bucket_bits_);
+  f->period_ = (1U << t) - 2 - config.ticks_per_window;  // P = G - 1 >= 1
+  f->codec_ = t != 4 ? 2 : f->bucket_bits_ + 7 <= 64 ? 0 : 1;
+  // The first table follows `capacity` alone (not min_bytes: a small hint is
+  // a small filter), within max_bytes.
+  const double want =
+      std::ceil(static_cast<double>(config.capacity) / (kTargetLoad * kSlots * f->per_block_));
+  const double most =
+      static_cast<double>(std::max<std::uint64_t>(1, config.max_bytes / kBlockBytes));
+  auto table = f->make_table(static_cast<std::uint64_t>(std::clamp(want, 1.0, most)), 0);
+  if (!table) return fail("compact filter: cannot allocate the first table");
+  f->tables_.push_back(std::move(table));
+  f->refresh_limit();
+  return f;
+}
+
+std::unique_ptr<CompactFilter::Table> CompactFilter::make_table(std::uint64_t blocks,
+                                                                Tick now) const {
+  auto t = std::make_unique<Table>();
+  t->data.reset(allocate_blocks(blocks * kBlockBytes + kTailBytes));
+  if (!t->data) return nullptr;
+  t->blocks = blocks;
+  t->created = now;
+  t->last_insert = now;
+  t->alive.init(config_.ticks_per_window);
+  return t;
+}
+
+std::uint64_t CompactFilter::new_table_bytes(double entries, double load) const noexcept {
+  const double per_block = std::clamp(load, 1e-3, kTargetLoad) * kSlots * per_block_;
+  const double min_blocks = std::max(1.0, static_cast<double>(config_.min_bytes / kBlockBytes));
+  const double max_blocks =
+      std::max(min_blocks, static_cast<double>(config_.max_bytes / kBlockBytes));
+  const double blocks =
+      std::clamp(std::ceil(std::max(0.0, entries) / per_block), min_blocks, max_blocks);
+  return static_cast<std::uint64_t>(blocks) * kBlockBytes;
+}
+
+// --- budget and sizing -------------------------------------------------------------
+
+double CompactFilter::table_fpp(const Table& t) const {
+  const double slots = static_cast<double>(t.blocks) * per_block_ * kSlots;
+  return fpp_at(static_cast<double>(t.alive.sum) / slots, f_);
+}
+
+double CompactFilter::alpha_for(double fpp) const { return load_for(fpp, f_); }
+
+double CompactFilter::fpp_budget_used() const {
+  double sum = 0;
+  for (const auto& t : tables_) sum += table_fpp(*t);
+  return sum;
+}
+
+void CompactFilter::refresh_limit() {
+  double sealed = 0;
+  for (std::size_t i = 0; i + 1 < tables_.size(); ++i) sealed += table_fpp(*tables_[i]);
+  const double budget = kBudgetShare * (config_.fpp - sealed);
+  const double load = std::min(kMaxLoad, budget > 0 ? alpha_for(budget) : 0.0);
+  const Table& a = *tables_.back();
+  active_limit_ =
+      static_cast<std::uint64_t>(load * static_cast<double>(a.blocks * per_block_ * kSlots));
+  refresh_view();
+}
+
+void CompactFilter::refresh_view() {
+  View& v = *view_;
+  v.count = static_cast<std::uint32_t>(tables_.size());
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    const Table& t = *tables_[tables_.size() - 1 - i];
+    v.tables[i] = {t.data.get(), t.blocks};
+  }
+  v.per_block = per_block_;
+  v.f = f_;
+  v.t = t_;
+  v.code_bits = code_bits_;
+  v.bucket_bits = bucket_bits_;
+  v.fmax = static_cast<std::uint32_t>((std::uint64_t{1} << f_) - 1);
+  v.tag_mask = (1U << t_) - 1;
+  v.window = config_.ticks_per_window;
+  v.now_tag = static_cast<std::uint32_t>(clock_) & v.tag_mask;
+  v.tick_slot = static_cast<std::uint32_t>(clock_ % (config_.ticks_per_window + 2));
+  v.low_bits = v.high_bits = v.gather = 0;
+  for (unsigned j = 0; j < kSlots; ++j) {
+    v.low_bits |= u128{1} << (j * f_);
+    v.high_bits |= u128{1} << (j * f_ + f_ - 1);
+    v.gather |= u128{1} << (3 * f_ - j * (f_ - 1));
+  }
+  v.fields = (u128{1} << (kSlots * f_)) - 1;
+  for (unsigned m = 0; m < 16; ++m) {
+    v.field_mask[m] = 0;
+    for (unsigned j = 0; j < kSlots; ++j) {
+      if (m >> j & 1) v.field_mask[m] |= u128{v.fmax} << (j * f_);
+    }
+  }
+  if (t_ == 4) v.young = young_tables().page(v.window, v.now_tag);
+  const std::uint64_t held = tables_.back()->alive.sum;
+  v.room = active_limit_ > held ? active_limit_ - held : 0;
+  stash_mask_ = 0;
+  for (std::size_t i = 0; i < wait_count_; ++i) {
+    stash_mask_ |= std::uint64_t{1} << (waiting_[(wait_head_ + i) % kStash].fp & 63);
+  }
+  for (const Stashed& s : overflow_) stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+}
+
+std::size_t CompactFilter::stash_size() const noexcept { return wait_count_ + overflow_.size(); }
+
+double CompactFilter::recent_rate() const {
+  // Insertions per tick: the mean of the last R whole ticks (R = a quarter
+  // of the window, at least 2), or the current tick's insertions so far when
+  // that is more (a rising rate).
+  const std::uint32_t window = config_.ticks_per_window;
+  const Tick r = std::min<Tick>(window, std::max<Tick>(2, (window + 1) / 4));
+  const Tick history = insertions_ == 0 ? 0 : clock_ - std::min(clock_, first_tick_);
+  const Tick span = std::min(r, history);
+  std::uint64_t whole = 0, current = 0;
+  for (const auto& t : tables_) {
+    current += t->alive.at(clock_);
+    for (Tick x = clock_ - span; x < clock_; ++x) whole += t->alive.at(x);
+  }
+  const double mean = span > 0 ? static_cast<double>(whole) / static_cast<double>(span) : 0.0;
+  return std::max(mean, static_cast<double>(current));
+}
+
+double CompactFilter::growth_target() const {
+  // The recent rate over a whole window, once the insertions span
+  // kRateSpanShare of it; before that, and as a cap at all times, geometric
+  // growth (scalable Bloom filters): a burst inside a short span is never
+  // extrapolated to a whole window.
+  const Table& active = *tables_.back();
+  const std::uint32_t window = config_.ticks_per_window;
+  const double geometric =
+      kMaxGrowthStep * static_cast<double>(std::max<std::uint64_t>(1, active.alive.sum));
+  const Tick span = std::min<Tick>(window + 1, clock_ - std::min(clock_, first_tick_) + 1);
+  if (insertions_ == 0 ||
+      static_cast<double>(span) < kRateSpanShare * static_cast<double>(window + 1)) {
+    return geometric;
+  }
+  return std::min(geometric, recent_rate() * (window + 1));
+}
+
+void CompactFilter::seal_and_grow(double want) {
+  // The new table holds `want` entries at kTargetLoad, or at the lower load
+  // the fpp budget left by the tables sealed now allows (the timer filter's
+  // rule): then it starts sparse, takes insertions while the sealed tables
+  // drain, and is replaced by a right-sized one once it is alone.
+  if (want <= 0) want = growth_target();
+  const double budget = kBudgetShare * (config_.fpp - fpp_budget_used());
+  const double load = budget > 0 ? alpha_for(budget) : 0.0;
+  auto t = make_table(new_table_bytes(want, load) / kBlockBytes, clock_);
+  if (!t) return;  // out of memory: keep using the active one
+  tables_.push_back(std::move(t));
+  refresh_limit();
+}
+
+void CompactFilter::maybe_shrink() {
+  if (tables_.size() != 1) return;
+  const Table& active = *tables_.back();
+  if (clock_ - active.created <= config_.ticks_per_window) return;
+  const double want = recent_rate() * (config_.ticks_per_window + 1);
+  if (static_cast<double>(active.bytes()) >
+      kShrinkFactor * static_cast<double>(new_table_bytes(want))) {
+    seal_and_grow(want);
+  }
+}
+
+// --- the stash -------------------------------------------------------------------------
+
+void CompactFilter::push_waiting(const Stashed& s) {
+  waiting_[(wait_head_ + wait_count_) % kStash] = s;
+  ++wait_count_;
+  stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+}
+
+bool CompactFilter::in_stash(std::uint64_t pos, std::uint32_t fp) const {
+  // A stashed entry is the query's identity (up to its fingerprint) when it
+  // belongs to one of the query's buckets in its table.
+  auto same = [&](const Stashed& s) {
+    if (s.fp != fp) return false;
+    const Table& t = *tables_[s.table];
+    const Place p = place_of(pos, reflection(fp, per_block_), t.blocks, per_block_);
+    return p.block == s.block && (p.b1 == s.to || p.b2 == s.to);
+  };
+  for (std::size_t i = 0; i < wait_count_; ++i) {
+    if (same(waiting_[(wait_head_ + i) % kStash])) return true;
+  }
+  return std::any_of(overflow_.begin(), overflow_.end(), same);
+}
+
+template <class Word>
+struct CompactFilter::Slots {
+  // The active table's two buckets of an identity, as read by its test.
+  std::uint8_t* block = nullptr;
+  std::uint32_t b1 = 0;
+  std::uint32_t b2 = 0;
+  Word w1 = 0;
+  Word w2 = 0;
+};
+
+template <class Codec>
+[[gnu::noinline]] void CompactFilter::step_stash(std::uint64_t count) {
+  // Moves the oldest waiting entry into its bucket, or displaces an entry
+  // there, which waits in turn. `count` is the insertion count so far. A
+  // failed chain in the active table sets seal_due_: the caller seals it
+  // once the current insertion is booked.
+  using Word = typename Codec::Word;
+  const Stashed s = waiting_[wait_head_];
+  wait_head_ = (wait_head_ + 1) % kStash;
+  --wait_count_;
+  const View& v = *view_;
+  Table& table = *tables_[s.table];
+  std::uint8_t* block = table.block(s.block);
+  const Word w = load_bucket<Word>(block, s.to, v.bucket_bits);
+  const unsigned free = free4<Codec>(w, v);
+  if (free != 0) {
+    const auto j = static_cast<unsigned>(std::countr_zero(free));
+    table.nonempty += field(fields_of(w, v), j, v) == 0;
+    store_bucket<Word>(block, s.to, v.bucket_bits, with_slot<Codec>(w, j, s.tag, s.fp, v));
+  } else {
+    const auto j =
+        static_cast<unsigned>((std::uint64_t{s.fp} * kKickMul + s.kicks * kPosMul) >> 62);
+    Stashed next = s;
+    next.fp = field(fields_of(w, v), j, v);
+    next.tag = tag_at<Codec>(w, j, v);
+    next.to = other(reflection(next.fp, v.per_block), s.to, v.per_block);
+    next.kicks = s.kicks + 1;
+    next.ready = count + kStashDelay;
+    store_bucket<Word>(block, s.to, v.bucket_bits, with_slot<Codec>(w, j, s.tag, s.fp, v));
+    if (next.kicks <= kMaxKicks) {
+      prefetch_bucket(block, next.to, v.bucket_bits);
+      push_waiting(next);
+    } else {
+      // No room within kMaxKicks: the entry stays in the stash until it
+      // expires, and its table takes no more new identities.
+      overflow_.push_back(next);
+      stash_mask_ |= std::uint64_t{1} << (next.fp & 63);
+      if (s.table + 1 == tables_.size() && tables_.size() < kHardMaxTables &&
+          overflow_.size() < kMaxOverflow) {
+        seal_due_ = true;
+      }
+    }
+  }
+  if (wait_count_ == 0 && overflow_.empty()) stash_mask_ = 0;
+}
+
+template <class Codec>
+[[gnu::noinline]] void CompactFilter::kick(std::uint8_t* block, std::uint32_t from,
+                                           typename Codec::Word w, std::uint64_t pos,
+                                           std::uint32_t fp, std::uint64_t count) {
+  // Both buckets of a new identity are full of live entries: it displaces
+  // one, chosen by bits of its position (deterministic, and independent of
+  // the bucket contents), which waits in the stash for its other bucket.
+  // `count` is the insertion count before this one.
+  using Word = typename Codec::Word;
+  const View& v = *view_;
+  const auto j = static_cast<unsigned>(pos * kKickMul >> 61) & 3;
+  Stashed s;
+  s.table = static_cast<std::uint32_t>(tables_.size() - 1);
+  s.block = static_cast<std::uint64_t>(block - v.tables[0].data) / kBlockBytes;
+  s.fp = field(fields_of(w, v), j, v);
+  s.tag = tag_at<Codec>(w, j, v);
+  s.to = other(reflection(s.fp, v.per_block), from, v.per_block);
+  s.kicks = 1;
+  s.ready = count + kStashDelay;
+  store_bucket<Word>(block, from, v.bucket_bits, with_slot<Codec>(w, j, v.now_tag, fp, v));
+  prefetch_bucket(block, s.to, v.bucket_bits);
+  while (wait_count_ == kStash) step_stash<Codec>(count);  // lines had time to arrive
+  push_waiting(s);
+}
+
+template <class Codec>
+[[gnu::always_inline]] inline bool CompactFilter::seen(const View& v, const Fingerprint& x, Key& k,
+                                                       Slots<typename Codec::Word>& at) const {
+  // True when the identity is alive in some table or the stash. Leaves its
+  // key and its active-table buckets for add().
+  using Word = typename Codec::Word;
+  k = key_of<Key>(x, v.fmax);
+  const std::uint32_t c = reflection(k.fp, v.per_block);
+  // The active table (newest) first: it holds the most recent, most often
+  // repeated identities, and its buckets are where a new one goes.
+  const Place p = place_of(k.pos, c, v.tables[0].blocks, v.per_block);
+  at.block = v.tables[0].data + p.block * kBlockBytes;
+  at.b1 = p.b1;
+  at.b2 = p.b2;
+  at.w1 = load_bucket<Word>(at.block, p.b1, v.bucket_bits);
+  at.w2 = load_bucket<Word>(at.block, p.b2, v.bucket_bits);
+  if ((holding<Codec>(at.w1, k.fp, v) | holding<Codec>(at.w2, k.fp, v)) != 0) return true;
+  for (std::uint32_t s = 1; s < v.count; ++s) {
+    const Place q = place_of(k.pos, c, v.tables[s].blocks, v.per_block);
+    const std::uint8_t* block = v.tables[s].data + q.block * kBlockBytes;
+    if ((holding<Codec>(load_bucket<Word>(block, q.b1, v.bucket_bits), k.fp, v) |
+         holding<Codec>(load_bucket<Word>(block, q.b2, v.bucket_bits), k.fp, v)) != 0) {
+      return true;
+    }
+  }
+  // The stash from the filter, not the view: a kick earlier in the run may
+  // have added to it.
+  return (stash_mask_ >> (k.fp & 63) & 1) != 0 && in_stash(k.pos, k.fp);
+}
+
+template <class Codec>
+[[gnu::always_inline]] inline std::uint32_t CompactFilter::add(
+    const View& v, const Key& k, const Slots<typename Codec::Word>& at, std::uint64_t count) {
+  // A new identity into the active table: a free slot (empty or dead) of the
+  // emptier of its buckets, or a kick. `count` is the insertion count before
+  // this one. Returns 1 when the slot taken was empty.
+  using Word = typename Codec::Word;
+  const unsigned free1 = free4<Codec>(at.w1, v);
+  const unsigned free2 = free4<Codec>(at.w2, v);
+  if ((free1 | free2) != 0) [[likely]] {
+    const bool second = kBitCount[free2] > kBitCount[free1];
+    const Word w = second ? at.w2 : at.w1;
+    const auto j = static_cast<unsigned>(std::countr_zero(second ? free2 : free1));
+    store_bucket<Word>(at.block, second ? at.b2 : at.b1, v.bucket_bits,
+                       with_slot<Codec>(w, j, v.now_tag, k.fp, v));
+    return field(fields_of(w, v), j, v) == 0;
+  }
+  const bool second = (k.pos * kKickMul >> 63) != 0;
+  kick<Codec>(at.block, second ? at.b2 : at.b1, second ? at.w2 : at.w1, k.pos, k.fp, count);
+  return 0;
+}
+
+void CompactFilter::commit_pending() {
+  // Books the insertions of a run (or of one call) into the active table.
+  const std::uint64_t n = pending_inserts_;
+  if (n == 0) return;
+  Table& a = *tables_.back();
+  a.alive.ring[view_->tick_slot] += static_cast<std::uint32_t>(n);
+  a.alive.sum += n;
+  a.inserts += n;
+  a.nonempty += pending_filled_;
+  a.last_insert = clock_;
+  if (insertions_ == 0) first_tick_ = clock_;
+  insertions_ += n;
+  view_->room = view_->room > n ? view_->room - n : 0;
+  pending_inserts_ = 0;
+  pending_filled_ = 0;
+}
+
+void CompactFilter::count_refresh() {
+  // insert() renewed a live copy: counted as an insertion at this tick (the
+  // live count may then overestimate, never underestimate).
+  pending_inserts_ = 1;
+  pending_filled_ = 0;
+  commit_pending();
+}
+
+template <class Codec>
+Decision CompactFilter::decide(const Fingerprint& x) {
+  Slots<typename Codec::Word> at;
+  Key k;
+  if (seen<Codec>(*view_, x, k, at)) return Decision::kDuplicate;
+  write<Codec>(k, &at);
+  return Decision::kDistinct;
+}
+
+template <class Codec>
+void CompactFilter::write(const Key& k, const Slots<typename Codec::Word>* read) {
+  // A new identity (sealing the active table first when its budget is used
+  // up), then one step of the stash when its oldest entry is ready. `read`:
+  // the active table's buckets if the caller read them (nullptr: read here).
+  using Word = typename Codec::Word;
+  if (view_->room == 0 && tables_.back()->inserts > 0 && tables_.size() < kMaxTables) {
+    seal_and_grow();
+    read = nullptr;  // those buckets belong to the sealed table
+  }
+  Slots<Word> at;
+  if (read == nullptr) {
+    const View& v = *view_;
+    const Place p = place_of(k.pos, reflection(k.fp, v.per_block), v.tables[0].blocks, v.per_block);
+    at.block = v.tables[0].data + p.block * kBlockBytes;
+    at.b1 = p.b1;
+    at.b2 = p.b2;
+    at.w1 = load_bucket<Word>(at.block, p.b1, v.bucket_bits);
+    at.w2 = load_bucket<Word>(at.block, p.b2, v.bucket_bits);
+    read = &at;
+  }
+  pending_filled_ = add<Codec>(*view_, k, *read, insertions_);
+  pending_inserts_ = 1;
+  commit_pending();
+  if (wait_count_ > 0 && waiting_[wait_head_].ready <= insertions_) {
+    step_stash<Codec>(insertions_);
+  }
+  if (seal_due_) {
+    seal_due_ = false;
+    seal_and_grow();
+  }
+}
+
+template <class Codec>
+bool CompactFilter::refresh(const Key& k) {
+  // insert(): a live copy in the active table's buckets takes the clock's tag.
+  using Word = typename Codec::Word;
+  const View& v = *view_;
+  const Place p = place_of(k.pos, reflection(k.fp, v.per_block), v.tables[0].blocks, v.per_block);
+  std::uint8_t* block = v.tables[0].data + p.block * kBlockBytes;
+  for (const std::uint32_t b : {p.b1, p.b2}) {
+    const Word w = load_bucket<Word>(block, b, v.bucket_bits);
+    const unsigned m = holding<Codec>(w, k.fp, v);
+    if (m == 0) continue;
+    const auto j = static_cast<unsigned>(std::countr_zero(m));
+    store_bucket<Word>(block, b, v.bucket_bits, with_slot<Codec>(w, j, v.now_tag, k.fp, v));
+    return true;
+  }
+  for (std::size_t i = 0; i < wait_count_; ++i) {
+    Stashed& s = waiting_[(wait_head_ + i) % kStash];
+    if (s.fp == k.fp && s.table + 1 == tables_.size() && s.block == p.block &&
+        (s.to == p.b1 || s.to == p.b2)) {
+      s.tag = v.now_tag;
+      return true;
+    }
+  }
+  return false;
+}
+
+// --- the clock ---------------------------------------------------------------------
+
+template <class Codec>
+void CompactFilter::scrub(Table& t, std::uint64_t count, Tick ref, std::uint64_t extra_age) {
+  // Empties the slots that are dead at ref + extra_age, in `count` buckets
+  // from the sweep position on. A slot's true age is its age at `ref` plus
+  // extra_age: exact as long as no tag had wrapped at `ref` (the scrub
+  // invariant).
+  using Word = typename Codec::Word;
+  View v = *view_;  // with the reference clock's tag and age limit
+  const std::uint64_t buckets = t.blocks * per_block_;
+  const std::uint32_t window = config_.ticks_per_window;
+  const bool all_dead = extra_age > window;
+  v.now_tag = static_cast<std::uint32_t>(ref) & v.tag_mask;
+  v.window = all_dead ? 0 : static_cast<std::uint32_t>(window - extra_age);
+  if (t_ == 4) v.young = young_tables().page(v.window, v.now_tag);
+  // Buckets share bytes with their neighbours (they are read and written as
+  // whole words): a run is visited in `stride` interleaved passes, so that no
+  // load overlaps the store just before it (a store-forwarding stall).
+  const unsigned stride = (8 * (sizeof(Word) + 1) + v.bucket_bits - 1) / v.bucket_bits;
+  std::uint64_t i = t.swept % buckets;
+  std::uint64_t cleared = 0;
+  for (std::uint64_t left = count; left > 0;) {
+    const std::uint64_t block = i / per_block_;
+    const auto first = static_cast<std::uint32_t>(i % per_block_);
+    const auto end =
+        static_cast<std::uint32_t>(first + std::min<std::uint64_t>(left, per_block_ - first));
+    std::uint8_t* data = t.block(block);
+    __builtin_prefetch(data + kBlockBytes, 1, 0);
+    for (unsigned pass = 0; pass < stride; ++pass) {
+      for (std::uint32_t b = first + pass; b < end; b += stride) {
+        const Word w = load_bucket<Word>(data, b, v.bucket_bits);
+        const unsigned full = ~zero_fields(fields_of(w, v), v) & 0xF;
+        const unsigned dead = all_dead ? full : full & ~young4<Codec>(w, v);
+        // Stored unconditionally: whether a bucket holds a dead entry is
+        // close to a coin flip, and a mispredicted branch costs more.
+        store_bucket<Word>(data, b, v.bucket_bits,
+                           w & ~(static_cast<Word>(v.field_mask[dead]) << v.code_bits));
+        cleared += kBitCount[dead];
+      }
+    }
+    left -= end - first;
+    i = i + (end - first) == buckets ? 0 : i + (end - first);
+  }
+  t.nonempty -= cleared;
+  t.swept += count;
+}
+
+void CompactFilter::clear_all(Tick now) {
+  // Every entry was inserted at or before the old clock, more than W ago.
+  wait_count_ = 0;
+  overflow_.clear();
+  Table& active = *tables_.back();
+  std::memset(active.data.get(), 0, active.bytes());
+  active.nonempty = 0;
+  active.swept = 0;
+  active.created = now;
+  active.last_insert = now;
+  active.inserts = 0;
+  active.alive.init(config_.ticks_per_window);
+  std::unique_ptr<Table> keep = std::move(tables_.back());
+  tables_.clear();
+  tables_.push_back(std::move(keep));
+}
+
+void CompactFilter::drop_expired() {
+  // Overflow entries whose tag left the window, then sealed tables whose
+  // newest insertion did (their overflow entries are older still).
+  const std::uint32_t window = config_.ticks_per_window;
+  const std::uint32_t mask = (1U << t_) - 1;
+  const auto now_tag = static_cast<std::uint32_t>(clock_) & mask;
+  std::erase_if(overflow_, [&](const Stashed& s) { return ((now_tag - s.tag) & mask) > window; });
+  std::vector<std::uint32_t> index(tables_.size(), 0);
+  std::vector<std::unique_ptr<Table>> kept;
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    const bool active = i + 1 == tables_.size();
+    if (!active && (tables_[i]->inserts == 0 || clock_ - tables_[i]->last_insert > window)) {
+      continue;
+    }
+    index[i] = static_cast<std::uint32_t>(kept.size());
+    kept.push_back(std::move(tables_[i]));
+  }
+  for (Stashed& s : overflow_) s.table = index[s.table];
+  tables_ = std::move(kept);
+}
+
+template <class Codec>
+void CompactFilter::move_clock_as(Tick now) {
+  while (wait_count_ > 0) step_stash<Codec>(insertions_);  // none crosses a tick
+  if (seal_due_) {
+    seal_due_ = false;
+    seal_and_grow();
+  }
+  const Tick old = clock_;
+  const std::uint32_t window = config_.ticks_per_window;
+  if (now - old > window) {
+    clear_all(now);
+    clock_ = now;
+  } else {
+    for (auto& t : tables_) {
+      // By clock `now` the schedule requires required(now) buckets; a jump
+      // longer than one sweep visits every bucket once.
+      const std::uint64_t buckets = t->blocks * per_block_;
+      const std::uint64_t need = t->required(now, buckets, period_);
+      if (need <= t->swept) continue;
+      scrub<Codec>(*t, std::min(need - t->swept, buckets), old, now - old);
+      t->swept = std::max(t->swept, need);
+    }
+    for (auto& t : tables_) t->alive.advance(old, now, window);
+    clock_ = now;
+    drop_expired();
+  }
+  refresh_view();
+  maybe_shrink();
+  refresh_limit();  // and the view
+}
+
+[[gnu::noinline]] void CompactFilter::move_clock(Tick now) {
+  switch (codec_) {
+    case 0:
+      return move_clock_as<Sorted64>(now);
+    case 1:
+      return move_clock_as<Sorted128>(now);
+    default:
+      return move_clock_as<Plain128>(now);
+  }
+}
+
+void CompactFilter::advance(Tick now) {
+  if (now > clock_) move_clock(now);
+}
+
+// --- the interface -------------------------------------------------------------------
+
+Decision CompactFilter::test_and_insert(const Fingerprint& fp, Tick now) {
+  if (now > clock_) move_clock(now);
+  switch (codec_) {
+    case 0:
+      return decide<Sorted64>(fp);
+    case 1:
+      return decide<Sorted128>(fp);
+    default:
+      return decide<Plain128>(fp);
+  }
+}
+
+template <class Codec>
+void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                              std::span<Decision> out) {
+  // Decisions are made strictly in order, by the one-by-one path's functions,
+  // so they and the state equal the one-by-one calls. The work is split into
+  // runs of elements at one clock value: inside a run the view of the tables
+  // is a local copy and insertions are booked once at its end (the stash's
+  // clock counts them as they happen). A run ends early when the active
+  // table is full (that element goes through the one-by-one path, which
+  // seals it) or a failed kick chain sealed it. The buckets of every table
+  // are prefetched kPrefetchDistance elements ahead (a table added mid-batch
+  // only misses a hint).
+  using Word = typename Codec::Word;
+  const std::size_t n = fps.size();
+  // always_inline, as prefetch_bucket is.
+  auto prefetch = [&](const View& v, const Fingerprint& x) __attribute__((always_inline)) {
+    const Key k = key_of<Key>(x, v.fmax);
+    const std::uint32_t c = reflection(k.fp, v.per_block);
+    for (std::uint32_t s = 0; s < v.count; ++s) {
+      const Place p = place_of(k.pos, c, v.tables[s].blocks, v.per_block);
+      const std::uint8_t* block = v.tables[s].data + p.block * kBlockBytes;
+      prefetch_bucket(block, p.b1, v.bucket_bits);
+      prefetch_bucket(block, p.b2, v.bucket_bits);
+    }
+  };
+  for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) prefetch(*view_, fps[i]);
+  std::size_t i = 0;
+  while (i < n) {
+    if (ticks[i] > clock_) move_clock(ticks[i]);
+    const View v = *view_;
+    const std::uint64_t base = insertions_;
+    std::uint64_t inserted = 0, filled = 0;
+    bool full = false;  // element i is new and the active table must be sealed first
+    for (; i < n && ticks[i] <= clock_; ++i) {
+      if (i + kPrefetchDistance < n) prefetch(v, fps[i + kPrefetchDistance]);
+      Slots<Word> at;
+      Key k;
+      if (seen<Codec>(v, fps[i], k, at)) {
+        out[i] = Decision::kDuplicate;
+        continue;
+      }
+      if (inserted >= v.room) {
+        full = true;
+        break;
+      }
+      filled += add<Codec>(v, k, at, base + inserted);
+      out[i] = Decision::kDistinct;
+      ++inserted;
+      if (wait_count_ > 0 && waiting_[wait_head_].ready <= base + inserted) [[unlikely]] {
+        step_stash<Codec>(base + inserted);
+      }
+      if (seal_due_) [[unlikely]] {  // a kick chain failed: book the run, then seal
+        ++i;
+        break;
+      }
+    }
+    pending_inserts_ = inserted;
+    pending_filled_ = filled;
+    commit_pending();
+    if (seal_due_) {
+      seal_due_ = false;
+      seal_and_grow();
+    }
+    if (full) {
+      out[i] = decide<Codec>(fps[i]);
+      ++i;
+    }
+  }
+}
+
+void CompactFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
+                                          std::span<const Tick> ticks, std::span<Decision> out) {
+  switch (codec_) {
+    case 0:
+      return run_batch<Sorted64>(fps, ticks, out);
+    case 1:
+      return run_batch<Sorted128>(fps, ticks, out);
+    default:
+      return run_batch<Plain128>(fps, ticks, out);
+  }
+}
+
+void CompactFilter::insert(const Fingerprint& x, Tick now) {
+  if (now > clock_) move_clock(now);
+  const Key k = key_of<Key>(x, view_->fmax);
+  switch (codec_) {
+    case 0:
+      if (refresh<Sorted64>(k)) return count_refresh();
+      return write<Sorted64>(k, nullptr);
+    case 1:
+      if (refresh<Sorted128>(k)) return count_refresh();
+      return write<Sorted128>(k, nullptr);
+    default:
+      if (refresh<Plain128>(k)) return count_refresh();
+      return write<Plain128>(k, nullptr);
+  }
+}
+
+// --- stats and snapshots --------------------------------------------------------------
+
+FilterStats CompactFilter::stats() const {
+  FilterStats st;
+  double none = 1.0;
+  for (const auto& t : tables_) {
+    st.bytes += t->bytes() + t->alive.ring.size() * sizeof(std::uint32_t);
+    st.cells += t->blocks * per_block_ * kSlots;
+    st.live_cells += t->nonempty;
+    none *= 1.0 - table_fpp(*t);
+  }
+  st.bytes += (kStash + overflow_.capacity()) * sizeof(Stashed);
+  st.live_cells += stash_size();
+  st.subfilters = static_cast<std::uint32_t>(tables_.size());
+  st.insertions = insertions_;
+  st.fpp_estimate = 1.0 - none;
+  return st;
+}
+
+std::vector<std::uint64_t> CompactFilter::table_bytes() const {
+  std::vector<std::uint64_t> out;
+  for (const auto& t : tables_) out.push_back(t->bytes());
+  return out;
+}
+
+namespace {
+
+constexpr std::size_t kStashedBytes = 4 + 8 + 4 + 4 + 4 + 4 + 8;
+
+void put_stashed(ByteWriter& w, const auto& s) {
+  w.put<std::uint32_t>(s.table);
+  w.put<std::uint64_t>(s.block);
+  w.put<std::uint32_t>(s.to);
+  w.put<std::uint32_t>(s.fp);
+  w.put<std::uint32_t>(s.tag);
+  w.put<std::uint32_t>(s.kicks);
+  w.put<std::uint64_t>(s.ready);
+}
+
+}  // namespace
+
+std::string CompactFilter::serialize() const {
+  // The payload is written once, after room for the envelope header, into a
+  // buffer reserved at its final size (the tables are nearly all the bytes).
+  std::uint64_t tail = 8 + stash_size() * kStashedBytes;
+  for (const auto& t : tables_) tail += 48 + t->alive.ring.size() * 4 + t->bytes();
+  std::string out(kEnvelopeHeaderBytes, '\0');
+  ByteWriter w(out);
+  write_config(w, config_);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(f_));
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(t_));
+  w.put<Tick>(clock_);
+  w.put<Tick>(first_tick_);
+  w.put<std::uint64_t>(insertions_);
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(tables_.size()));
+  out.reserve(out.size() + tail + kEnvelopeTrailerBytes);
+  for (const auto& t : tables_) {
+    w.put<std::uint64_t>(t->blocks);
+    w.put<Tick>(t->created);
+    w.put<std::uint64_t>(t->swept);
+    w.put<Tick>(t->last_insert);
+    w.put<std::uint64_t>(t->inserts);
+    w.put<std::uint64_t>(t->nonempty);
+    for (std::uint32_t c : t->alive.ring) w.put<std::uint32_t>(c);
+    w.put_bytes(std::string_view(reinterpret_cast<const char*>(t->data.get()), t->bytes()));
+  }
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(stash_size()));
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(wait_count_));
+  for (std::size_t i = 0; i < wait_count_; ++i) {
+    put_stashed(w, waiting_[(wait_head_ + i) % kStash]);
+  }
+  for (const Stashed& s : overflow_) put_stashed(w, s);
+  return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kCompact), kVersion,
+                                std::move(out));
+}
+
+template <class Codec>
+bool CompactFilter::buckets_consistent() const {
+  // Every bucket's tag code is one the format produces, the bits after a
+  // block's last bucket are zero, and the non-empty slots add up to the
+  // recorded count.
+  using Word = typename Codec::Word;
+  const View& v = *view_;
+  const std::uint64_t used_bits = std::uint64_t{per_block_} * bucket_bits_;
+  for (const auto& t : tables_) {
+    std::uint64_t nonempty = 0;
+    for (std::uint64_t b = 0; b < t->blocks; ++b) {
+      const std::uint8_t* data = t->block(b);
+      for (std::uint32_t i = 0; i < per_block_; ++i) {
+        const Word w = load_bucket<Word>(data, i, bucket_bits_);
+        if constexpr (Codec::kSorted) {
+          if ((static_cast<std::uint32_t>(w) & 0xFFF) >= SortedTags::kCodes) return false;
+        }
+        nonempty += 4 - kBitCount[zero_fields(fields_of(w, v), v)];
+      }
+      for (std::uint64_t bit = used_bits; bit < kBlockBits; ++bit) {
+        if ((data[bit >> 3] >> (bit & 7) & 1) != 0) return false;
+      }
+    }
+    if (nonempty != t->nonempty) return false;
+  }
+  return true;
+}
+
+Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view payload,
+                                                              std::uint16_t version) {
+  auto bad = [](const std::string& what) { return fail("compact filter state: " + what); };
+  if (version != kVersion) return bad("unsupported format version " + std::to_string(version));
+  ByteReader r(payload);
+  auto config = read_config(r);
+  if (!config) return tl::unexpected(config.error());
+  if (config->type != FilterType::kCompact) return bad("wrong filter type in config");
+  auto f_bits = r.get<std::uint8_t>("fingerprint bits");
+  auto t_bits = r.get<std::uint8_t>("tag bits");
+  auto clock = r.get<Tick>("clock");
+  auto first_tick = r.get<Tick>("first tick");
+  auto insertions = r.get<std::uint64_t>("insertions");
+  auto count = r.get<std::uint32_t>("table count");
+  if (!f_bits || !t_bits || !clock || !first_tick || !insertions || !count) {
+    return bad("truncated header");
+  }
+  if (*count == 0 || *count > kHardMaxTables) {
+    return bad("table count " + std::to_string(*count) + " out of range");
+  }
+  if (*first_tick > *clock) return bad("first tick after clock");
+  // Rebuild the empty shell from the config, then check the derived fields.
+  FilterConfig small = *config;
+  small.capacity = 1;  // the real tables come from the input
+  auto made = create(small);
+  if (!made) return bad(made.error().message);
+  std::unique_ptr<CompactFilter> f = std::move(*made);
+  f->config_ = *config;
+  if (*f_bits != f->f_ || *t_bits != f->t_) return bad("bit widths do not match the config");
+  f->tables_.clear();
+  f->clock_ = *clock;
+  f->first_tick_ = *first_tick;
+  f->insertions_ = *insertions;
+  const std::uint32_t window = config->ticks_per_window;
+  for (std::uint32_t i = 0; i < *count; ++i) {
+    auto blocks = r.get<std::uint64_t>("blocks");
+    auto created = r.get<Tick>("created");
+    auto swept = r.get<std::uint64_t>("swept");
+    auto last_insert = r.get<Tick>("last insert");
+    auto inserts = r.get<std::uint64_t>("inserts");
+    auto nonempty = r.get<std::uint64_t>("nonempty");
+    if (!blocks || !created || !swept || !last_insert || !inserts || !nonempty) {
+      return bad("truncated table header");
+    }
+    if (*blocks == 0 || *blocks > r.remaining() / kBlockBytes) {
+      return bad("table size exceeds input");
+    }
+    if (*created > *clock || *last_insert > *clock || *last_insert < *created) {
+      return bad("table ticks inconsistent with the clock");
+    }
+    const std::uint64_t buckets = *blocks * f->per_block_;
+    if (*nonempty > buckets * kSlots) return bad("live slot count exceeds slots");
+    auto t = std::make_unique<Table>();
+    t->alive.init(window);
+    if (t->alive.ring.size() > r.remaining() / 4) return bad("window counts exceed input");
+    for (std::uint32_t& c : t->alive.ring) {
+      c = *r.get<std::uint32_t>("window counts");
+      t->alive.sum += c;
+    }
+    if (t->alive.sum > *inserts) return bad("window count exceeds insertions");
+    if (t->alive.at(*clock + 1) != 0) return bad("window counts do not match the clock");
+    for (Tick x = *clock - std::min<Tick>(*clock, window); x < *created; ++x) {
+      if (t->alive.at(x) != 0) return bad("window counts before the table was created");
+    }
+    auto cells = r.get_bytes(*blocks * kBlockBytes, "buckets");
+    if (!cells) return bad("truncated buckets");
+    t->data.reset(allocate_blocks(*blocks * kBlockBytes + kTailBytes));
+    if (!t->data) return bad("cannot allocate " + std::to_string(*blocks * kBlockBytes) + " bytes");
+    std::memcpy(t->data.get(), cells->data(), cells->size());
+    t->blocks = *blocks;
+    t->created = *created;
+    t->swept = *swept;
+    t->last_insert = *last_insert;
+    t->inserts = *inserts;
+    t->nonempty = *nonempty;
+    if (t->swept < t->required(*clock, buckets, f->period_) ||
+        t->swept > t->required(*clock + 1, buckets, f->period_)) {
+      return bad("scrub position inconsistent with the clock");
+    }
+    f->tables_.push_back(std::move(t));
+  }
+  auto stashed = r.get<std::uint32_t>("stash size");
+  auto waiting = r.get<std::uint32_t>("stash waiting");
+  if (!stashed || !waiting) return bad("truncated stash");
+  if (*stashed > kMaxOverflow + kStash || *waiting > *stashed || *waiting > kStash) {
+    return bad("stash sizes out of range");
+  }
+  if (*stashed > r.remaining() / kStashedBytes) return bad("stash exceeds input");
+  const std::uint32_t tag_mask = (1U << f->t_) - 1;
+  const auto fmax = static_cast<std::uint32_t>((std::uint64_t{1} << f->f_) - 1);
+  for (std::uint32_t i = 0; i < *stashed; ++i) {
+    Stashed s;
+    s.table = *r.get<std::uint32_t>("stash table");
+    s.block = *r.get<std::uint64_t>("stash block");
+    s.to = *r.get<std::uint32_t>("stash bucket");
+    s.fp = *r.get<std::uint32_t>("stash fingerprint");
+    s.tag = *r.get<std::uint32_t>("stash tag");
+    s.kicks = *r.get<std::uint32_t>("stash kicks");
+    s.ready = *r.get<std::uint64_t>("stash ready");
+    const bool waits = i < *waiting;
+    if (s.table >= f->tables_.size() || s.block >= f->tables_[s.table]->blocks ||
+        s.to >= f->per_block_ || s.fp == 0 || s.fp > fmax || s.tag > tag_mask ||
+        ((*clock - s.tag) & tag_mask) > window || s.kicks == 0 || s.kicks > kMaxKicks + 1 ||
+        waits != (s.kicks <= kMaxKicks) || s.ready > *insertions + kStashDelay) {
+      return bad("stash entry " + std::to_string(i) + " inconsistent");
+    }
+    if (waits) {
+      f->waiting_[f->wait_count_++] = s;
+    } else {
+      f->overflow_.push_back(s);
+    }
+  }
+  if (auto end = r.expect_end("compact filter state"); !end) return tl::unexpected(end.error());
+  f->refresh_limit();
+  bool ok = false;
+  switch (f->codec_) {
+    case 0:
+      ok = f->buckets_consistent<Sorted64>();
+      break;
+    case 1:
+      ok = f->buckets_consistent<Sorted128>();
+      break;
+    default:
+      ok = f->buckets_consistent<Plain128>();
+      break;
+  }
+  if (!ok) return bad("buckets inconsistent with the recorded live slots");
+  return std::unique_ptr<SlidingFilter>(std::move(f));
+}
+
+}  // namespace kdedup::filter
