@@ -22,8 +22,8 @@ namespace kdedup::filter {
 namespace {
 
 constexpr std::uint16_t kVersion = 1;
-constexpr std::uint64_t kBlockBytes = CompactFilter::kBlockBytes;
-constexpr std::uint64_t kBlockBits = kBlockBytes * 8;
+constexpr std::uint64_t kMaxBlockBits = CompactFilter::kBlockBytes * 8;
+constexpr std::uint64_t kLineBytes = 64;
 constexpr unsigned kSlots = CompactFilter::kSlots;
 // After the last block, so that a 16-byte load of its last bucket stays
 // inside the allocation.
@@ -139,7 +139,7 @@ struct FreeCells {
 std::uint8_t* allocate_blocks(std::uint64_t bytes) {
   constexpr std::uint64_t kHuge = 2ULL << 20;
   const bool huge = bytes >= kHuge;
-  const std::uint64_t align = huge ? kHuge : kBlockBytes;
+  const std::uint64_t align = huge ? kHuge : kLineBytes;
   const std::uint64_t rounded = (bytes + align - 1) / align * align;
   auto* p = static_cast<std::uint8_t*>(std::aligned_alloc(align, rounded));
   if (p == nullptr) return nullptr;
@@ -206,11 +206,65 @@ unsigned compact_fingerprint_bits(double fpp) {
   return 33;
 }
 
-// One cuckoo table: whole blocks of buckets and what its scrub and budget
-// need to know.
+// A table's bucket format: what follows from its fingerprint width f (and
+// the filter's tag width t), as plain values for the hot path.
+struct CompactFilter::Layout {
+  unsigned f = 0;
+  unsigned t = 0;
+  unsigned code_bits = 0;         // bits of a bucket's tags (12 sorted, 4t plain)
+  unsigned bucket_bits = 0;       // code_bits + 4 f
+  std::uint32_t per_block = 0;    // buckets per block
+  std::uint64_t block_bytes = 0;  // whole cache lines
+  std::uint32_t fmax = 0;         // 2^f - 1: fingerprints are 1 .. fmax
+  std::uint32_t tag_mask = 0;     // 2^t - 1
+  int codec = 0;                  // 0: Sorted64, 1: Sorted128, 2: Plain128
+  // The four fingerprint fields, from bit 0: one bit low in each, the high
+  // bit of each, all of them; the multiplier that gathers the high bits.
+  u128 low_bits = 0;
+  u128 high_bits = 0;
+  u128 fields = 0;
+  u128 gather = 0;
+  std::array<u128, 16> field_mask{};  // the fields of a 4-bit slot mask
+
+  static unsigned bucket_bits_of(unsigned f, unsigned t) {
+    return (t == 4 ? 12 : 4 * t) + kSlots * f;
+  }
+  // Most buckets a block of kBlockBytes holds.
+  static std::uint32_t max_per_block(unsigned f, unsigned t) {
+    return static_cast<std::uint32_t>(kMaxBlockBits / bucket_bits_of(f, t));
+  }
+  static Layout of(unsigned f, unsigned t, std::uint32_t per_block) {
+    Layout l;
+    l.f = f;
+    l.t = t;
+    l.code_bits = t == 4 ? 12 : 4 * t;
+    l.bucket_bits = l.code_bits + kSlots * f;
+    l.per_block = per_block;
+    l.block_bytes = (std::uint64_t{per_block} * l.bucket_bits + 511) / 512 * kLineBytes;
+    l.fmax = static_cast<std::uint32_t>((std::uint64_t{1} << f) - 1);
+    l.tag_mask = (1U << t) - 1;
+    l.codec = t != 4 ? 2 : l.bucket_bits + 7 <= 64 ? 0 : 1;
+    for (unsigned j = 0; j < kSlots; ++j) {
+      l.low_bits |= u128{1} << (j * f);
+      l.high_bits |= u128{1} << (j * f + f - 1);
+      l.gather |= u128{1} << (3 * f - j * (f - 1));
+    }
+    l.fields = (u128{1} << (kSlots * f)) - 1;
+    for (unsigned m = 0; m < 16; ++m) {
+      for (unsigned j = 0; j < kSlots; ++j) {
+        if (m >> j & 1) l.field_mask[m] |= u128{l.fmax} << (j * f);
+      }
+    }
+    return l;
+  }
+};
+
+// One cuckoo table: whole blocks of buckets in one format, and what its
+// scrub and budget need to know.
 struct CompactFilter::Table {
   std::unique_ptr<std::uint8_t[], FreeCells> data;
   std::uint64_t blocks = 0;
+  Layout layout;
   Tick created = 0;            // start of the scrub schedule
   std::uint64_t swept = 0;     // buckets visited since `created`
   Tick last_insert = 0;        // newest insertion (== created before any)
@@ -218,13 +272,15 @@ struct CompactFilter::Table {
   std::uint64_t nonempty = 0;  // slots with a fingerprint
   TickCounts alive;            // insertions in the window
 
-  std::uint64_t bytes() const { return blocks * kBlockBytes; }
-  std::uint8_t* block(std::uint64_t i) const { return data.get() + i * kBlockBytes; }
+  std::uint64_t bytes() const { return blocks * layout.block_bytes; }
+  std::uint64_t buckets() const { return blocks * layout.per_block; }
+  std::uint64_t slots() const { return buckets() * kSlots; }
+  std::uint8_t* block(std::uint64_t i) const { return data.get() + i * layout.block_bytes; }
 
   // Buckets the schedule requires by clock c: floor((c - created) * buckets / P).
-  std::uint64_t required(Tick c, std::uint64_t buckets, std::uint32_t period) const {
+  std::uint64_t required(Tick c, std::uint32_t period) const {
     if (c <= created) return 0;
-    const u128 r = static_cast<u128>(c - created) * buckets / period;
+    const u128 r = static_cast<u128>(c - created) * buckets() / period;
     return r > ~std::uint64_t{0} ? ~std::uint64_t{0} : static_cast<std::uint64_t>(r);
   }
 };
@@ -235,11 +291,23 @@ struct CompactFilter::Stashed {
   std::uint32_t table = 0;  // index into tables_
   std::uint32_t to = 0;     // bucket in the block
   std::uint64_t block = 0;
-  std::uint32_t fp = 0;
+  std::uint32_t fp = 0;  // in its table's width
   std::uint32_t tag = 0;
   std::uint32_t kicks = 0;  // moves so far
   std::uint64_t ready = 0;  // insertions_ value from which it may move
 };
+
+namespace {
+
+// Whether a tag is alive: at most `window` ticks older than `now_tag`
+// (mod 2^t); with sorted tags, `young` lists the live slots of every code.
+struct Age {
+  std::uint32_t now_tag = 0;
+  std::uint32_t window = 0;
+  const std::uint8_t* young = nullptr;
+};
+
+}  // namespace
 
 // What the hot path reads, as plain values: rebuilt by refresh_view()
 // whenever the clock moves or the tables change.
@@ -247,28 +315,13 @@ struct CompactFilter::View {
   struct Cells {
     std::uint8_t* data = nullptr;
     std::uint64_t blocks = 0;
+    const Layout* layout = nullptr;
   };
   std::array<Cells, kHardMaxTables> tables{};  // newest (the active one) first
   std::uint32_t count = 0;
-  std::uint32_t per_block = 0;
-  unsigned f = 0;
-  unsigned t = 0;
-  unsigned code_bits = 0;
-  unsigned bucket_bits = 0;
-  std::uint32_t fmax = 0;       // 2^f - 1: fingerprints are 1 .. fmax
-  std::uint32_t tag_mask = 0;   // 2^t - 1
-  std::uint32_t window = 0;     // W
-  std::uint32_t now_tag = 0;    // clock mod 2^t
+  Age age;
   std::uint32_t tick_slot = 0;  // clock mod (W + 2): the tick's insertion counter
-  // The four fingerprint fields, from bit 0: one bit low in each, the high
-  // bit of each, all of them; the multiplier that gathers the high bits.
-  u128 low_bits = 0;
-  u128 high_bits = 0;
-  u128 fields = 0;
-  u128 gather = 0;
-  std::array<u128, 16> field_mask{};    // the fields of a 4-bit slot mask
-  const std::uint8_t* young = nullptr;  // sorted tags: live tags at the clock
-  std::uint64_t room = 0;               // inserts the active may take before it must be sealed
+  std::uint64_t room = 0;       // inserts the active may take before it must be sealed
 };
 
 // The bucket formats the hot paths are compiled for: tags stored sorted in
@@ -276,31 +329,40 @@ struct CompactFilter::View {
 struct CompactFilter::Sorted64 {
   using Word = std::uint64_t;
   static constexpr bool kSorted = true;
+  static constexpr int kId = 0;
 };
 struct CompactFilter::Sorted128 {
   using Word = u128;
   static constexpr bool kSorted = true;
+  static constexpr int kId = 1;
 };
 struct CompactFilter::Plain128 {
   using Word = u128;
   static constexpr bool kSorted = false;
+  static constexpr int kId = 2;
 };
 
 namespace {
 
 // --- positions -----------------------------------------------------------------
 //
-// Fingerprint.lo, through an odd multiplier, gives the stored fingerprint
-// (its top bits, scaled to 1 .. 2^f - 1); Fingerprint.hi xor the same
-// product gives the position: the block (multiply-high by the table's
-// blocks) and, from the low half of that product, the first bucket. With
-// salted XXH3-128 fingerprints the two halves are independent, so position
-// and stored fingerprint are too; the xor only spreads weak test inputs.
+// Fingerprint.lo, through an odd multiplier, gives the product the stored
+// fingerprint is taken from (its top bits, scaled to 1 .. 2^f - 1, so
+// tables of different widths agree on the leading bits); Fingerprint.hi xor
+// the same product gives the position: the block (multiply-high by the
+// table's blocks) and, from the low half of that product, the first bucket.
+// With salted XXH3-128 fingerprints the two halves are independent, so
+// position and stored fingerprint are too; the xor only spreads weak test
+// inputs.
 
 template <class K>
-inline K key_of(const Fingerprint& x, std::uint32_t fmax) {
+inline K key_of(const Fingerprint& x) {
   const std::uint64_t mixed = x.lo * kPosMul;
-  return {x.hi ^ mixed, static_cast<std::uint32_t>(1 + mulhi(mixed, fmax))};
+  return {x.hi ^ mixed, mixed};
+}
+
+inline std::uint32_t fp_of(std::uint64_t mixed, std::uint32_t fmax) {
+  return static_cast<std::uint32_t>(1 + mulhi(mixed, fmax));
 }
 
 // The reflection point of an entry's two buckets: b2 = (c - b1) mod
@@ -369,62 +431,62 @@ inline void store_bucket(std::uint8_t* block, std::uint32_t b, unsigned bits, Wo
 // carry leaves a field; the high bits are then gathered by one multiply
 // (their products land on distinct bits, f >= 4).
 template <class Word>
-inline unsigned zero_fields(Word x, const auto& v) {
-  const auto high = static_cast<Word>(v.high_bits);
-  const auto fields = static_cast<Word>(v.fields);
+inline unsigned zero_fields(Word x, const auto& l) {
+  const auto high = static_cast<Word>(l.high_bits);
+  const auto fields = static_cast<Word>(l.fields);
   const Word set = (x & ~high) + (fields & ~high);
   const Word zero = ~(set | x) & high;
-  return static_cast<unsigned>(((zero >> (v.f - 1)) * static_cast<Word>(v.gather)) >> (3 * v.f)) &
+  return static_cast<unsigned>(((zero >> (l.f - 1)) * static_cast<Word>(l.gather)) >> (3 * l.f)) &
          0xF;
 }
 
 template <class Word>
-inline Word fields_of(Word w, const auto& v) {
-  return w >> v.code_bits;
+inline Word fields_of(Word w, const auto& l) {
+  return w >> l.code_bits;
 }
 
 template <class Word>
-inline std::uint32_t field(Word fields, unsigned j, const auto& v) {
-  return static_cast<std::uint32_t>(fields >> (j * v.f)) & v.fmax;
+inline std::uint32_t field(Word fields, unsigned j, const auto& l) {
+  return static_cast<std::uint32_t>(fields >> (j * l.f)) & l.fmax;
 }
 
-// Slots whose tag is alive at the clock (whatever their fingerprint).
+// Slots whose tag is alive (whatever their fingerprint).
 template <class Codec>
-inline unsigned young4(typename Codec::Word w, const auto& v) {
+inline unsigned young4(typename Codec::Word w, const auto& l, const Age& a) {
   if constexpr (Codec::kSorted) {
-    return v.young[static_cast<std::uint32_t>(w) & 0xFFF];
+    return a.young[static_cast<std::uint32_t>(w) & 0xFFF];
   } else {
     unsigned m = 0;
     for (unsigned j = 0; j < kSlots; ++j) {
-      const auto tag = static_cast<std::uint32_t>(w >> (j * v.t)) & v.tag_mask;
-      m |= static_cast<unsigned>(((v.now_tag - tag) & v.tag_mask) <= v.window) << j;
+      const auto tag = static_cast<std::uint32_t>(w >> (j * l.t)) & l.tag_mask;
+      m |= static_cast<unsigned>(((a.now_tag - tag) & l.tag_mask) <= a.window) << j;
     }
     return m;
   }
 }
 
 template <class Codec>
-inline std::uint32_t tag_at(typename Codec::Word w, unsigned j, const auto& v) {
+inline std::uint32_t tag_at(typename Codec::Word w, unsigned j, const auto& l) {
   if constexpr (Codec::kSorted) {
     return (kTags.decode[static_cast<std::uint32_t>(w) & 0xFFF] >> (4 * j)) & 0xF;
   } else {
-    return static_cast<std::uint32_t>(w >> (j * v.t)) & v.tag_mask;
+    return static_cast<std::uint32_t>(w >> (j * l.t)) & l.tag_mask;
   }
 }
 
 // Live slots holding `fp`. The fingerprint test comes first: for a new
 // identity it almost never matches, and the tags are then not looked at.
 template <class Codec>
-inline unsigned holding(typename Codec::Word w, std::uint32_t fp, const auto& v) {
+inline unsigned holding(typename Codec::Word w, std::uint32_t fp, const auto& l, const Age& a) {
   using Word = typename Codec::Word;
-  const unsigned m = zero_fields(fields_of(w, v) ^ (static_cast<Word>(v.low_bits) * fp), v);
-  return m == 0 ? 0 : m & young4<Codec>(w, v);
+  const unsigned m = zero_fields(fields_of(w, l) ^ (static_cast<Word>(l.low_bits) * fp), l);
+  return m == 0 ? 0 : m & young4<Codec>(w, l, a);
 }
 
 // Slots a new entry may take: empty or dead.
 template <class Codec>
-inline unsigned free4(typename Codec::Word w, const auto& v) {
-  return (zero_fields(fields_of(w, v), v) | ~young4<Codec>(w, v)) & 0xF;
+inline unsigned free4(typename Codec::Word w, const auto& l, const Age& a) {
+  return (zero_fields(fields_of(w, l), l) | ~young4<Codec>(w, l, a)) & 0xF;
 }
 
 // The bucket with slot j replaced by (tag, fp). With sorted tags the entry
@@ -433,7 +495,7 @@ inline unsigned free4(typename Codec::Word w, const auto& v) {
 template <class Codec>
 [[gnu::always_inline]] inline typename Codec::Word with_slot(typename Codec::Word w, unsigned j,
                                                              std::uint32_t tag, std::uint32_t fp,
-                                                             const auto& v) {
+                                                             const auto& l) {
   using Word = typename Codec::Word;
   if constexpr (Codec::kSorted) {
     const std::uint32_t tags = kTags.decode[static_cast<std::uint32_t>(w) & 0xFFF];
@@ -442,19 +504,30 @@ template <class Codec>
     const unsigned p = ((rest & 0xF) <= tag) + (((rest >> 4) & 0xF) <= tag) + ((rest >> 8) <= tag);
     const std::uint32_t below_p = (1U << (4 * p)) - 1;
     const std::uint32_t sorted = (rest & below_p) | tag << (4 * p) | (rest & ~below_p) << 4;
-    const Word fields = fields_of(w, v);
-    const Word field_j = (Word{1} << (j * v.f)) - 1;
-    const Word others = (fields & field_j) | ((fields >> v.f) & ~field_j);
-    const Word field_p = (Word{1} << (p * v.f)) - 1;
-    const Word moved = (others & field_p) | Word{fp} << (p * v.f) | (others & ~field_p) << v.f;
-    return Word{kTags.encode(sorted)} | moved << v.code_bits;
+    const Word fields = fields_of(w, l);
+    const Word field_j = (Word{1} << (j * l.f)) - 1;
+    const Word others = (fields & field_j) | ((fields >> l.f) & ~field_j);
+    const Word field_p = (Word{1} << (p * l.f)) - 1;
+    const Word moved = (others & field_p) | Word{fp} << (p * l.f) | (others & ~field_p) << l.f;
+    return Word{kTags.encode(sorted)} | moved << l.code_bits;
   } else {
-    const unsigned tag_bit = j * v.t;
-    const unsigned fp_bit = v.code_bits + j * v.f;
-    w &= ~(Word{v.tag_mask} << tag_bit);
-    w &= ~(Word{v.fmax} << fp_bit);
+    const unsigned tag_bit = j * l.t;
+    const unsigned fp_bit = l.code_bits + j * l.f;
+    w &= ~(Word{l.tag_mask} << tag_bit);
+    w &= ~(Word{l.fmax} << fp_bit);
     return w | Word{tag} << tag_bit | Word{fp} << fp_bit;
   }
+}
+
+// True if `fp` is alive in the table at its two buckets.
+template <class Codec>
+inline bool probe_table(const std::uint8_t* data, std::uint64_t blocks, const auto& l,
+                        std::uint64_t pos, std::uint32_t fp, const Age& a) {
+  using Word = typename Codec::Word;
+  const Place p = place_of(pos, reflection(fp, l.per_block), blocks, l.per_block);
+  const std::uint8_t* block = data + p.block * l.block_bytes;
+  return (holding<Codec>(load_bucket<Word>(block, p.b1, l.bucket_bits), fp, l, a) |
+          holding<Codec>(load_bucket<Word>(block, p.b2, l.bucket_bits), fp, l, a)) != 0;
 }
 
 }  // namespace
@@ -477,59 +550,68 @@ Result<std::unique_ptr<CompactFilter>> CompactFilter::create(const FilterConfig&
   std::unique_ptr<CompactFilter> f(new CompactFilter(config));
   f->t_ = t;
   f->f_ = compact_fingerprint_bits(config.fpp);
-  f->code_bits_ = t == 4 ? 12 : 4 * t;
-  f->bucket_bits_ = f->code_bits_ + kSlots * f->f_;
-  if (f->bucket_bits_ > 121) {
+  const unsigned code_bits = t == 4 ? 12 : 4 * t;
+  f->max_f_ = (121 - code_bits) / kSlots;  // a bucket fits a 16-byte load after a 7-bit shift
+  if (f->f_ > f->max_f_) {
     return fail("compact filter: fpp " + std::to_string(config.fpp) + " needs " +
                 std::to_string(f->f_) + "-bit fingerprints, too many with " + std::to_string(t) +
                 "-bit tags");
   }
-  f->per_block_ = static_cast<std::uint32_t>(kBlockBits / f->bucket_bits_);
   f->period_ = (1U << t) - 2 - config.ticks_per_window;  // P = G - 1 >= 1
-  f->codec_ = t != 4 ? 2 : f->bucket_bits_ + 7 <= 64 ? 0 : 1;
   // The first table follows `capacity` alone (not min_bytes: a small hint is
   // a small filter), within max_bytes.
-  const double want =
-      std::ceil(static_cast<double>(config.capacity) / (kTargetLoad * kSlots * f->per_block_));
-  const double most =
-      static_cast<double>(std::max<std::uint64_t>(1, config.max_bytes / kBlockBytes));
-  auto table = f->make_table(static_cast<std::uint64_t>(std::clamp(want, 1.0, most)), 0);
+  auto table =
+      f->make_table(f->shape_for(static_cast<double>(config.capacity), f->f_, false), f->f_, 0);
   if (!table) return fail("compact filter: cannot allocate the first table");
   f->tables_.push_back(std::move(table));
   f->refresh_limit();
   return f;
 }
 
-std::unique_ptr<CompactFilter::Table> CompactFilter::make_table(std::uint64_t blocks,
+std::unique_ptr<CompactFilter::Table> CompactFilter::make_table(Shape shape, unsigned f,
                                                                 Tick now) const {
   auto t = std::make_unique<Table>();
-  t->data.reset(allocate_blocks(blocks * kBlockBytes + kTailBytes));
+  t->layout = Layout::of(f, t_, shape.per_block);
+  t->data.reset(allocate_blocks(shape.blocks * t->layout.block_bytes + kTailBytes));
   if (!t->data) return nullptr;
-  t->blocks = blocks;
+  t->blocks = shape.blocks;
   t->created = now;
   t->last_insert = now;
   t->alive.init(config_.ticks_per_window);
   return t;
 }
 
-std::uint64_t CompactFilter::new_table_bytes(double entries, double load) const noexcept {
-  const double per_block = std::clamp(load, 1e-3, kTargetLoad) * kSlots * per_block_;
-  const double min_blocks = std::max(1.0, static_cast<double>(config_.min_bytes / kBlockBytes));
-  const double max_blocks =
-      std::max(min_blocks, static_cast<double>(config_.max_bytes / kBlockBytes));
-  const double blocks =
-      std::clamp(std::ceil(std::max(0.0, entries) / per_block), min_blocks, max_blocks);
-  return static_cast<std::uint64_t>(blocks) * kBlockBytes;
+CompactFilter::Shape CompactFilter::shape_for(double entries, unsigned f,
+                                              bool bounded) const noexcept {
+  // Buckets for `entries` at kTargetLoad (within min_bytes / max_bytes when
+  // `bounded`), in as few blocks as hold them, the buckets spread evenly:
+  // a table is sized to a cache line per block, not to whole 16 KiB blocks.
+  const unsigned bits = Layout::bucket_bits_of(f, t_);
+  double buckets = std::ceil(std::max(1.0, entries) / (kTargetLoad * kSlots));
+  const double most_buckets =
+      std::max(2.0, std::floor(static_cast<double>(config_.max_bytes) * 8 / bits));
+  if (bounded) {
+    const double least = std::floor(static_cast<double>(config_.min_bytes) * 8 / bits);
+    buckets = std::max(buckets, least);
+  }
+  buckets = std::clamp(buckets, 2.0, most_buckets);
+  const double per = Layout::max_per_block(f, t_);
+  const auto blocks = static_cast<std::uint64_t>(std::ceil(buckets / per));
+  const auto per_block =
+      static_cast<std::uint32_t>(std::ceil(buckets / static_cast<double>(blocks)));
+  return {blocks, std::max<std::uint32_t>(2, per_block)};
+}
+
+std::uint64_t CompactFilter::new_table_bytes(double entries, unsigned f) const noexcept {
+  const Shape shape = shape_for(entries, f, true);
+  return shape.blocks * Layout::of(f, t_, shape.per_block).block_bytes;
 }
 
 // --- budget and sizing -------------------------------------------------------------
 
 double CompactFilter::table_fpp(const Table& t) const {
-  const double slots = static_cast<double>(t.blocks) * per_block_ * kSlots;
-  return fpp_at(static_cast<double>(t.alive.sum) / slots, f_);
+  return fpp_at(static_cast<double>(t.alive.sum) / static_cast<double>(t.slots()), t.layout.f);
 }
-
-double CompactFilter::alpha_for(double fpp) const { return load_for(fpp, f_); }
 
 double CompactFilter::fpp_budget_used() const {
   double sum = 0;
@@ -537,14 +619,20 @@ double CompactFilter::fpp_budget_used() const {
   return sum;
 }
 
+unsigned CompactFilter::width_for(double budget) const {
+  for (unsigned f = f_; f < max_f_; ++f) {
+    if (fpp_at(kTargetLoad, f) <= budget) return f;
+  }
+  return max_f_;
+}
+
 void CompactFilter::refresh_limit() {
   double sealed = 0;
   for (std::size_t i = 0; i + 1 < tables_.size(); ++i) sealed += table_fpp(*tables_[i]);
-  const double budget = kBudgetShare * (config_.fpp - sealed);
-  const double load = std::min(kMaxLoad, budget > 0 ? alpha_for(budget) : 0.0);
   const Table& a = *tables_.back();
-  active_limit_ =
-      static_cast<std::uint64_t>(load * static_cast<double>(a.blocks * per_block_ * kSlots));
+  const double budget = kBudgetShare * (config_.fpp - sealed);
+  const double load = std::min(kMaxLoad, budget > 0 ? load_for(budget, a.layout.f) : 0.0);
+  active_limit_ = static_cast<std::uint64_t>(load * static_cast<double>(a.slots()));
   refresh_view();
 }
 
@@ -553,42 +641,37 @@ void CompactFilter::refresh_view() {
   v.count = static_cast<std::uint32_t>(tables_.size());
   for (std::size_t i = 0; i < tables_.size(); ++i) {
     const Table& t = *tables_[tables_.size() - 1 - i];
-    v.tables[i] = {t.data.get(), t.blocks};
+    v.tables[i] = {t.data.get(), t.blocks, &t.layout};
   }
-  v.per_block = per_block_;
-  v.f = f_;
-  v.t = t_;
-  v.code_bits = code_bits_;
-  v.bucket_bits = bucket_bits_;
-  v.fmax = static_cast<std::uint32_t>((std::uint64_t{1} << f_) - 1);
-  v.tag_mask = (1U << t_) - 1;
-  v.window = config_.ticks_per_window;
-  v.now_tag = static_cast<std::uint32_t>(clock_) & v.tag_mask;
+  const std::uint32_t tag_mask = (1U << t_) - 1;
+  v.age.now_tag = static_cast<std::uint32_t>(clock_) & tag_mask;
+  v.age.window = config_.ticks_per_window;
+  v.age.young = t_ == 4 ? young_tables().page(v.age.window, v.age.now_tag) : nullptr;
   v.tick_slot = static_cast<std::uint32_t>(clock_ % (config_.ticks_per_window + 2));
-  v.low_bits = v.high_bits = v.gather = 0;
-  for (unsigned j = 0; j < kSlots; ++j) {
-    v.low_bits |= u128{1} << (j * f_);
-    v.high_bits |= u128{1} << (j * f_ + f_ - 1);
-    v.gather |= u128{1} << (3 * f_ - j * (f_ - 1));
-  }
-  v.fields = (u128{1} << (kSlots * f_)) - 1;
-  for (unsigned m = 0; m < 16; ++m) {
-    v.field_mask[m] = 0;
-    for (unsigned j = 0; j < kSlots; ++j) {
-      if (m >> j & 1) v.field_mask[m] |= u128{v.fmax} << (j * f_);
-    }
-  }
-  if (t_ == 4) v.young = young_tables().page(v.window, v.now_tag);
   const std::uint64_t held = tables_.back()->alive.sum;
   v.room = active_limit_ > held ? active_limit_ - held : 0;
+  // The stash mask covers entries of tables as wide as the active one; the
+  // others (rare: a stash across a change of width) are always scanned.
   stash_mask_ = 0;
-  for (std::size_t i = 0; i < wait_count_; ++i) {
-    stash_mask_ |= std::uint64_t{1} << (waiting_[(wait_head_ + i) % kStash].fp & 63);
-  }
-  for (const Stashed& s : overflow_) stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+  stash_others_ = 0;
+  const unsigned f = tables_.back()->layout.f;
+  auto note = [&](const Stashed& s) {
+    if (tables_[s.table]->layout.f == f) {
+      stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+    } else {
+      ++stash_others_;
+    }
+  };
+  for (std::size_t i = 0; i < wait_count_; ++i) note(waiting_[(wait_head_ + i) % kStash]);
+  for (const Stashed& s : overflow_) note(s);
 }
 
 std::size_t CompactFilter::stash_size() const noexcept { return wait_count_ + overflow_.size(); }
+
+bool CompactFilter::rate_known() const {
+  // At least one whole tick of insertions behind the clock.
+  return insertions_ > 0 && clock_ > first_tick_;
+}
 
 double CompactFilter::recent_rate() const {
   // Insertions per tick: the mean of the last R whole ticks (R = a quarter
@@ -607,46 +690,60 @@ double CompactFilter::recent_rate() const {
   return std::max(mean, static_cast<double>(current));
 }
 
-double CompactFilter::growth_target() const {
-  // The recent rate over a whole window, once the insertions span
-  // kRateSpanShare of it; before that, and as a cap at all times, geometric
-  // growth (scalable Bloom filters): a burst inside a short span is never
-  // extrapolated to a whole window.
-  const Table& active = *tables_.back();
-  const std::uint32_t window = config_.ticks_per_window;
-  const double geometric =
-      kMaxGrowthStep * static_cast<double>(std::max<std::uint64_t>(1, active.alive.sum));
-  const Tick span = std::min<Tick>(window + 1, clock_ - std::min(clock_, first_tick_) + 1);
-  if (insertions_ == 0 ||
-      static_cast<double>(span) < kRateSpanShare * static_cast<double>(window + 1)) {
-    return geometric;
-  }
-  return std::min(geometric, recent_rate() * (window + 1));
+double CompactFilter::fpp_correction() const {
+  // Rates count deliveries, which the filter's own false positives reduce:
+  // a load measured now is scaled from today's false-positive rate to the
+  // one of a table at kTargetLoad (at fpp 10% a right-sized table delivers a
+  // few % fewer ids than the wider or emptier tables of a ramp-up did).
+  const double now = std::min(0.5, fpp_budget_used());
+  return (1.0 - fpp_at(kTargetLoad, f_)) / (1.0 - now);
 }
 
-void CompactFilter::seal_and_grow(double want) {
-  // The new table holds `want` entries at kTargetLoad, or at the lower load
-  // the fpp budget left by the tables sealed now allows (the timer filter's
-  // rule): then it starts sparse, takes insertions while the sealed tables
-  // drain, and is replaced by a right-sized one once it is alone.
+double CompactFilter::growth_target() const {
+  // The recent rate over a whole window once one whole tick has been seen
+  // (a burst inside the current tick is never extrapolated to a window);
+  // before that, geometric growth (scalable Bloom filters).
+  if (rate_known()) return recent_rate() * (config_.ticks_per_window + 1) * fpp_correction();
+  return kMaxGrowthStep *
+         static_cast<double>(std::max<std::uint64_t>(1, tables_.back()->alive.sum));
+}
+
+void CompactFilter::seal_and_grow(double want, bool replace) {
+  // The new table holds `want` entries at kTargetLoad with the narrowest
+  // fingerprints the budget left by the tables sealed now allows: after a
+  // full table that is a few bits wider, and once alone it is replaced by a
+  // right-sized table at the base width (maybe_replace). A replacement
+  // takes the narrowest width that fits the budget by itself: the table it
+  // replaces drains while it fills, and the room rule keeps the sum within
+  // the budget at every tick meanwhile.
   if (want <= 0) want = growth_target();
-  const double budget = kBudgetShare * (config_.fpp - fpp_budget_used());
-  const double load = budget > 0 ? alpha_for(budget) : 0.0;
-  auto t = make_table(new_table_bytes(want, load) / kBlockBytes, clock_);
+  const double left = replace ? config_.fpp : config_.fpp - fpp_budget_used();
+  const unsigned f = width_for(kBudgetShare * left);
+  auto t = make_table(shape_for(want, f, true), f, clock_);
   if (!t) return;  // out of memory: keep using the active one
   tables_.push_back(std::move(t));
   refresh_limit();
 }
 
-void CompactFilter::maybe_shrink() {
+void CompactFilter::maybe_replace() {
+  // A lone table that has seen a whole window is replaced by a right-sized
+  // one when it is more than kShrinkFactor times the size its load needs,
+  // or wider than the budget now requires. The load is the window's exact
+  // live count: it lags a falling rate by up to a window, but the rate
+  // itself is a poor guide right after a burst (the burst's identities
+  // expire together, and deliveries dip and climb back over a window).
   if (tables_.size() != 1) return;
   const Table& active = *tables_.back();
-  if (clock_ - active.created <= config_.ticks_per_window) return;
-  const double want = recent_rate() * (config_.ticks_per_window + 1);
-  if (static_cast<double>(active.bytes()) >
-      kShrinkFactor * static_cast<double>(new_table_bytes(want))) {
-    seal_and_grow(want);
-  }
+  const std::uint32_t window = config_.ticks_per_window;
+  if (clock_ - active.created <= window) return;
+  // Called as the clock moves: the new tick holds no insertions yet, so the
+  // live count covers W ticks, and a table must hold W + 1 at the tick's end.
+  const double want =
+      static_cast<double>(active.alive.sum) * (window + 1) / window * fpp_correction();
+  const bool narrower = width_for(kBudgetShare * config_.fpp) < active.layout.f;
+  const bool smaller = static_cast<double>(active.bytes()) >
+                       kShrinkFactor * static_cast<double>(new_table_bytes(want, active.layout.f));
+  if (narrower || smaller) seal_and_grow(want, true);
 }
 
 // --- the stash -------------------------------------------------------------------------
@@ -654,16 +751,23 @@ void CompactFilter::maybe_shrink() {
 void CompactFilter::push_waiting(const Stashed& s) {
   waiting_[(wait_head_ + wait_count_) % kStash] = s;
   ++wait_count_;
-  stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+  if (tables_[s.table]->layout.f == tables_.back()->layout.f) {
+    stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+  } else {
+    ++stash_others_;
+  }
 }
 
-bool CompactFilter::in_stash(std::uint64_t pos, std::uint32_t fp) const {
+bool CompactFilter::in_stash(const Key& k, std::uint32_t now_tag, std::uint32_t max_age) const {
   // A stashed entry is the query's identity (up to its fingerprint) when it
-  // belongs to one of the query's buckets in its table.
+  // belongs to one of the query's buckets in its table and is alive.
+  const std::uint32_t mask = (1U << t_) - 1;
   auto same = [&](const Stashed& s) {
-    if (s.fp != fp) return false;
     const Table& t = *tables_[s.table];
-    const Place p = place_of(pos, reflection(fp, per_block_), t.blocks, per_block_);
+    const std::uint32_t fp = fp_of(k.mixed, t.layout.fmax);
+    if (s.fp != fp || ((now_tag - s.tag) & mask) > max_age) return false;
+    const Place p =
+        place_of(k.pos, reflection(fp, t.layout.per_block), t.blocks, t.layout.per_block);
     return p.block == s.block && (p.b1 == s.to || p.b2 == s.to);
   };
   for (std::size_t i = 0; i < wait_count_; ++i) {
@@ -672,18 +776,19 @@ bool CompactFilter::in_stash(std::uint64_t pos, std::uint32_t fp) const {
   return std::any_of(overflow_.begin(), overflow_.end(), same);
 }
 
-template <class Word>
-struct CompactFilter::Slots {
-  // The active table's two buckets of an identity, as read by its test.
-  std::uint8_t* block = nullptr;
-  std::uint32_t b1 = 0;
-  std::uint32_t b2 = 0;
-  Word w1 = 0;
-  Word w2 = 0;
-};
+[[gnu::noinline]] void CompactFilter::step_stash(std::uint64_t count) {
+  switch (tables_[waiting_[wait_head_].table]->layout.codec) {
+    case Sorted64::kId:
+      return step_in<Sorted64>(count);
+    case Sorted128::kId:
+      return step_in<Sorted128>(count);
+    default:
+      return step_in<Plain128>(count);
+  }
+}
 
 template <class Codec>
-[[gnu::noinline]] void CompactFilter::step_stash(std::uint64_t count) {
+void CompactFilter::step_in(std::uint64_t count) {
   // Moves the oldest waiting entry into its bucket, or displaces an entry
   // there, which waits in turn. `count` is the insertion count so far. A
   // failed chain in the active table sets seal_due_: the caller seals it
@@ -692,44 +797,49 @@ template <class Codec>
   const Stashed s = waiting_[wait_head_];
   wait_head_ = (wait_head_ + 1) % kStash;
   --wait_count_;
-  const View& v = *view_;
   Table& table = *tables_[s.table];
+  const Layout& l = table.layout;
   std::uint8_t* block = table.block(s.block);
-  const Word w = load_bucket<Word>(block, s.to, v.bucket_bits);
-  const unsigned free = free4<Codec>(w, v);
+  const Word w = load_bucket<Word>(block, s.to, l.bucket_bits);
+  const unsigned free = free4<Codec>(w, l, view_->age);
   if (free != 0) {
     const auto j = static_cast<unsigned>(std::countr_zero(free));
-    table.nonempty += field(fields_of(w, v), j, v) == 0;
-    store_bucket<Word>(block, s.to, v.bucket_bits, with_slot<Codec>(w, j, s.tag, s.fp, v));
+    table.nonempty += field(fields_of(w, l), j, l) == 0;
+    store_bucket<Word>(block, s.to, l.bucket_bits, with_slot<Codec>(w, j, s.tag, s.fp, l));
   } else {
     const auto j =
         static_cast<unsigned>((std::uint64_t{s.fp} * kKickMul + s.kicks * kPosMul) >> 62);
     Stashed next = s;
-    next.fp = field(fields_of(w, v), j, v);
-    next.tag = tag_at<Codec>(w, j, v);
-    next.to = other(reflection(next.fp, v.per_block), s.to, v.per_block);
+    next.fp = field(fields_of(w, l), j, l);
+    next.tag = tag_at<Codec>(w, j, l);
+    next.to = other(reflection(next.fp, l.per_block), s.to, l.per_block);
     next.kicks = s.kicks + 1;
     next.ready = count + kStashDelay;
-    store_bucket<Word>(block, s.to, v.bucket_bits, with_slot<Codec>(w, j, s.tag, s.fp, v));
+    store_bucket<Word>(block, s.to, l.bucket_bits, with_slot<Codec>(w, j, s.tag, s.fp, l));
     if (next.kicks <= kMaxKicks) {
-      prefetch_bucket(block, next.to, v.bucket_bits);
+      prefetch_bucket(block, next.to, l.bucket_bits);
       push_waiting(next);
     } else {
       // No room within kMaxKicks: the entry stays in the stash until it
-      // expires, and its table takes no more new identities.
+      // expires. One such chain at a high load is bad luck; kOverflowSeal of
+      // them in the active table mean it is full: it takes no more new
+      // identities.
       overflow_.push_back(next);
-      stash_mask_ |= std::uint64_t{1} << (next.fp & 63);
-      if (s.table + 1 == tables_.size() && tables_.size() < kHardMaxTables &&
-          overflow_.size() < kMaxOverflow) {
+      refresh_view();
+      const auto in_active = static_cast<std::size_t>(
+          std::count_if(overflow_.begin(), overflow_.end(),
+                        [&](const Stashed& o) { return o.table + 1 == tables_.size(); }));
+      if (s.table + 1 == tables_.size() && in_active >= kOverflowSeal &&
+          tables_.size() < kHardMaxTables && overflow_.size() < kMaxOverflow) {
         seal_due_ = true;
       }
     }
   }
-  if (wait_count_ == 0 && overflow_.empty()) stash_mask_ = 0;
+  if (wait_count_ == 0 && overflow_.empty()) stash_mask_ = stash_others_ = 0;
 }
 
 template <class Codec>
-[[gnu::noinline]] void CompactFilter::kick(std::uint8_t* block, std::uint32_t from,
+[[gnu::noinline]] void CompactFilter::kick(const Layout& l, std::uint8_t* block, std::uint32_t from,
                                            typename Codec::Word w, std::uint64_t pos,
                                            std::uint32_t fp, std::uint64_t count) {
   // Both buckets of a new identity are full of live entries: it displaces
@@ -737,71 +847,102 @@ template <class Codec>
   // the bucket contents), which waits in the stash for its other bucket.
   // `count` is the insertion count before this one.
   using Word = typename Codec::Word;
-  const View& v = *view_;
   const auto j = static_cast<unsigned>(pos * kKickMul >> 61) & 3;
   Stashed s;
   s.table = static_cast<std::uint32_t>(tables_.size() - 1);
-  s.block = static_cast<std::uint64_t>(block - v.tables[0].data) / kBlockBytes;
-  s.fp = field(fields_of(w, v), j, v);
-  s.tag = tag_at<Codec>(w, j, v);
-  s.to = other(reflection(s.fp, v.per_block), from, v.per_block);
+  s.block = static_cast<std::uint64_t>(block - tables_.back()->data.get()) / l.block_bytes;
+  s.fp = field(fields_of(w, l), j, l);
+  s.tag = tag_at<Codec>(w, j, l);
+  s.to = other(reflection(s.fp, l.per_block), from, l.per_block);
   s.kicks = 1;
   s.ready = count + kStashDelay;
-  store_bucket<Word>(block, from, v.bucket_bits, with_slot<Codec>(w, j, v.now_tag, fp, v));
-  prefetch_bucket(block, s.to, v.bucket_bits);
-  while (wait_count_ == kStash) step_stash<Codec>(count);  // lines had time to arrive
+  store_bucket<Word>(block, from, l.bucket_bits, with_slot<Codec>(w, j, view_->age.now_tag, fp, l));
+  prefetch_bucket(block, s.to, l.bucket_bits);
+  while (wait_count_ == kStash) step_stash(count);  // lines had time to arrive
   push_waiting(s);
 }
 
+// --- the insert path -----------------------------------------------------------------
+
+template <class Word>
+struct CompactFilter::Slots {
+  // The active table's two buckets of an identity, as read by its test.
+  std::uint8_t* block = nullptr;
+  std::uint32_t fp = 0;
+  std::uint32_t b1 = 0;
+  std::uint32_t b2 = 0;
+  Word w1 = 0;
+  Word w2 = 0;
+};
+
 template <class Codec>
-[[gnu::always_inline]] inline bool CompactFilter::seen(const View& v, const Fingerprint& x, Key& k,
+[[gnu::always_inline]] inline bool CompactFilter::seen(const View& v, const Layout& l, const Key& k,
                                                        Slots<typename Codec::Word>& at) const {
   // True when the identity is alive in some table or the stash. Leaves its
-  // key and its active-table buckets for add().
+  // buckets in the active table (`l`, the active layout) for add(). The
+  // active table first: it holds the most recent, most often repeated
+  // identities, and its buckets are where a new one goes.
   using Word = typename Codec::Word;
-  k = key_of<Key>(x, v.fmax);
-  const std::uint32_t c = reflection(k.fp, v.per_block);
-  // The active table (newest) first: it holds the most recent, most often
-  // repeated identities, and its buckets are where a new one goes.
-  const Place p = place_of(k.pos, c, v.tables[0].blocks, v.per_block);
-  at.block = v.tables[0].data + p.block * kBlockBytes;
+  at.fp = fp_of(k.mixed, l.fmax);
+  const Place p = place_of(k.pos, reflection(at.fp, l.per_block), v.tables[0].blocks, l.per_block);
+  at.block = v.tables[0].data + p.block * l.block_bytes;
   at.b1 = p.b1;
   at.b2 = p.b2;
-  at.w1 = load_bucket<Word>(at.block, p.b1, v.bucket_bits);
-  at.w2 = load_bucket<Word>(at.block, p.b2, v.bucket_bits);
-  if ((holding<Codec>(at.w1, k.fp, v) | holding<Codec>(at.w2, k.fp, v)) != 0) return true;
-  for (std::uint32_t s = 1; s < v.count; ++s) {
-    const Place q = place_of(k.pos, c, v.tables[s].blocks, v.per_block);
-    const std::uint8_t* block = v.tables[s].data + q.block * kBlockBytes;
-    if ((holding<Codec>(load_bucket<Word>(block, q.b1, v.bucket_bits), k.fp, v) |
-         holding<Codec>(load_bucket<Word>(block, q.b2, v.bucket_bits), k.fp, v)) != 0) {
-      return true;
-    }
+  at.w1 = load_bucket<Word>(at.block, p.b1, l.bucket_bits);
+  at.w2 = load_bucket<Word>(at.block, p.b2, l.bucket_bits);
+  if ((holding<Codec>(at.w1, at.fp, l, v.age) | holding<Codec>(at.w2, at.fp, l, v.age)) != 0) {
+    return true;
   }
+  if (v.count > 1 && seen_elsewhere(v, k)) return true;
   // The stash from the filter, not the view: a kick earlier in the run may
   // have added to it.
-  return (stash_mask_ >> (k.fp & 63) & 1) != 0 && in_stash(k.pos, k.fp);
+  return (stash_others_ != 0 || (stash_mask_ >> (at.fp & 63) & 1) != 0) &&
+         in_stash(k, v.age.now_tag, v.age.window);
+}
+
+bool CompactFilter::seen_elsewhere(const View& v, const Key& k) const {
+  // The sealed tables, in their own formats.
+  for (std::uint32_t s = 1; s < v.count; ++s) {
+    const View::Cells& c = v.tables[s];
+    const Layout& l = *c.layout;
+    const std::uint32_t fp = fp_of(k.mixed, l.fmax);
+    bool hit = false;
+    switch (l.codec) {
+      case Sorted64::kId:
+        hit = probe_table<Sorted64>(c.data, c.blocks, l, k.pos, fp, v.age);
+        break;
+      case Sorted128::kId:
+        hit = probe_table<Sorted128>(c.data, c.blocks, l, k.pos, fp, v.age);
+        break;
+      default:
+        hit = probe_table<Plain128>(c.data, c.blocks, l, k.pos, fp, v.age);
+        break;
+    }
+    if (hit) return true;
+  }
+  return false;
 }
 
 template <class Codec>
 [[gnu::always_inline]] inline std::uint32_t CompactFilter::add(
-    const View& v, const Key& k, const Slots<typename Codec::Word>& at, std::uint64_t count) {
+    const View& v, const Layout& l, const Key& k, const Slots<typename Codec::Word>& at,
+    std::uint64_t count) {
   // A new identity into the active table: a free slot (empty or dead) of the
   // emptier of its buckets, or a kick. `count` is the insertion count before
   // this one. Returns 1 when the slot taken was empty.
   using Word = typename Codec::Word;
-  const unsigned free1 = free4<Codec>(at.w1, v);
-  const unsigned free2 = free4<Codec>(at.w2, v);
+  const unsigned free1 = free4<Codec>(at.w1, l, v.age);
+  const unsigned free2 = free4<Codec>(at.w2, l, v.age);
   if ((free1 | free2) != 0) [[likely]] {
     const bool second = kBitCount[free2] > kBitCount[free1];
     const Word w = second ? at.w2 : at.w1;
     const auto j = static_cast<unsigned>(std::countr_zero(second ? free2 : free1));
-    store_bucket<Word>(at.block, second ? at.b2 : at.b1, v.bucket_bits,
-                       with_slot<Codec>(w, j, v.now_tag, k.fp, v));
-    return field(fields_of(w, v), j, v) == 0;
+    store_bucket<Word>(at.block, second ? at.b2 : at.b1, l.bucket_bits,
+                       with_slot<Codec>(w, j, v.age.now_tag, at.fp, l));
+    return field(fields_of(w, l), j, l) == 0;
   }
   const bool second = (k.pos * kKickMul >> 63) != 0;
-  kick<Codec>(at.block, second ? at.b2 : at.b1, second ? at.w2 : at.w1, k.pos, k.fp, count);
+  kick<Codec>(l, at.block, second ? at.b2 : at.b1, second ? at.w2 : at.w1, k.pos, at.fp, count);
   return 0;
 }
 
@@ -832,40 +973,53 @@ void CompactFilter::count_refresh() {
 
 template <class Codec>
 Decision CompactFilter::decide(const Fingerprint& x) {
+  const Key k = key_of<Key>(x);
   Slots<typename Codec::Word> at;
-  Key k;
-  if (seen<Codec>(*view_, x, k, at)) return Decision::kDuplicate;
-  write<Codec>(k, &at);
+  if (seen<Codec>(*view_, tables_.back()->layout, k, at)) return Decision::kDuplicate;
+  if (view_->room == 0 && tables_.back()->inserts > 0 && tables_.size() < kMaxTables) {
+    seal_and_grow();  // the buckets read belong to the sealed table now
+    write_any(k);
+  } else {
+    write<Codec>(k, &at);
+  }
   return Decision::kDistinct;
+}
+
+void CompactFilter::write_any(const Key& k) {
+  switch (tables_.back()->layout.codec) {
+    case Sorted64::kId:
+      return write<Sorted64>(k, nullptr);
+    case Sorted128::kId:
+      return write<Sorted128>(k, nullptr);
+    default:
+      return write<Plain128>(k, nullptr);
+  }
 }
 
 template <class Codec>
 void CompactFilter::write(const Key& k, const Slots<typename Codec::Word>* read) {
-  // A new identity (sealing the active table first when its budget is used
-  // up), then one step of the stash when its oldest entry is ready. `read`:
-  // the active table's buckets if the caller read them (nullptr: read here).
+  // A new identity into the active table (of format Codec), then one step
+  // of the stash when its oldest entry is ready, then the seal a failed
+  // kick chain asked for. `read`: its buckets if the caller read them.
   using Word = typename Codec::Word;
-  if (view_->room == 0 && tables_.back()->inserts > 0 && tables_.size() < kMaxTables) {
-    seal_and_grow();
-    read = nullptr;  // those buckets belong to the sealed table
-  }
+  const View& v = *view_;
+  const Layout& l = tables_.back()->layout;
   Slots<Word> at;
   if (read == nullptr) {
-    const View& v = *view_;
-    const Place p = place_of(k.pos, reflection(k.fp, v.per_block), v.tables[0].blocks, v.per_block);
-    at.block = v.tables[0].data + p.block * kBlockBytes;
+    at.fp = fp_of(k.mixed, l.fmax);
+    const Place p =
+        place_of(k.pos, reflection(at.fp, l.per_block), v.tables[0].blocks, l.per_block);
+    at.block = v.tables[0].data + p.block * l.block_bytes;
     at.b1 = p.b1;
     at.b2 = p.b2;
-    at.w1 = load_bucket<Word>(at.block, p.b1, v.bucket_bits);
-    at.w2 = load_bucket<Word>(at.block, p.b2, v.bucket_bits);
+    at.w1 = load_bucket<Word>(at.block, p.b1, l.bucket_bits);
+    at.w2 = load_bucket<Word>(at.block, p.b2, l.bucket_bits);
     read = &at;
   }
-  pending_filled_ = add<Codec>(*view_, k, *read, insertions_);
+  pending_filled_ = add<Codec>(v, l, k, *read, insertions_);
   pending_inserts_ = 1;
   commit_pending();
-  if (wait_count_ > 0 && waiting_[wait_head_].ready <= insertions_) {
-    step_stash<Codec>(insertions_);
-  }
+  if (wait_count_ > 0 && waiting_[wait_head_].ready <= insertions_) step_stash(insertions_);
   if (seal_due_) {
     seal_due_ = false;
     seal_and_grow();
@@ -877,21 +1031,23 @@ bool CompactFilter::refresh(const Key& k) {
   // insert(): a live copy in the active table's buckets takes the clock's tag.
   using Word = typename Codec::Word;
   const View& v = *view_;
-  const Place p = place_of(k.pos, reflection(k.fp, v.per_block), v.tables[0].blocks, v.per_block);
-  std::uint8_t* block = v.tables[0].data + p.block * kBlockBytes;
+  const Layout& l = tables_.back()->layout;
+  const std::uint32_t fp = fp_of(k.mixed, l.fmax);
+  const Place p = place_of(k.pos, reflection(fp, l.per_block), v.tables[0].blocks, l.per_block);
+  std::uint8_t* block = v.tables[0].data + p.block * l.block_bytes;
   for (const std::uint32_t b : {p.b1, p.b2}) {
-    const Word w = load_bucket<Word>(block, b, v.bucket_bits);
-    const unsigned m = holding<Codec>(w, k.fp, v);
+    const Word w = load_bucket<Word>(block, b, l.bucket_bits);
+    const unsigned m = holding<Codec>(w, fp, l, v.age);
     if (m == 0) continue;
     const auto j = static_cast<unsigned>(std::countr_zero(m));
-    store_bucket<Word>(block, b, v.bucket_bits, with_slot<Codec>(w, j, v.now_tag, k.fp, v));
+    store_bucket<Word>(block, b, l.bucket_bits, with_slot<Codec>(w, j, v.age.now_tag, fp, l));
     return true;
   }
   for (std::size_t i = 0; i < wait_count_; ++i) {
     Stashed& s = waiting_[(wait_head_ + i) % kStash];
-    if (s.fp == k.fp && s.table + 1 == tables_.size() && s.block == p.block &&
+    if (s.fp == fp && s.table + 1 == tables_.size() && s.block == p.block &&
         (s.to == p.b1 || s.to == p.b2)) {
-      s.tag = v.now_tag;
+      s.tag = v.age.now_tag;
       return true;
     }
   }
@@ -907,35 +1063,36 @@ void CompactFilter::scrub(Table& t, std::uint64_t count, Tick ref, std::uint64_t
   // extra_age: exact as long as no tag had wrapped at `ref` (the scrub
   // invariant).
   using Word = typename Codec::Word;
-  View v = *view_;  // with the reference clock's tag and age limit
-  const std::uint64_t buckets = t.blocks * per_block_;
+  const Layout& l = t.layout;
   const std::uint32_t window = config_.ticks_per_window;
   const bool all_dead = extra_age > window;
-  v.now_tag = static_cast<std::uint32_t>(ref) & v.tag_mask;
-  v.window = all_dead ? 0 : static_cast<std::uint32_t>(window - extra_age);
-  if (t_ == 4) v.young = young_tables().page(v.window, v.now_tag);
+  Age a;
+  a.now_tag = static_cast<std::uint32_t>(ref) & l.tag_mask;
+  a.window = all_dead ? 0 : static_cast<std::uint32_t>(window - extra_age);
+  if (t_ == 4) a.young = young_tables().page(a.window, a.now_tag);
   // Buckets share bytes with their neighbours (they are read and written as
   // whole words): a run is visited in `stride` interleaved passes, so that no
   // load overlaps the store just before it (a store-forwarding stall).
-  const unsigned stride = (8 * (sizeof(Word) + 1) + v.bucket_bits - 1) / v.bucket_bits;
+  const unsigned stride = (8 * (sizeof(Word) + 1) + l.bucket_bits - 1) / l.bucket_bits;
+  const std::uint64_t buckets = t.buckets();
   std::uint64_t i = t.swept % buckets;
   std::uint64_t cleared = 0;
   for (std::uint64_t left = count; left > 0;) {
-    const std::uint64_t block = i / per_block_;
-    const auto first = static_cast<std::uint32_t>(i % per_block_);
+    const std::uint64_t block = i / l.per_block;
+    const auto first = static_cast<std::uint32_t>(i % l.per_block);
     const auto end =
-        static_cast<std::uint32_t>(first + std::min<std::uint64_t>(left, per_block_ - first));
+        static_cast<std::uint32_t>(first + std::min<std::uint64_t>(left, l.per_block - first));
     std::uint8_t* data = t.block(block);
-    __builtin_prefetch(data + kBlockBytes, 1, 0);
+    __builtin_prefetch(data + l.block_bytes, 1, 0);
     for (unsigned pass = 0; pass < stride; ++pass) {
       for (std::uint32_t b = first + pass; b < end; b += stride) {
-        const Word w = load_bucket<Word>(data, b, v.bucket_bits);
-        const unsigned full = ~zero_fields(fields_of(w, v), v) & 0xF;
-        const unsigned dead = all_dead ? full : full & ~young4<Codec>(w, v);
+        const Word w = load_bucket<Word>(data, b, l.bucket_bits);
+        const unsigned full = ~zero_fields(fields_of(w, l), l) & 0xF;
+        const unsigned dead = all_dead ? full : full & ~young4<Codec>(w, l, a);
         // Stored unconditionally: whether a bucket holds a dead entry is
         // close to a coin flip, and a mispredicted branch costs more.
-        store_bucket<Word>(data, b, v.bucket_bits,
-                           w & ~(static_cast<Word>(v.field_mask[dead]) << v.code_bits));
+        store_bucket<Word>(data, b, l.bucket_bits,
+                           w & ~(static_cast<Word>(l.field_mask[dead]) << l.code_bits));
         cleared += kBitCount[dead];
       }
     }
@@ -984,9 +1141,8 @@ void CompactFilter::drop_expired() {
   tables_ = std::move(kept);
 }
 
-template <class Codec>
-void CompactFilter::move_clock_as(Tick now) {
-  while (wait_count_ > 0) step_stash<Codec>(insertions_);  // none crosses a tick
+[[gnu::noinline]] void CompactFilter::move_clock(Tick now) {
+  while (wait_count_ > 0) step_stash(insertions_);  // waiting entries never cross a tick
   if (seal_due_) {
     seal_due_ = false;
     seal_and_grow();
@@ -1000,10 +1156,20 @@ void CompactFilter::move_clock_as(Tick now) {
     for (auto& t : tables_) {
       // By clock `now` the schedule requires required(now) buckets; a jump
       // longer than one sweep visits every bucket once.
-      const std::uint64_t buckets = t->blocks * per_block_;
-      const std::uint64_t need = t->required(now, buckets, period_);
+      const std::uint64_t need = t->required(now, period_);
       if (need <= t->swept) continue;
-      scrub<Codec>(*t, std::min(need - t->swept, buckets), old, now - old);
+      const std::uint64_t todo = std::min(need - t->swept, t->buckets());
+      switch (t->layout.codec) {
+        case Sorted64::kId:
+          scrub<Sorted64>(*t, todo, old, now - old);
+          break;
+        case Sorted128::kId:
+          scrub<Sorted128>(*t, todo, old, now - old);
+          break;
+        default:
+          scrub<Plain128>(*t, todo, old, now - old);
+          break;
+      }
       t->swept = std::max(t->swept, need);
     }
     for (auto& t : tables_) t->alive.advance(old, now, window);
@@ -1011,19 +1177,8 @@ void CompactFilter::move_clock_as(Tick now) {
     drop_expired();
   }
   refresh_view();
-  maybe_shrink();
+  maybe_replace();
   refresh_limit();  // and the view
-}
-
-[[gnu::noinline]] void CompactFilter::move_clock(Tick now) {
-  switch (codec_) {
-    case 0:
-      return move_clock_as<Sorted64>(now);
-    case 1:
-      return move_clock_as<Sorted128>(now);
-    default:
-      return move_clock_as<Plain128>(now);
-  }
 }
 
 void CompactFilter::advance(Tick now) {
@@ -1034,10 +1189,10 @@ void CompactFilter::advance(Tick now) {
 
 Decision CompactFilter::test_and_insert(const Fingerprint& fp, Tick now) {
   if (now > clock_) move_clock(now);
-  switch (codec_) {
-    case 0:
+  switch (tables_.back()->layout.codec) {
+    case Sorted64::kId:
       return decide<Sorted64>(fp);
-    case 1:
+    case Sorted128::kId:
       return decide<Sorted128>(fp);
     default:
       return decide<Plain128>(fp);
@@ -1046,42 +1201,46 @@ Decision CompactFilter::test_and_insert(const Fingerprint& fp, Tick now) {
 
 template <class Codec>
 void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
-                              std::span<Decision> out) {
+                              std::span<Decision> out, std::size_t& i) {
   // Decisions are made strictly in order, by the one-by-one path's functions,
   // so they and the state equal the one-by-one calls. The work is split into
-  // runs of elements at one clock value: inside a run the view of the tables
-  // is a local copy and insertions are booked once at its end (the stash's
-  // clock counts them as they happen). A run ends early when the active
-  // table is full (that element goes through the one-by-one path, which
-  // seals it) or a failed kick chain sealed it. The buckets of every table
-  // are prefetched kPrefetchDistance elements ahead (a table added mid-batch
+  // runs of elements at one clock value: inside a run the active table's
+  // layout is a local copy and insertions are booked once at its end (the
+  // stash's clock counts them as they happen). A run ends early when the
+  // active table is full (that element goes through the one-by-one path,
+  // which seals it) or a failed kick chain sealed it; the caller then picks
+  // the new active table's format. The buckets of every table are
+  // prefetched kPrefetchDistance elements ahead (a table added mid-batch
   // only misses a hint).
   using Word = typename Codec::Word;
   const std::size_t n = fps.size();
   // always_inline, as prefetch_bucket is.
   auto prefetch = [&](const View& v, const Fingerprint& x) __attribute__((always_inline)) {
-    const Key k = key_of<Key>(x, v.fmax);
-    const std::uint32_t c = reflection(k.fp, v.per_block);
+    const Key k = key_of<Key>(x);
     for (std::uint32_t s = 0; s < v.count; ++s) {
-      const Place p = place_of(k.pos, c, v.tables[s].blocks, v.per_block);
-      const std::uint8_t* block = v.tables[s].data + p.block * kBlockBytes;
-      prefetch_bucket(block, p.b1, v.bucket_bits);
-      prefetch_bucket(block, p.b2, v.bucket_bits);
+      const Layout& l = *v.tables[s].layout;
+      const std::uint32_t fp = fp_of(k.mixed, l.fmax);
+      const Place p = place_of(k.pos, reflection(fp, l.per_block), v.tables[s].blocks, l.per_block);
+      const std::uint8_t* block = v.tables[s].data + p.block * l.block_bytes;
+      prefetch_bucket(block, p.b1, l.bucket_bits);
+      prefetch_bucket(block, p.b2, l.bucket_bits);
     }
   };
-  for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) prefetch(*view_, fps[i]);
-  std::size_t i = 0;
+  for (std::size_t j = i; j < std::min(n, i + kPrefetchDistance); ++j) prefetch(*view_, fps[j]);
   while (i < n) {
     if (ticks[i] > clock_) move_clock(ticks[i]);
-    const View v = *view_;
+    if (tables_.back()->layout.codec != Codec::kId) return;
+    const View& v = *view_;
+    const Layout l = tables_.back()->layout;
     const std::uint64_t base = insertions_;
     std::uint64_t inserted = 0, filled = 0;
     bool full = false;  // element i is new and the active table must be sealed first
+    bool sealed = false;
     for (; i < n && ticks[i] <= clock_; ++i) {
       if (i + kPrefetchDistance < n) prefetch(v, fps[i + kPrefetchDistance]);
+      const Key k = key_of<Key>(fps[i]);
       Slots<Word> at;
-      Key k;
-      if (seen<Codec>(v, fps[i], k, at)) {
+      if (seen<Codec>(v, l, k, at)) {
         out[i] = Decision::kDuplicate;
         continue;
       }
@@ -1089,11 +1248,11 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
         full = true;
         break;
       }
-      filled += add<Codec>(v, k, at, base + inserted);
+      filled += add<Codec>(v, l, k, at, base + inserted);
       out[i] = Decision::kDistinct;
       ++inserted;
       if (wait_count_ > 0 && waiting_[wait_head_].ready <= base + inserted) [[unlikely]] {
-        step_stash<Codec>(base + inserted);
+        step_stash(base + inserted);
       }
       if (seal_due_) [[unlikely]] {  // a kick chain failed: book the run, then seal
         ++i;
@@ -1106,40 +1265,86 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
     if (seal_due_) {
       seal_due_ = false;
       seal_and_grow();
+      sealed = true;
     }
     if (full) {
       out[i] = decide<Codec>(fps[i]);
       ++i;
+      sealed = true;
     }
+    if (sealed) return;  // the caller picks the format of the new active table
   }
 }
 
 void CompactFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
                                           std::span<const Tick> ticks, std::span<Decision> out) {
-  switch (codec_) {
-    case 0:
-      return run_batch<Sorted64>(fps, ticks, out);
-    case 1:
-      return run_batch<Sorted128>(fps, ticks, out);
-    default:
-      return run_batch<Plain128>(fps, ticks, out);
+  std::size_t done = 0;
+  while (done < fps.size()) {
+    if (ticks[done] > clock_) move_clock(ticks[done]);
+    switch (tables_.back()->layout.codec) {
+      case Sorted64::kId:
+        run_batch<Sorted64>(fps, ticks, out, done);
+        break;
+      case Sorted128::kId:
+        run_batch<Sorted128>(fps, ticks, out, done);
+        break;
+      default:
+        run_batch<Plain128>(fps, ticks, out, done);
+        break;
+    }
   }
 }
 
 void CompactFilter::insert(const Fingerprint& x, Tick now) {
   if (now > clock_) move_clock(now);
-  const Key k = key_of<Key>(x, view_->fmax);
-  switch (codec_) {
-    case 0:
-      if (refresh<Sorted64>(k)) return count_refresh();
-      return write<Sorted64>(k, nullptr);
-    case 1:
-      if (refresh<Sorted128>(k)) return count_refresh();
-      return write<Sorted128>(k, nullptr);
+  const Key k = key_of<Key>(x);
+  bool refreshed = false;
+  switch (tables_.back()->layout.codec) {
+    case Sorted64::kId:
+      refreshed = refresh<Sorted64>(k);
+      break;
+    case Sorted128::kId:
+      refreshed = refresh<Sorted128>(k);
+      break;
     default:
-      if (refresh<Plain128>(k)) return count_refresh();
-      return write<Plain128>(k, nullptr);
+      refreshed = refresh<Plain128>(k);
+      break;
   }
+  if (refreshed) return count_refresh();
+  if (view_->room == 0 && tables_.back()->inserts > 0 && tables_.size() < kMaxTables) {
+    seal_and_grow();
+  }
+  write_any(k);
+}
+
+bool CompactFilter::contains(const Fingerprint& x, Tick now) const {
+  // Ages at `now` are the ages at the clock plus the difference (exact: the
+  // scrub keeps every tag unwrapped at the clock).
+  const Tick later = now > clock_ ? now - clock_ : 0;
+  if (later > config_.ticks_per_window) return false;
+  View v = *view_;
+  v.age.window = static_cast<std::uint32_t>(config_.ticks_per_window - later);
+  if (t_ == 4) v.age.young = young_tables().page(v.age.window, v.age.now_tag);
+  const Key k = key_of<Key>(x);
+  for (std::uint32_t s = 0; s < v.count; ++s) {
+    const View::Cells& c = v.tables[s];
+    const Layout& l = *c.layout;
+    const std::uint32_t fp = fp_of(k.mixed, l.fmax);
+    bool hit = false;
+    switch (l.codec) {
+      case Sorted64::kId:
+        hit = probe_table<Sorted64>(c.data, c.blocks, l, k.pos, fp, v.age);
+        break;
+      case Sorted128::kId:
+        hit = probe_table<Sorted128>(c.data, c.blocks, l, k.pos, fp, v.age);
+        break;
+      default:
+        hit = probe_table<Plain128>(c.data, c.blocks, l, k.pos, fp, v.age);
+        break;
+    }
+    if (hit) return true;
+  }
+  return in_stash(k, v.age.now_tag, v.age.window);
 }
 
 // --- stats and snapshots --------------------------------------------------------------
@@ -1149,7 +1354,7 @@ FilterStats CompactFilter::stats() const {
   double none = 1.0;
   for (const auto& t : tables_) {
     st.bytes += t->bytes() + t->alive.ring.size() * sizeof(std::uint32_t);
-    st.cells += t->blocks * per_block_ * kSlots;
+    st.cells += t->slots();
     st.live_cells += t->nonempty;
     none *= 1.0 - table_fpp(*t);
   }
@@ -1164,6 +1369,12 @@ FilterStats CompactFilter::stats() const {
 std::vector<std::uint64_t> CompactFilter::table_bytes() const {
   std::vector<std::uint64_t> out;
   for (const auto& t : tables_) out.push_back(t->bytes());
+  return out;
+}
+
+std::vector<unsigned> CompactFilter::table_fingerprint_bits() const {
+  std::vector<unsigned> out;
+  for (const auto& t : tables_) out.push_back(t->layout.f);
   return out;
 }
 
@@ -1187,7 +1398,7 @@ std::string CompactFilter::serialize() const {
   // The payload is written once, after room for the envelope header, into a
   // buffer reserved at its final size (the tables are nearly all the bytes).
   std::uint64_t tail = 8 + stash_size() * kStashedBytes;
-  for (const auto& t : tables_) tail += 48 + t->alive.ring.size() * 4 + t->bytes();
+  for (const auto& t : tables_) tail += 53 + t->alive.ring.size() * 4 + t->bytes();
   std::string out(kEnvelopeHeaderBytes, '\0');
   ByteWriter w(out);
   write_config(w, config_);
@@ -1199,6 +1410,8 @@ std::string CompactFilter::serialize() const {
   w.put<std::uint32_t>(static_cast<std::uint32_t>(tables_.size()));
   out.reserve(out.size() + tail + kEnvelopeTrailerBytes);
   for (const auto& t : tables_) {
+    w.put<std::uint8_t>(static_cast<std::uint8_t>(t->layout.f));
+    w.put<std::uint32_t>(t->layout.per_block);
     w.put<std::uint64_t>(t->blocks);
     w.put<Tick>(t->created);
     w.put<std::uint64_t>(t->swept);
@@ -1219,31 +1432,28 @@ std::string CompactFilter::serialize() const {
 }
 
 template <class Codec>
-bool CompactFilter::buckets_consistent() const {
+bool CompactFilter::buckets_consistent(const Table& t) const {
   // Every bucket's tag code is one the format produces, the bits after a
   // block's last bucket are zero, and the non-empty slots add up to the
   // recorded count.
   using Word = typename Codec::Word;
-  const View& v = *view_;
-  const std::uint64_t used_bits = std::uint64_t{per_block_} * bucket_bits_;
-  for (const auto& t : tables_) {
-    std::uint64_t nonempty = 0;
-    for (std::uint64_t b = 0; b < t->blocks; ++b) {
-      const std::uint8_t* data = t->block(b);
-      for (std::uint32_t i = 0; i < per_block_; ++i) {
-        const Word w = load_bucket<Word>(data, i, bucket_bits_);
-        if constexpr (Codec::kSorted) {
-          if ((static_cast<std::uint32_t>(w) & 0xFFF) >= SortedTags::kCodes) return false;
-        }
-        nonempty += 4 - kBitCount[zero_fields(fields_of(w, v), v)];
+  const Layout& l = t.layout;
+  const std::uint64_t used_bits = std::uint64_t{l.per_block} * l.bucket_bits;
+  std::uint64_t nonempty = 0;
+  for (std::uint64_t b = 0; b < t.blocks; ++b) {
+    const std::uint8_t* data = t.block(b);
+    for (std::uint32_t i = 0; i < l.per_block; ++i) {
+      const Word w = load_bucket<Word>(data, i, l.bucket_bits);
+      if constexpr (Codec::kSorted) {
+        if ((static_cast<std::uint32_t>(w) & 0xFFF) >= SortedTags::kCodes) return false;
       }
-      for (std::uint64_t bit = used_bits; bit < kBlockBits; ++bit) {
-        if ((data[bit >> 3] >> (bit & 7) & 1) != 0) return false;
-      }
+      nonempty += 4 - kBitCount[zero_fields(fields_of(w, l), l)];
     }
-    if (nonempty != t->nonempty) return false;
+    for (std::uint64_t bit = used_bits; bit < l.block_bytes * 8; ++bit) {
+      if ((data[bit >> 3] >> (bit & 7) & 1) != 0) return false;
+    }
   }
-  return true;
+  return nonempty == t.nonempty;
 }
 
 Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view payload,
@@ -1281,24 +1491,33 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
   f->insertions_ = *insertions;
   const std::uint32_t window = config->ticks_per_window;
   for (std::uint32_t i = 0; i < *count; ++i) {
+    auto width = r.get<std::uint8_t>("table fingerprint bits");
+    auto per_block = r.get<std::uint32_t>("buckets per block");
     auto blocks = r.get<std::uint64_t>("blocks");
     auto created = r.get<Tick>("created");
     auto swept = r.get<std::uint64_t>("swept");
     auto last_insert = r.get<Tick>("last insert");
     auto inserts = r.get<std::uint64_t>("inserts");
     auto nonempty = r.get<std::uint64_t>("nonempty");
-    if (!blocks || !created || !swept || !last_insert || !inserts || !nonempty) {
+    if (!width || !per_block || !blocks || !created || !swept || !last_insert || !inserts ||
+        !nonempty) {
       return bad("truncated table header");
     }
-    if (*blocks == 0 || *blocks > r.remaining() / kBlockBytes) {
+    if (*width < f->f_ || *width > f->max_f_) return bad("table fingerprint bits out of range");
+    if (*per_block < 2 || *per_block > Layout::max_per_block(*width, f->t_)) {
+      return bad("buckets per block out of range");
+    }
+    const Layout layout = Layout::of(*width, f->t_, *per_block);
+    if (*blocks == 0 || *blocks > r.remaining() / layout.block_bytes) {
       return bad("table size exceeds input");
     }
     if (*created > *clock || *last_insert > *clock || *last_insert < *created) {
       return bad("table ticks inconsistent with the clock");
     }
-    const std::uint64_t buckets = *blocks * f->per_block_;
-    if (*nonempty > buckets * kSlots) return bad("live slot count exceeds slots");
     auto t = std::make_unique<Table>();
+    t->layout = layout;
+    t->blocks = *blocks;
+    if (*nonempty > t->slots()) return bad("live slot count exceeds slots");
     t->alive.init(window);
     if (t->alive.ring.size() > r.remaining() / 4) return bad("window counts exceed input");
     for (std::uint32_t& c : t->alive.ring) {
@@ -1310,21 +1529,33 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
     for (Tick x = *clock - std::min<Tick>(*clock, window); x < *created; ++x) {
       if (t->alive.at(x) != 0) return bad("window counts before the table was created");
     }
-    auto cells = r.get_bytes(*blocks * kBlockBytes, "buckets");
+    auto cells = r.get_bytes(t->bytes(), "buckets");
     if (!cells) return bad("truncated buckets");
-    t->data.reset(allocate_blocks(*blocks * kBlockBytes + kTailBytes));
-    if (!t->data) return bad("cannot allocate " + std::to_string(*blocks * kBlockBytes) + " bytes");
+    t->data.reset(allocate_blocks(t->bytes() + kTailBytes));
+    if (!t->data) return bad("cannot allocate " + std::to_string(t->bytes()) + " bytes");
     std::memcpy(t->data.get(), cells->data(), cells->size());
-    t->blocks = *blocks;
     t->created = *created;
     t->swept = *swept;
     t->last_insert = *last_insert;
     t->inserts = *inserts;
     t->nonempty = *nonempty;
-    if (t->swept < t->required(*clock, buckets, f->period_) ||
-        t->swept > t->required(*clock + 1, buckets, f->period_)) {
+    if (t->swept < t->required(*clock, f->period_) ||
+        t->swept > t->required(*clock + 1, f->period_)) {
       return bad("scrub position inconsistent with the clock");
     }
+    bool ok = false;
+    switch (t->layout.codec) {
+      case Sorted64::kId:
+        ok = f->buckets_consistent<Sorted64>(*t);
+        break;
+      case Sorted128::kId:
+        ok = f->buckets_consistent<Sorted128>(*t);
+        break;
+      default:
+        ok = f->buckets_consistent<Plain128>(*t);
+        break;
+    }
+    if (!ok) return bad("buckets inconsistent with the recorded live slots");
     f->tables_.push_back(std::move(t));
   }
   auto stashed = r.get<std::uint32_t>("stash size");
@@ -1335,7 +1566,6 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
   }
   if (*stashed > r.remaining() / kStashedBytes) return bad("stash exceeds input");
   const std::uint32_t tag_mask = (1U << f->t_) - 1;
-  const auto fmax = static_cast<std::uint32_t>((std::uint64_t{1} << f->f_) - 1);
   for (std::uint32_t i = 0; i < *stashed; ++i) {
     Stashed s;
     s.table = *r.get<std::uint32_t>("stash table");
@@ -1346,10 +1576,12 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
     s.kicks = *r.get<std::uint32_t>("stash kicks");
     s.ready = *r.get<std::uint64_t>("stash ready");
     const bool waits = i < *waiting;
-    if (s.table >= f->tables_.size() || s.block >= f->tables_[s.table]->blocks ||
-        s.to >= f->per_block_ || s.fp == 0 || s.fp > fmax || s.tag > tag_mask ||
-        ((*clock - s.tag) & tag_mask) > window || s.kicks == 0 || s.kicks > kMaxKicks + 1 ||
-        waits != (s.kicks <= kMaxKicks) || s.ready > *insertions + kStashDelay) {
+    const bool table_ok = s.table < f->tables_.size();
+    const Table* t = table_ok ? f->tables_[s.table].get() : nullptr;
+    if (!table_ok || s.block >= t->blocks || s.to >= t->layout.per_block || s.fp == 0 ||
+        s.fp > t->layout.fmax || s.tag > tag_mask || ((*clock - s.tag) & tag_mask) > window ||
+        s.kicks == 0 || s.kicks > kMaxKicks + 1 || waits != (s.kicks <= kMaxKicks) ||
+        s.ready > *insertions + kStashDelay) {
       return bad("stash entry " + std::to_string(i) + " inconsistent");
     }
     if (waits) {
@@ -1360,19 +1592,6 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
   }
   if (auto end = r.expect_end("compact filter state"); !end) return tl::unexpected(end.error());
   f->refresh_limit();
-  bool ok = false;
-  switch (f->codec_) {
-    case 0:
-      ok = f->buckets_consistent<Sorted64>();
-      break;
-    case 1:
-      ok = f->buckets_consistent<Sorted128>();
-      break;
-    default:
-      ok = f->buckets_consistent<Plain128>();
-      break;
-  }
-  if (!ok) return bad("buckets inconsistent with the recorded live slots");
   return std::unique_ptr<SlidingFilter>(std::move(f));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // CompactFilter: a bucketized cuckoo table of short fingerprints whose slots
-// carry a wrapping tick tag: the least memory per in-window identity of the
+// carry a wrapping tick tag. The least memory per in-window identity of the
 // filter family, with the timer filter's window edge of one tick.
 //
 // Table (cuckoo filter: Fan, Andersen, Kaminsky, Mitzenmacher, "Cuckoo
@@ -8,26 +8,30 @@
 // a slot holds an f-bit fingerprint (0 = empty) and a t-bit tag. An identity
 // has two candidate buckets; the second is derived from the first and the
 // stored fingerprint (partial-key cuckoo hashing), so an entry can move
-// between them knowing only what the slot holds. The two buckets of an
-// identity lie in one 4 KiB block (the alternate is the reflection
-// (c(fp) - b) mod buckets-per-block, an involution): a query reads two cache
-// lines of one page, which the memory system serves about a third faster than
-// two lines anywhere (measured, bench/filter_bench.cc), and a block of ~800
-// buckets is large enough that its random load never limits the table's.
+// between them knowing only what its slot holds. Both buckets of an identity
+// lie in one 16 KiB block (the alternate is the reflection
+// (c(fp) - b) mod buckets-per-block, an involution), so a table of any
+// number of blocks works. A block of ~2500 buckets is large enough that its
+// random load stays within a percent of the table's: with 4 KiB blocks the
+// fullest blocks passed 0.95 at a mean load of 0.9 and kick chains failed;
+// with one or two cache lines per block, lines would overflow constantly.
+// Reading the two lines within 4 KiB, 16 KiB or anywhere costs the same on
+// the machine measured (bench/filter_bench.cc).
 //
 // Tags (seed 000 §4: store the insertion tick, judge age at read time). A
-// tag is the tick mod M, M = 2^t; a slot is alive at `now` iff it is
-// non-empty and (now - tag) mod M <= W (W = ticks_per_window), so an
+// tag is the tick mod M, M = 2^t; a slot is alive at `now` iff it holds a
+// fingerprint and (now - tag) mod M <= W (W = ticks_per_window), so an
 // identity is remembered at least `window` and at most `window + one tick`
-// (sliding_filter.h). A slot that is dead is free: an insertion reuses it
-// first. The tag width follows from W: W <= M - 3 leaves the scrub a margin,
+// (sliding_filter.h). A dead slot is free: an insertion takes a dead or
+// empty slot before it displaces anything. The tag width follows from W
+// (W <= M - 3 leaves the scrub a margin):
 //   t = 4: W <= 13 (default W = 10: one tick is 10% of the window),
 //   t = 5: W <= 29, t = 6: W <= 61, t = 7: W <= 125, t = 8: W <= 253.
 // Finer ticks cost tag bits: with t = 4 the four tags of a bucket are stored
 // sorted, as the index of their multiset (C(19, 4) = 3876 < 2^12), so a
 // slot costs f + 3 bits ("semi-sorting", Fan et al. §5.2, applied to the
-// tags); with t >= 5 tags are stored as they are: f + t bits a slot, one
-// tick of 1/14 .. 1/253 of the window for 2 .. 5 more bits an identity.
+// tags); with t >= 5 tags are stored as they are, f + t bits a slot: one tick
+// of 1/14 .. 1/253 of the window costs 2 .. 5 more bits per identity.
 //
 // Scrub (why a wrapping tag never resurrects an entry; the timer filter's
 // argument, timer_filter.h). A slot written at tick s reads its true age
@@ -41,48 +45,50 @@
 // False positives. A query compares its fingerprint with the live slots of
 // its two buckets: 8 * alpha slots at live load alpha, so a table's
 // false-positive probability is p(alpha) = 1 - (1 - 1 / (2^f - 1))^(8 alpha).
-// f is the smallest width whose table may fill to a load of 0.9 within
-// kBudgetShare of the target: 7 bits at 10%, 10 at 1%, 13 at 0.1%, 17 at
-// 1e-4, 20 at 1e-5. At the target load of 0.85 that is about 11.8, 15.3,
-// 18.8, 23.5 and 27 bits per identity in the window.
+// The base width f is the smallest whose table may fill to a load of
+// kFingerprintLoad within kBudgetShare of the target: 7 bits at 10%, 10 at
+// 1%, 13 at 0.1%, 17 at 1e-4, 20 at 1e-5. At the target load of 0.85 that
+// is about 11.8, 15.3, 18.8, 23.5 and 27 bits per identity in the window.
 //
 // Insertion (never a false negative inside the window). A new identity
 // takes a free slot in the emptier of its two buckets. When both are full,
-// a random entry of one is displaced for it, and the displaced entry must
-// move to its other bucket, possibly displacing another (a cuckoo kick). A
-// displaced entry waits in a small stash (kStash entries), searched by every
-// query, while the cache line of its next bucket is fetched; one waiting
-// entry moves per later insertion, so a run of kicks costs prefetched reads
-// instead of a chain of cache misses in a row. The stash is emptied when the
-// clock moves. An entry that finds no room within kMaxKicks moves stays in
-// the stash, as an overflow entry, until it expires (cuckoo hashing with a
-// stash: Kirsch, Mitzenmacher, Wieder 2009) and the table is sealed: no live
-// entry is ever evicted.
+// an entry of one is displaced for it and must move to its other bucket,
+// possibly displacing another (a cuckoo kick). A displaced entry waits in a
+// small stash (kStash entries), searched by every query, while the cache
+// line of its next bucket is fetched; one waiting entry moves per later
+// insertion, so a chain of kicks costs prefetched reads instead of cache
+// misses in a row. Waiting entries never cross a clock move. An entry that
+// finds no room within kMaxKicks moves stays in the stash until it expires
+// (cuckoo hashing with a stash: Kirsch, Mitzenmacher, Wieder 2009) and the
+// table is sealed: no live entry is ever evicted.
 //
-// Memory follows load (seed 001's dynamic filters; seed 000 §5; the
-// rate-based size of seed 002 eq. 6). New identities go to the newest
-// (active) table; queries read every table. The active table is sealed and a
-// new one added when its live load would pass kMaxLoad, when a kick chain
-// fails, or when the false-positive budget says so. Budget rule (the timer
-// filter's): with S the summed p(alpha) of the sealed tables, the active one
-// may hold a live load whose p stays at or under kBudgetShare * (fpp - S);
-// live loads come from exact per-tick insertion counts of the last W + 1
-// ticks, so S only falls between seals and the union bound sum p <= fpp holds
-// at all times. A new table is sized by new_table_bytes() for the insertion
-// rate of the recent ticks times W + 1 at kTargetLoad, within
-// [min_bytes, max_bytes]; until the insertions span kRateSpanShare of the
-// window, and as a cap at all times, for at most kMaxGrowthStep times what
-// the sealed one holds. A sealed table is freed once its newest insertion is
-// older than the window. A lone active table that has seen a whole window and
-// is more than kShrinkFactor times the size the recent rate needs is sealed
-// and replaced by a right-sized one (it drains within a window): an idle
-// filter holds one table of min_bytes, and memory comes back within about
-// two windows after a burst. `capacity` only sizes the first table.
+// Memory follows load (growth by adding filters: seed 001, seed 000 §5; the
+// tightening of scalable Bloom filters; the rate-based size of seed 002
+// eq. 6). New identities go to the newest (active) table; queries read every
+// table. Budget rule (the timer filter's): with S the summed p(alpha) of the
+// sealed tables, the active one may hold a live load whose p stays at or
+// under kBudgetShare * (fpp - S); live loads come from exact per-tick
+// insertion counts of the last W + 1 ticks, so S only falls between seals
+// and the union bound sum p <= fpp holds at all times. The active table is
+// sealed when its live load would pass kMaxLoad or its budget, or when a
+// kick chain fails. The table added then is sized by new_table_bytes() for
+// the recent insertion rate over a window at kTargetLoad (before one whole
+// tick has been seen, kMaxGrowthStep times what the sealed one held), and
+// gets the narrowest fingerprints whose p at kTargetLoad fits the budget the
+// sealed tables leave: a table added while others still hold most of the
+// budget is wider (a few bits a slot) instead of many times larger. A
+// sealed table is freed once its newest insertion is older than the window.
+// A lone table that has seen a whole window is replaced by a right-sized
+// one at the narrowest width the budget allows when it is more than
+// kShrinkFactor times too big for its load (the window's exact live count)
+// or wider than that; it drains within a window. So an idle filter holds
+// one table of min_bytes, memory comes back within about two windows of a
+// burst, and `capacity` only sizes the first table.
 //
 // Serialized form: envelope kind FilterType::kCompact, version 1,
-// checksummed; restore validates every field (sizes, tick order, scrub
-// position, each bucket's tag code, live counts against the slots, stash
-// entries).
+// checksummed; restore validates every field (sizes, widths, tick order,
+// scrub position, each bucket's tag code, live counts against the slots,
+// stash entries).
 //
 // Threading: owned by one thread (the worker owning its Slice); no method is
 // thread-safe.
@@ -109,40 +115,43 @@ constexpr std::uint32_t kMaxCompactTicksPerWindow = 253;
   return 0;
 }
 
-/// Fingerprint bits of the compact filter at target `fpp` (see the header).
+/// Base fingerprint bits of the compact filter at target `fpp` (see above).
 [[nodiscard]] unsigned compact_fingerprint_bits(double fpp);
 
 class CompactFilter final : public SlidingFilter {
  public:
   /// Slots per bucket.
   static constexpr unsigned kSlots = 4;
-  /// Bytes of a block: both buckets of an identity lie in one block.
-  static constexpr std::uint64_t kBlockBytes = 4096;
+  /// Most bytes of a block: both buckets of an identity lie in one block.
+  static constexpr std::uint64_t kBlockBytes = 16384;
   /// Live load new tables are sized for.
-  static constexpr double kTargetLoad = 0.85;
+  static constexpr double kTargetLoad = 0.9;
   /// Live load at which the active table is sealed (kicks grow long past it).
   static constexpr double kMaxLoad = 0.95;
-  /// Load f is chosen for (within kBudgetShare of the target fpp).
-  static constexpr double kFingerprintLoad = 0.9;
+  /// Load the base width f is chosen for (within kBudgetShare of the
+  /// target): a lone table may fill to kMaxLoad on its budget.
+  static constexpr double kFingerprintLoad = kMaxLoad;
   /// Share of the remaining fpp budget the active table may use.
   static constexpr double kBudgetShare = 0.9;
-  /// A lone table this many times too big for the recent rate is replaced.
-  static constexpr double kShrinkFactor = 1.5;
-  /// A new table holds at most this many times what the sealed one holds.
+  /// A lone table this many times too big for its load is replaced (the
+  /// cost: one window with both).
+  static constexpr double kShrinkFactor = 1.08;
+  /// A new table holds this many times what the sealed one held until one
+  /// whole tick of insertions has been seen.
   static constexpr double kMaxGrowthStep = 4.0;
-  /// Share of the window the insertions must span before their rate is used.
-  static constexpr double kRateSpanShare = 0.25;
   /// Tables beyond which only a failed kick chain adds one.
   static constexpr std::size_t kMaxTables = 32;
   /// Displaced entries waiting for their next bucket.
   static constexpr std::size_t kStash = 16;
   /// Insertions a displaced entry waits before it moves (its line arrives).
   static constexpr std::uint64_t kStashDelay = 8;
-  /// Moves of one displaced entry before its table is declared full.
-  static constexpr std::uint32_t kMaxKicks = 256;
+  /// Moves of one displaced entry before it gives up (and stays stashed).
+  static constexpr std::uint32_t kMaxKicks = 500;
+  /// Entries that gave up in the active table before it is declared full.
+  static constexpr std::size_t kOverflowSeal = 8;
   /// Elements ahead that the batch path prefetches.
   static constexpr std::size_t kPrefetchDistance = 16;
-  /// Smallest fpp (fingerprints of at most 27 bits with 4-bit tags).
+  /// Smallest fpp (base fingerprints of at most 27 bits with 4-bit tags).
   static constexpr double kMinFpp = 1e-7;
 
   /// Builds an empty filter. `config` must be normalized (normalize()).
@@ -170,100 +179,114 @@ class CompactFilter final : public SlidingFilter {
   FilterStats stats() const override;
   std::string serialize() const override;
 
-  /// f: fingerprint bits per slot.
+  /// True if `fp` would be judged a duplicate at `now` (at the clock if
+  /// `now` is earlier), without inserting it.
+  [[nodiscard]] bool contains(const Fingerprint& fp, Tick now) const;
+
+  /// Base f: fingerprint bits per slot of a table that needs no tightening.
   [[nodiscard]] unsigned fingerprint_bits() const noexcept { return f_; }
   /// t: tag bits per slot (3 per slot when stored sorted, t = 4).
   [[nodiscard]] unsigned tag_bits() const noexcept { return t_; }
-  /// Bits of one bucket (tags and four fingerprints).
-  [[nodiscard]] unsigned bucket_bits() const noexcept { return bucket_bits_; }
-  /// Bytes of a table added now to hold `entries` live identities at live
-  /// load `load` (at most kTargetLoad): the one sizing rule (whole blocks,
-  /// within min_bytes / max_bytes).
-  [[nodiscard]] std::uint64_t new_table_bytes(double entries,
-                                              double load = kTargetLoad) const noexcept;
-  /// Bytes of each live table, oldest first (the last one is active).
+  /// Bytes of a table of `f`-bit fingerprints added now to hold `entries`
+  /// live identities at kTargetLoad: the one sizing rule (to a cache line
+  /// per block, within min_bytes / max_bytes).
+  [[nodiscard]] std::uint64_t new_table_bytes(double entries, unsigned f) const noexcept;
+  /// Bytes and fingerprint bits of each live table, oldest first (the last
+  /// one is active).
   [[nodiscard]] std::vector<std::uint64_t> table_bytes() const;
+  [[nodiscard]] std::vector<unsigned> table_fingerprint_bits() const;
   /// Sum over tables of the estimated fpp (the quantity kept <= fpp).
   [[nodiscard]] double fpp_budget_used() const;
   /// Displaced entries waiting in the stash (overflow entries included).
   [[nodiscard]] std::size_t stash_size() const noexcept;
 
  private:
+  struct Layout;
   struct Table;
   struct Stashed;
   struct View;
   struct Sorted64;
   struct Sorted128;
   struct Plain128;
-
-  explicit CompactFilter(const FilterConfig& config);
-  // The hot path (compact_filter.cc). Codec: the bucket format; Key: an
-  // identity's position and stored fingerprint; Slots: its two buckets in
-  // the active table as read by its test.
+  // The hot path (compact_filter.cc). Codec: the active table's bucket
+  // format; Key: an identity's position and the product its stored
+  // fingerprints are taken from; Slots: its two buckets in the active table
+  // as read by its test.
   struct Key {
     std::uint64_t pos = 0;
-    std::uint32_t fp = 0;
+    std::uint64_t mixed = 0;
   };
   template <class Word>
   struct Slots;
+
+  explicit CompactFilter(const FilterConfig& config);
   template <class Codec>
-  [[nodiscard]] bool seen(const View& v, const Fingerprint& x, Key& k,
+  [[nodiscard]] bool seen(const View& v, const Layout& active, const Key& k,
                           Slots<typename Codec::Word>& at) const;
+  [[nodiscard]] bool seen_elsewhere(const View& v, const Key& k) const;
   template <class Codec>
-  std::uint32_t add(const View& v, const Key& k, const Slots<typename Codec::Word>& at,
-                    std::uint64_t count);
+  std::uint32_t add(const View& v, const Layout& active, const Key& k,
+                    const Slots<typename Codec::Word>& at, std::uint64_t count);
   template <class Codec>
-  void kick(std::uint8_t* block, std::uint32_t from, typename Codec::Word w, std::uint64_t pos,
-            std::uint32_t fp, std::uint64_t count);
-  template <class Codec>
+  void kick(const Layout& active, std::uint8_t* block, std::uint32_t from, typename Codec::Word w,
+            std::uint64_t pos, std::uint32_t fp, std::uint64_t count);
   void step_stash(std::uint64_t count);
+  template <class Codec>
+  void step_in(std::uint64_t count);
   template <class Codec>
   Decision decide(const Fingerprint& x);
   template <class Codec>
   void write(const Key& k, const Slots<typename Codec::Word>* read);
+  void write_any(const Key& k);
   template <class Codec>
   [[nodiscard]] bool refresh(const Key& k);
   template <class Codec>
   void run_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
-                 std::span<Decision> out);
+                 std::span<Decision> out, std::size_t& done);
   template <class Codec>
   void scrub(Table& t, std::uint64_t count, Tick ref, std::uint64_t extra_age);
   template <class Codec>
-  [[nodiscard]] bool buckets_consistent() const;
-  template <class Codec>
-  void move_clock_as(Tick now);
-  [[nodiscard]] bool in_stash(std::uint64_t pos, std::uint32_t fp) const;
+  [[nodiscard]] bool buckets_consistent(const Table& t) const;
+  [[nodiscard]] bool in_stash(const Key& k, std::uint32_t now_tag, std::uint32_t max_age) const;
   void push_waiting(const Stashed& s);
   void commit_pending();
   void count_refresh();
   void move_clock(Tick now);
   void clear_all(Tick now);
   void drop_expired();
-  void maybe_shrink();
-  /// Seals the active table and adds one for `want` entries (0: by the rate).
-  void seal_and_grow(double want = 0);
+  void maybe_replace();
+  /// Seals the active table and adds one for `want` entries (0: by the
+  /// rate); `replace`: the right-sized replacement of a lone table.
+  void seal_and_grow(double want = 0, bool replace = false);
+  /// Narrowest fingerprint bits whose table at kTargetLoad fits `budget`.
+  [[nodiscard]] unsigned width_for(double budget) const;
   [[nodiscard]] double growth_target() const;
+  [[nodiscard]] bool rate_known() const;
   [[nodiscard]] double recent_rate() const;
+  [[nodiscard]] double fpp_correction() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
-  [[nodiscard]] double alpha_for(double fpp) const;
   void refresh_limit();
   void refresh_view();
-  [[nodiscard]] std::unique_ptr<Table> make_table(std::uint64_t blocks, Tick now) const;
+  /// Blocks and buckets per block of a table.
+  struct Shape {
+    std::uint64_t blocks = 1;
+    std::uint32_t per_block = 2;
+  };
+  [[nodiscard]] Shape shape_for(double entries, unsigned f, bool bounded) const noexcept;
+  [[nodiscard]] std::unique_ptr<Table> make_table(Shape shape, unsigned f, Tick now) const;
 
   FilterConfig config_;
-  unsigned f_ = 0;                              // fingerprint bits
+  unsigned f_ = 0;                              // base fingerprint bits
   unsigned t_ = 0;                              // tag bits
-  unsigned code_bits_ = 0;                      // bits of a bucket's tags (12 sorted, 4t plain)
-  unsigned bucket_bits_ = 0;                    // code_bits_ + 4 f
-  std::uint32_t per_block_ = 0;                 // buckets per block
+  unsigned max_f_ = 0;                          // widest fingerprints the bucket format holds
   std::uint32_t period_ = 0;                    // P: ticks per scrub sweep
-  int codec_ = 0;                               // which Codec the hot paths use
   std::vector<std::unique_ptr<Table>> tables_;  // oldest first; back() is active
   std::unique_ptr<Stashed[]> waiting_;          // ring of kStash entries waiting to move
   std::size_t wait_head_ = 0;                   // oldest waiting entry
   std::size_t wait_count_ = 0;
   std::vector<Stashed> overflow_;   // entries that found no room, until they expire
-  std::uint64_t stash_mask_ = 0;    // bit fp % 64 of every stashed entry
+  std::uint64_t stash_mask_ = 0;    // bit fp % 64 of stashed entries as wide as the active's
+  std::uint32_t stash_others_ = 0;  // stashed entries of tables of another width
   std::uint64_t active_limit_ = 0;  // live entries the active may hold now
   Tick clock_ = 0;
   Tick first_tick_ = 0;                // tick of the first insertion (rate estimate)
