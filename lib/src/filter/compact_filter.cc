@@ -650,14 +650,14 @@ void CompactFilter::refresh_view() {
   v.tick_slot = static_cast<std::uint32_t>(clock_ % (config_.ticks_per_window + 2));
   const std::uint64_t held = tables_.back()->alive.sum;
   v.room = active_limit_ > held ? active_limit_ - held : 0;
-  // The stash mask covers entries of tables as wide as the active one; the
-  // others (rare: a stash across a change of width) are always scanned.
-  stash_mask_ = 0;
+  // The stash filter counts entries of tables as wide as the active one;
+  // the others (rare: a stash across a change of width) are always scanned.
+  stash_bins_ = {};
   stash_others_ = 0;
   const unsigned f = tables_.back()->layout.f;
   auto note = [&](const Stashed& s) {
     if (tables_[s.table]->layout.f == f) {
-      stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+      mark_stashed(s.fp);
     } else {
       ++stash_others_;
     }
@@ -748,11 +748,31 @@ void CompactFilter::maybe_replace() {
 
 // --- the stash -------------------------------------------------------------------------
 
+// The stash filter: entries per bin of 256 by fingerprint (for entries of
+// the active table's width), so that a query scans the stash only on a hit.
+namespace {
+inline unsigned stash_bin(std::uint32_t fp) { return static_cast<unsigned>(fp * kAltMul >> 56); }
+}  // namespace
+
+void CompactFilter::mark_stashed(std::uint32_t fp) { ++stash_bins_[stash_bin(fp)]; }
+
+bool CompactFilter::maybe_stashed(std::uint32_t fp) const {
+  return stash_bins_[stash_bin(fp)] != 0;
+}
+
+void CompactFilter::unmark(const Stashed& s) {
+  if (tables_[s.table]->layout.f == tables_.back()->layout.f) {
+    --stash_bins_[stash_bin(s.fp)];
+  } else {
+    --stash_others_;
+  }
+}
+
 void CompactFilter::push_waiting(const Stashed& s) {
   waiting_[(wait_head_ + wait_count_) % kStash] = s;
   ++wait_count_;
   if (tables_[s.table]->layout.f == tables_.back()->layout.f) {
-    stash_mask_ |= std::uint64_t{1} << (s.fp & 63);
+    mark_stashed(s.fp);
   } else {
     ++stash_others_;
   }
@@ -797,6 +817,7 @@ void CompactFilter::step_in(std::uint64_t count) {
   const Stashed s = waiting_[wait_head_];
   wait_head_ = (wait_head_ + 1) % kStash;
   --wait_count_;
+  unmark(s);
   Table& table = *tables_[s.table];
   const Layout& l = table.layout;
   std::uint8_t* block = table.block(s.block);
@@ -825,7 +846,7 @@ void CompactFilter::step_in(std::uint64_t count) {
       // them in the active table mean it is full: it takes no more new
       // identities.
       overflow_.push_back(next);
-      refresh_view();
+      refresh_view();  // recounts the stash filter
       const auto in_active = static_cast<std::size_t>(
           std::count_if(overflow_.begin(), overflow_.end(),
                         [&](const Stashed& o) { return o.table + 1 == tables_.size(); }));
@@ -835,7 +856,6 @@ void CompactFilter::step_in(std::uint64_t count) {
       }
     }
   }
-  if (wait_count_ == 0 && overflow_.empty()) stash_mask_ = stash_others_ = 0;
 }
 
 template <class Codec>
@@ -896,8 +916,7 @@ template <class Codec>
   if (v.count > 1 && seen_elsewhere(v, k)) return true;
   // The stash from the filter, not the view: a kick earlier in the run may
   // have added to it.
-  return (stash_others_ != 0 || (stash_mask_ >> (at.fp & 63) & 1) != 0) &&
-         in_stash(k, v.age.now_tag, v.age.window);
+  return (stash_others_ != 0 || maybe_stashed(at.fp)) && in_stash(k, v.age.now_tag, v.age.window);
 }
 
 bool CompactFilter::seen_elsewhere(const View& v, const Key& k) const {

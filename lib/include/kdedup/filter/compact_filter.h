@@ -93,6 +93,7 @@
 // Threading: owned by one thread (the worker owning its Slice); no method is
 // thread-safe.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -249,6 +250,9 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] bool buckets_consistent(const Table& t) const;
   [[nodiscard]] bool in_stash(const Key& k, std::uint32_t now_tag, std::uint32_t max_age) const;
   void push_waiting(const Stashed& s);
+  void mark_stashed(std::uint32_t fp);
+  void unmark(const Stashed& s);
+  [[nodiscard]] bool maybe_stashed(std::uint32_t fp) const;
   void commit_pending();
   void count_refresh();
   void move_clock(Tick now);
@@ -284,10 +288,10 @@ class CompactFilter final : public SlidingFilter {
   std::unique_ptr<Stashed[]> waiting_;          // ring of kStash entries waiting to move
   std::size_t wait_head_ = 0;                   // oldest waiting entry
   std::size_t wait_count_ = 0;
-  std::vector<Stashed> overflow_;   // entries that found no room, until they expire
-  std::uint64_t stash_mask_ = 0;    // bit fp % 64 of stashed entries as wide as the active's
-  std::uint32_t stash_others_ = 0;  // stashed entries of tables of another width
-  std::uint64_t active_limit_ = 0;  // live entries the active may hold now
+  std::vector<Stashed> overflow_;                // entries that found no room, until they expire
+  std::array<std::uint16_t, 256> stash_bins_{};  // stashed entries as wide as the active's, by bin
+  std::uint32_t stash_others_ = 0;               // stashed entries of tables of another width
+  std::uint64_t active_limit_ = 0;               // live entries the active may hold now
   Tick clock_ = 0;
   Tick first_tick_ = 0;                // tick of the first insertion (rate estimate)
   std::uint64_t insertions_ = 0;       // distinct decisions and inserts since creation
