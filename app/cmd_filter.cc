@@ -540,7 +540,8 @@ int filter_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--window", o.window, "Sliding window, e.g. 500ms, 30s, 10m, 24h")->required();
   app.add_option("--fpp", o.fpp, "Target false-positive probability")->capture_default_str();
-  app.add_option("--filter", o.filter, "Filter type: timer, exact or aging")->capture_default_str();
+  app.add_option("--filter", o.filter, "Filter type: timer, exact, aging or compact")
+      ->capture_default_str();
   app.add_option("--timer-bits", o.timer_bits, "Timer filter: bits per cell")
       ->check(CLI::IsMember({4, 8, 16}))
       ->capture_default_str();
