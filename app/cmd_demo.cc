@@ -180,8 +180,7 @@ int demo_main(int argc, char** argv) {
   }
   const auto& cfg = *checked.config;
   tb::AuditRules rules;
-  rules.tick_ms = cfg.tick_ms();
-  rules.ticks_per_window = cfg.filter.ticks_per_window;
+  rules.scale = cfg.tick_scale();
   rules.fpp = cfg.filter_enabled ? cfg.filter.fpp : 0.0;
   if (cfg.identity.extractor != "key") {
     return fail_with(

@@ -6,9 +6,8 @@
 // Time: with `--time json:/ptr` the stream clock is the largest timestamp
 // seen so far (event time, max-so-far), like a partition clock; a record
 // older than the clock is judged at the clock. With `--time arrival` (the
-// default) the clock is the wall clock when the record is read. A clock in
-// milliseconds becomes tick floor(clock * W / window), W = ticks_per_window
-// of the normalized filter config, so the window is exact to one tick.
+// default) the clock is the wall clock when the record is read. Clock
+// milliseconds become ticks through filter::TickScale, as in `kdedup run`.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -34,6 +33,7 @@
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/filter/simd.h"
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 #include "kdedup/identity/extractor.h"
 
 namespace kdedup::app {
@@ -180,23 +180,19 @@ class LineSource {
 };
 
 /// The stream clock: the largest timestamp seen (event time, max-so-far), in
-/// milliseconds, mapped to filter ticks. One thread.
+/// milliseconds, mapped to filter ticks by the TickScale. One thread.
 class StreamClock {
  public:
-  StreamClock(std::int64_t window_ms, std::uint32_t ticks_per_window)
-      : window_ms_(window_ms), ticks_per_window_(ticks_per_window) {}
+  explicit StreamClock(filter::TickScale scale) : scale_(scale) {}
 
   /// Observes a timestamp and returns the tick of the (monotonic) clock.
   filter::Tick observe(std::int64_t time_ms) {
     if (time_ms > clock_ms_) clock_ms_ = time_ms;
-    __extension__ using Wide = unsigned __int128;  // clock * W overflows 64 bits for long windows
-    return static_cast<filter::Tick>(static_cast<Wide>(clock_ms_) * ticks_per_window_ /
-                                     static_cast<Wide>(window_ms_));
+    return scale_.tick(clock_ms_);
   }
 
  private:
-  std::int64_t window_ms_;
-  std::uint32_t ticks_per_window_;
+  filter::TickScale scale_;
   std::int64_t clock_ms_ = 0;
 };
 
@@ -399,7 +395,7 @@ int run_filter(const Options& o) {
   bool progress_shown = false;
 
   filter::Fingerprinter fingerprinter(o.salt);
-  StreamClock clock(run.window_ms, run.config.ticks_per_window);
+  StreamClock clock(filter::TickScale(run.window_ms, run.config.ticks_per_window));
   Counters c;
   std::vector<std::string_view> lines;
   std::vector<filter::Fingerprint> fps;

@@ -69,8 +69,7 @@ void log_summary(const kdedup::config::Config& c) {
     spdlog::info(
         "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity {} per "
         "partition, max_future_skew {}, vector instructions {}",
-        c.identity.extractor, format_duration_ms(c.window_ms()),
-        format_duration_ms(std::max<std::int64_t>(1, c.tick_ms())),
+        c.identity.extractor, format_duration_ms(c.window_ms()), c.tick_scale().describe_tick(),
         kdedup::filter::to_string(c.filter.type), c.filter.fpp, c.filter.capacity,
         format_duration_ms(c.max_future_skew.count()),
         kdedup::filter::to_string(kdedup::filter::simd_in_use()));

@@ -132,11 +132,12 @@ int inspect(const std::string& dir, bool json, bool verify) {
             ",\"next_offset\":{},\"clock_ms\":{},\"created_ms\":{},\"age_ms\":{},"
             "\"filter\":{},\"format_version\":{},\"logical_bytes\":{},\"disk_bytes\":{},"
             "\"chunk_size\":{},\"chunks\":{},\"distinct_chunks\":{},"
-            "\"config_fingerprint\":\"{:016x}\",\"salt_digest\":\"{:016x}\"",
+            "\"config_fingerprint\":\"{:016x}\",\"tick_scale_fingerprint\":\"{:016x}\","
+            "\"salt_digest\":\"{:016x}\"",
             s.next_offset, s.clock_ms, s.created_ms, now - s.created_ms,
             json_string(filter::to_string(s.filter_type)), s.format_version, s.logical_bytes,
             s.disk_bytes, s.chunk_size, s.chunk_count, s.distinct_chunks, s.fingerprint.config,
-            s.fingerprint.salt_digest);
+            s.fingerprint.tick_scale, s.fingerprint.salt_digest);
       }
       out += "}";
     }

@@ -110,7 +110,7 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       Verdict v = Verdict::kDistinct;
       if (auto it = delivered.find(r->identity); it != delivered.end()) {
         const std::int64_t age = clock - it->second;
-        if (age < window - tick) {
+        if (age <= window) {
           v = Verdict::kDuplicate;
         } else if (age <= window + tick) {
           v = Verdict::kAmbiguous;
@@ -132,7 +132,7 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       }
       if (in_output) {
         if (auto it = emitted.find(r->identity); it != emitted.end()) {
-          if (clock - it->second < window - tick) reemitted_within_window.insert(id);
+          if (clock - it->second <= window) reemitted_within_window.insert(id);
         }
         emitted[r->identity] = clock;
       }

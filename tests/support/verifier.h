@@ -8,10 +8,11 @@
 // filter): per input topic-partition, in offset order, the partition clock is
 // the largest record timestamp seen so far; a record is distinct iff no
 // earlier distinct record of the same identity was delivered less than
-// `window` before the clock. Records whose age against that earlier
-// delivery lies within one tick of the window edge are "ambiguous" (the
-// pipeline judges age in ticks); there the oracle follows what the output
-// did, and they are never counted as lost or unexpected.
+// `window` before the clock (an age of exactly `window` is a duplicate).
+// Records whose age against that earlier delivery lies in (window, window +
+// one tick] are "ambiguous" (filter::TickScale: a delivery is forgotten by
+// the end of the tick after the window); there the oracle follows what the
+// output did, and they are never counted as lost or unexpected.
 //
 // What the report counts, separately:
 //   lost        oracle-distinct input records absent from the output
@@ -64,9 +65,12 @@ struct OutputRecord {
 
 struct VerifySpec {
   std::int64_t window_ms = 0;  ///< the configured window (> 0)
-  std::int64_t tick_ms = 0;    ///< window precision; 0 = window / 64
-  bool check_payload = true;   ///< compare output key/value to the source record
-  std::size_t examples = 5;    ///< examples kept per kind
+  /// Window precision: deliveries older than window + tick_ms must be
+  /// forgotten; between window and window + tick_ms either decision is
+  /// right. 0 = window / 64 (coarser than any default tick).
+  std::int64_t tick_ms = 0;
+  bool check_payload = true;  ///< compare output key/value to the source record
+  std::size_t examples = 5;   ///< examples kept per kind
 };
 
 struct VerifyReport {

@@ -524,12 +524,6 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
     b.error(kFields.count(field) ? KeyPath{"filter", field} : KeyPath{"filter"}, msg);
   } else {
     f = *normalized;
-    if (c.window.count() > 0 && c.window.count() < static_cast<std::int64_t>(f.ticks_per_window)) {
-      b.error({"filter", "ticks_per_window"},
-              std::to_string(f.ticks_per_window) + " ticks do not fit in a window of " +
-                  format_duration_ms(c.window.count()) +
-                  " (a tick must be at least 1ms): lengthen window or lower ticks_per_window");
-    }
   }
   c.filter = f;
 

@@ -475,8 +475,8 @@ class Worker {
     schedule.last_offset = next;
     // serialize() of the AuditedFilter is the inner filter's state.
     state::SnapshotCapture c = state::capture_snapshot(
-        state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), next,
-        slice.clock().now_ms(), shared_.fingerprinter.salt_digest());
+        state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), slice.scale(),
+        next, slice.clock().now_ms(), shared_.fingerprinter.salt_digest());
     spdlog::debug("captured {} at offset {} ({} bytes in {:.3f} ms)", slice.id().str(), next,
                   c.state.size(), static_cast<double>(c.capture_time.count()) / 1e6);
     shared_.snapshotter->offer(std::move(c));
@@ -1445,8 +1445,8 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     std::uint64_t bytes = 0;
   };
   std::map<PartitionId, Loaded> loaded;
-  const state::StateFingerprint fingerprint =
-      state::state_fingerprint(config.filter, shared->fingerprinter.salt_digest());
+  const state::StateFingerprint fingerprint = state::state_fingerprint(
+      config.filter, config.tick_scale(), shared->fingerprinter.salt_digest());
   for (const auto& id : ids) {
     Loaded& l = loaded[id];
     if (store == nullptr || !config.filter_enabled) continue;  // kMissing

@@ -55,18 +55,25 @@ bool ReplayRule::replays(std::int64_t offset) const noexcept {
   return std::binary_search(emitted_.begin(), emitted_.end(), offset);
 }
 
+namespace {
+
+// The filter's ticks_per_window over the configured window; passthrough
+// (no filter) never asks for ticks, any valid scale does.
+filter::TickScale slice_scale(const SliceOptions& options, const filter::SlidingFilter* f) {
+  const std::uint32_t ticks = f != nullptr ? f->config().ticks_per_window : 1;
+  return filter::TickScale(std::max<std::int64_t>(1, options.window_ms), std::max(1U, ticks));
+}
+
+}  // namespace
+
 Slice::Slice(PartitionId id, const SliceOptions& options,
              std::unique_ptr<filter::SlidingFilter> filter, std::int64_t clock_ms,
              std::int64_t next_offset)
     : id_(std::move(id)),
       filter_(std::move(filter)),
       clock_(options.max_future_skew_ms, clock_ms),
-      tick_ms_(1),
+      scale_(slice_scale(options, filter_.get())),
       next_offset_(next_offset) {
-  const std::uint32_t ticks = filter_ ? filter_->config().ticks_per_window : 0;
-  if (ticks > 0 && options.window_ms >= static_cast<std::int64_t>(ticks)) {
-    tick_ms_ = options.window_ms / ticks;
-  }
   counters_->clock_ms.store(clock_ms, std::memory_order_relaxed);
   counters_->next_offset.store(next_offset, std::memory_order_relaxed);
   captures_.last_offset = next_offset;
@@ -84,7 +91,7 @@ filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noe
       break;
   }
   counters_->clock_ms.store(clock_.now_ms(), std::memory_order_relaxed);
-  return static_cast<filter::Tick>(clock_.now_ms() / tick_ms_);
+  return scale_.tick(clock_.now_ms());
 }
 
 void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const filter::Tick> ticks,

@@ -387,14 +387,21 @@ LoadResult<Snapshot> SnapshotStore::Impl::read(const PartitionKey& key,
   if (!manifest) return tl::unexpected(manifest.error());
   const SnapshotInfo& info = manifest->info;
   if (expected && !(info.fingerprint == *expected)) {
-    const bool config = info.fingerprint.config != expected->config;
-    const bool salt = info.fingerprint.salt_digest != expected->salt_digest;
+    std::vector<std::string> changed;
+    if (info.fingerprint.config != expected->config) changed.push_back("filter configuration");
+    if (info.fingerprint.tick_scale != expected->tick_scale) {
+      changed.push_back(info.fingerprint.tick_scale == 0
+                            ? "time -> tick mapping (before it was made exact)"
+                            : "window or ticks_per_window");
+    }
+    if (info.fingerprint.salt_digest != expected->salt_digest) changed.push_back("salt");
+    std::string what;
+    for (std::size_t n = 0; n < changed.size(); ++n) {
+      what += (n == 0 ? "" : n + 1 == changed.size() ? " and " : ", ") + changed[n];
+    }
     return tl::unexpected(
         LoadError{LoadFailure::kConfigChanged,
-                  "snapshot of " + key.to_string() + " was taken with another " +
-                      (config && salt ? "filter configuration and salt"
-                       : config       ? "filter configuration"
-                                      : "salt") +
+                  "snapshot of " + key.to_string() + " was taken with another " + what +
                       "; it cannot be used and the partition is rebuilt from Kafka"});
   }
 

@@ -13,6 +13,8 @@
 namespace kdedup::state {
 namespace {
 
+constexpr filter::TickScale kScale(60'000, 1000);
+
 using kdedup::testing::run_kdedup;
 using kdedup::testing::TempDir;
 
@@ -36,9 +38,12 @@ class SnapshotCli : public ::testing::Test {
     store_ = std::move(*s);
     auto small = exact_filter(100);
     auto large = exact_filter(5000);  // ~120 KB state: 30 chunks
-    ASSERT_TRUE(store_->write(capture_snapshot({"orders", 0}, *small, 100, 1'700'000'000'000, 7)));
-    ASSERT_TRUE(store_->write(capture_snapshot({"orders", 1}, *large, 5000, 1'700'000'050'000, 7)));
-    ASSERT_TRUE(store_->write(capture_snapshot({"clicks", 3}, *small, 42, 1'700'000'000'500, 7)));
+    ASSERT_TRUE(
+        store_->write(capture_snapshot({"orders", 0}, *small, kScale, 100, 1'700'000'000'000, 7)));
+    ASSERT_TRUE(
+        store_->write(capture_snapshot({"orders", 1}, *large, kScale, 5000, 1'700'000'050'000, 7)));
+    ASSERT_TRUE(
+        store_->write(capture_snapshot({"clicks", 3}, *small, kScale, 42, 1'700'000'000'500, 7)));
   }
   TempDir tmp_;
   const std::string dir_ = tmp_.file("state");

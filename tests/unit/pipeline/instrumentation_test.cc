@@ -180,7 +180,8 @@ TEST(Instrumentation, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
   EXPECT_NE(dynamic_cast<const AuditedFilter*>((*slice)->filter()), nullptr);
   EXPECT_EQ((*slice)->filter()->type(), filter::FilterType::kExact);
   // The Slice derives its tick from the (forwarded) config.
-  EXPECT_EQ((*slice)->tick_ms(), 60'000 / (*slice)->filter()->config().ticks_per_window);
+  EXPECT_EQ((*slice)->scale(),
+            filter::TickScale(60'000, (*slice)->filter()->config().ticks_per_window));
   const auto first = inst.find(PartitionId{"in", 2});
   ASSERT_TRUE(first);
   EXPECT_NE(first->probe, nullptr);

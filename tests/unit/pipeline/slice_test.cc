@@ -61,7 +61,7 @@ SliceOptions exact_options(std::int64_t window_ms, std::uint32_t ticks) {
 TEST(Slice, TickIsClockOverTickLength) {
   auto s = Slice::create({"t", 0}, exact_options(10'000, 10));
   ASSERT_TRUE(s) << s.error().message;
-  EXPECT_EQ((*s)->tick_ms(), 1000);
+  EXPECT_EQ((*s)->scale(), filter::TickScale(10'000, 10));
   EXPECT_EQ((*s)->observe(kWall - 2500, kWall), static_cast<Tick>((kWall - 2500) / 1000));
   // no timestamp: judged at the current clock
   EXPECT_EQ((*s)->observe(0, kWall), static_cast<Tick>((kWall - 2500) / 1000));

@@ -30,6 +30,7 @@ using filter::Fingerprint;
 using kdedup::testing::TempDir;
 
 constexpr std::uint64_t kSalt = 0x5a17;
+constexpr filter::TickScale kScale(60'000, 192);
 
 FilterConfig config_of(FilterType type, std::uint32_t ticks = 64) {
   FilterConfig c;
@@ -56,7 +57,7 @@ SnapshotCapture raw_capture(const PartitionKey& key, std::string state, std::int
   c.key = key;
   c.next_offset = offset;
   c.clock_ms = 1000;
-  c.fingerprint = {1, 2};
+  c.fingerprint = {1, 2, 3};
   c.state = std::move(state);
   return c;
 }
@@ -134,16 +135,16 @@ TEST_P(RoundTrip, LoadedFilterMakesTheSameDecisions) {
   TempDir tmp;
   auto store = open_store(tmp.file("state"));
   const PartitionKey key{std::string("in-") + filter::to_string(type), 3};
-  auto report = store->write(capture_snapshot(key, f, 20'000, 123'456, kSalt));
+  auto report = store->write(capture_snapshot(key, f, kScale, 20'000, 123'456, kSalt));
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_TRUE(report->full);
 
-  auto loaded = store->load(key, state_fingerprint(f.config(), kSalt));
+  auto loaded = store->load(key, state_fingerprint(f.config(), kScale, kSalt));
   ASSERT_TRUE(loaded) << loaded.error().message;
   EXPECT_EQ(loaded->info.next_offset, 20'000);
   EXPECT_EQ(loaded->info.clock_ms, 123'456);
   EXPECT_EQ(loaded->info.filter_type, type);
-  EXPECT_EQ(loaded->info.format_version, 1);
+  EXPECT_EQ(loaded->info.format_version, format::kManifestVersion);
   EXPECT_GT(loaded->info.created_ms, 0);
   auto& g = *loaded->filter;
   EXPECT_EQ(g.serialize(), f.serialize());
@@ -164,32 +165,40 @@ INSTANTIATE_TEST_SUITE_P(EveryFilterType, RoundTrip,
 TEST(SnapshotStore, MissingPartitionIsReportedAsMissing) {
   TempDir tmp;
   auto store = open_store(tmp.file("state"));
-  auto loaded = store->load({"t", 0}, {1, 2});
+  auto loaded = store->load({"t", 0}, {1, 2, 3});
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().reason, LoadFailure::kMissing);
   EXPECT_NE(loaded.error().message.find("t/0"), std::string::npos);
 }
 
-TEST(SnapshotStore, ChangedConfigOrSaltIsRefused) {
+TEST(SnapshotStore, ChangedConfigWindowOrSaltIsRefused) {
   TempDir tmp;
   auto store = open_store(tmp.file("state"));
   auto f = filled_exact(1000);
   const PartitionKey key{"t", 1};
-  ASSERT_TRUE(store->write(capture_snapshot(key, *f, 1000, 5, kSalt)));
+  ASSERT_TRUE(store->write(capture_snapshot(key, *f, kScale, 1000, 5, kSalt)));
 
   FilterConfig other = f->config();
   other.ticks_per_window += 1;
-  auto changed = store->load(key, state_fingerprint(other, kSalt));
+  auto changed = store->load(key, state_fingerprint(other, kScale, kSalt));
   ASSERT_FALSE(changed);
   EXPECT_EQ(changed.error().reason, LoadFailure::kConfigChanged);
   EXPECT_NE(changed.error().message.find("filter configuration"), std::string::npos);
 
-  auto salted = store->load(key, state_fingerprint(f->config(), kSalt + 1));
+  // Another window (or the mapping before it was exact) numbers ticks
+  // differently: the same refusal.
+  auto window =
+      store->load(key, state_fingerprint(f->config(), filter::TickScale(30'000, 192), kSalt));
+  ASSERT_FALSE(window);
+  EXPECT_EQ(window.error().reason, LoadFailure::kConfigChanged);
+  EXPECT_NE(window.error().message.find("window"), std::string::npos);
+
+  auto salted = store->load(key, state_fingerprint(f->config(), kScale, kSalt + 1));
   ASSERT_FALSE(salted);
   EXPECT_EQ(salted.error().reason, LoadFailure::kConfigChanged);
   EXPECT_NE(salted.error().message.find("salt"), std::string::npos);
 
-  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kSalt)));
+  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kScale, kSalt)));
 }
 
 TEST(SnapshotStore, IncrementalWriteStoresOnlyChangedChunks) {
@@ -237,15 +246,15 @@ TEST(SnapshotStore, IncrementalWriteOfAGrowingExactFilter) {
   auto store = open_store(tmp.file("state"));
   const PartitionKey key{"t", 0};
   auto f = filled_exact(50'000);  // ~1.2 MB of state
-  auto first = store->write(capture_snapshot(key, *f, 50'000, 1, kSalt));
+  auto first = store->write(capture_snapshot(key, *f, kScale, 50'000, 1, kSalt));
   ASSERT_TRUE(first);
   for (std::uint64_t i = 0; i < 50; ++i) f->test_and_insert({~i, i}, 50'000 / 16);
-  auto second = store->write(capture_snapshot(key, *f, 50'050, 2, kSalt));
+  auto second = store->write(capture_snapshot(key, *f, kScale, 50'050, 2, kSalt));
   ASSERT_TRUE(second);
   // Header chunk (clock, counts) + tail chunk(s) + manifest, not 1.2 MB.
   EXPECT_LE(second->chunks_written, 3u);
   EXPECT_LT(second->bytes_written * 20, first->bytes_written);
-  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kSalt)));
+  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kScale, kSalt)));
 }
 
 TEST(SnapshotStore, RepeatedChunksAreStoredOnce) {
@@ -367,10 +376,43 @@ TEST_F(TamperedSnapshot, UnknownFormatVersionIsReportedAsSuch) {
     const std::string value = db.get(mkey);  // the envelope views into it
     auto env = open_envelope(value, "manifest");
     ASSERT_TRUE(env);
-    db.put(mkey, seal_envelope(env->kind, format::kVersion + 1, env->payload));
+    db.put(mkey, seal_envelope(env->kind, format::kManifestVersion + 1, env->payload));
   });
   EXPECT_EQ(e.reason, LoadFailure::kFormatUnknown);
-  EXPECT_NE(e.message.find("version 2"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("version 3"), std::string::npos) << e.message;
+}
+
+// A manifest of format 1 (written before the time -> tick mapping was made
+// exact: no tick scale fingerprint) still reads, and is refused once as a
+// changed configuration, so the partition is rebuilt.
+TEST_F(TamperedSnapshot, ManifestOfTheOldTickMappingIsRefusedAsConfigChanged) {
+  {
+    RawDb db(dir_);
+    const std::string mkey = format::manifest_key(key_);
+    const std::string value = db.get(mkey);
+    auto env = open_envelope(value, "manifest");
+    ASSERT_TRUE(env);
+    ByteReader r(env->payload);
+    ASSERT_TRUE(r.get_string("topic"));
+    ASSERT_TRUE(r.get<std::int32_t>("partition"));
+    for (const char* field : {"next_offset", "clock_ms", "config", "salt"}) {
+      ASSERT_TRUE(r.get<std::uint64_t>(field));
+    }
+    const std::size_t scale_at = env->payload.size() - r.remaining();
+    std::string v1(env->payload);
+    v1.erase(scale_at, 8);
+    db.put(mkey, seal_envelope(env->kind, 1, v1));
+  }
+  auto store = SnapshotStore::open(dir_, small_chunks());
+  ASSERT_TRUE(store);
+  auto info = (*store)->read(key_, std::nullopt);  // the old manifest still reads
+  ASSERT_TRUE(info) << info.error().message;
+  EXPECT_EQ(info->info.format_version, 1);
+  auto loaded = (*store)->read(key_, StateFingerprint{1, 2, 3});
+  ASSERT_FALSE(loaded);
+  EXPECT_EQ(loaded.error().reason, LoadFailure::kConfigChanged) << loaded.error().message;
+  EXPECT_NE(loaded.error().message.find("before it was made exact"), std::string::npos)
+      << loaded.error().message;
 }
 
 TEST_F(TamperedSnapshot, OtherPartitionsStayReadable) {
@@ -385,7 +427,7 @@ TEST(SnapshotStore, FilterStateThatDoesNotRestoreIsCorrupt) {
   auto store = open_store(tmp.file("state"));
   // Checksums of the store are fine, but the bytes are not a filter state.
   ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(9000, 4))));
-  auto loaded = store->load({"t", 0}, {1, 2});
+  auto loaded = store->load({"t", 0}, {1, 2, 3});
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().reason, LoadFailure::kCorrupt);
   EXPECT_NE(loaded.error().message.find("filter state"), std::string::npos)

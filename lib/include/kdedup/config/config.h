@@ -9,6 +9,7 @@
 // Loading happens once at startup on the main thread; the resulting Config is
 // an immutable value that any thread may read.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -20,6 +21,7 @@
 
 #include "kdedup/common/result.h"
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 
 namespace kdedup::config {
 
@@ -114,9 +116,10 @@ struct Config {
   std::vector<std::string> warnings;
 
   [[nodiscard]] std::int64_t window_ms() const noexcept { return window.count(); }
-  /// Length of one filter tick in milliseconds: the window's precision.
-  [[nodiscard]] std::int64_t tick_ms() const noexcept {
-    return filter.ticks_per_window == 0 ? window.count() : window.count() / filter.ticks_per_window;
+  /// The time -> tick mapping of every partition (window, ticks_per_window).
+  [[nodiscard]] filter::TickScale tick_scale() const noexcept {
+    return filter::TickScale(std::max<std::int64_t>(1, window.count()),
+                             std::max<std::uint32_t>(1, filter.ticks_per_window));
   }
 };
 

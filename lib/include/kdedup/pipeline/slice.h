@@ -23,6 +23,7 @@
 #include "kdedup/common/result.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 #include "kdedup/pipeline/offset_tracker.h"
 #include "kdedup/pipeline/stats.h"
 
@@ -139,8 +140,7 @@ class Slice {
   [[nodiscard]] const PartitionId& id() const noexcept { return id_; }
 
   /// Reads one record's timestamp into the clock (counting capped and missing
-  /// timestamps) and returns the tick it is judged at:
-  /// floor(clock_ms / tick_ms), tick_ms = window / ticks_per_window.
+  /// timestamps) and returns the tick it is judged at: scale().tick(clock).
   filter::Tick observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept;
 
   /// First-test-then-set decisions for a batch (seed 000 §4). With the
@@ -153,7 +153,8 @@ class Slice {
   void set_processed(std::int64_t offset) noexcept;
 
   [[nodiscard]] const PartitionClock& clock() const noexcept { return clock_; }
-  [[nodiscard]] std::int64_t tick_ms() const noexcept { return tick_ms_; }
+  /// The time -> tick mapping (window, ticks_per_window of the filter).
+  [[nodiscard]] const filter::TickScale& scale() const noexcept { return scale_; }
   /// Null in passthrough mode.
   [[nodiscard]] const filter::SlidingFilter* filter() const noexcept { return filter_.get(); }
 
@@ -174,7 +175,7 @@ class Slice {
   PartitionId id_;
   std::unique_ptr<filter::SlidingFilter> filter_;
   PartitionClock clock_;
-  std::int64_t tick_ms_;
+  filter::TickScale scale_;
   std::int64_t next_offset_;
   ReplayRule replay_;
   CaptureSchedule captures_;

@@ -15,6 +15,7 @@
 #include <tl/expected.hpp>
 
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 
 namespace kdedup::state {
 
@@ -28,15 +29,20 @@ struct PartitionKey {
 };
 
 /// Identifies the configuration a filter state was built with. A snapshot is
-/// only usable by a filter with an equal StateFingerprint: another config or
-/// salt gives other decisions (or other fingerprints for the same identity).
+/// only usable by a filter with an equal StateFingerprint: another config,
+/// window, time -> tick mapping or salt gives other decisions (or other
+/// fingerprints for the same identity, or other tick numbers).
 struct StateFingerprint {
   std::uint64_t config = 0;       ///< filter::config_fingerprint()
   std::uint64_t salt_digest = 0;  ///< filter::Fingerprinter::salt_digest()
+  /// filter::TickScale::fingerprint(); 0 in snapshots written before the
+  /// mapping was made exact (manifest format 1), which never matches.
+  std::uint64_t tick_scale = 0;
   friend bool operator==(const StateFingerprint&, const StateFingerprint&) = default;
 };
 
 [[nodiscard]] StateFingerprint state_fingerprint(const filter::FilterConfig& config,
+                                                 const filter::TickScale& scale,
                                                  std::uint64_t salt_digest);
 
 /// Step 1 of a snapshot: an immutable copy of one partition's state, taken on
@@ -58,9 +64,10 @@ struct SnapshotCapture {
 /// copy of the whole state (bench/snapshot_bench.cc measures it; seconds for
 /// a 256 MiB timer filter, see docs/performance.md). Stagger captures of a
 /// worker's partitions. `next_offset` must be the offset after the last
-/// record the filter has seen.
+/// record the filter has seen; `scale` the mapping that numbered its ticks.
 [[nodiscard]] SnapshotCapture capture_snapshot(PartitionKey key,
                                                const filter::SlidingFilter& filter,
+                                               const filter::TickScale& scale,
                                                std::int64_t next_offset, std::int64_t clock_ms,
                                                std::uint64_t salt_digest);
 
