@@ -550,6 +550,8 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.state.reconcile_tail_records =
       b.number<std::int64_t>({"state", "reconcile_tail_records"}, c.state.reconcile_tail_records);
   c.state.min_free_bytes = b.bytes({"state", "min_free_bytes"}, c.state.min_free_bytes);
+  c.state.rebuild_lateness =
+      b.duration({"state", "rebuild_lateness"}, c.state.rebuild_lateness, true);
   c.metrics.address = b.str({"metrics", "address"}, c.metrics.address);
   c.metrics.per_partition = b.boolean({"metrics", "per_partition"}, true);
   c.metrics.audit_sample =

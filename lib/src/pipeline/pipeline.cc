@@ -41,6 +41,7 @@
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/pipeline/transaction.h"
 #include "kdedup/state/snapshot_store.h"
+#include "message_view.h"
 
 namespace kdedup::pipeline {
 
@@ -494,59 +495,45 @@ class Worker {
     actions_.assign(n, Action::kOutput);
     reasons_.assign(n, {});
     emit_ages_ = {};
-    // Replayed records (recovery): decided like the others so the filter
-    // learns them, but nothing is produced and they are not input.
+    // Replayed records (recovery, ReplayRule): the filter decides or learns
+    // them (or only the clock moves), but nothing is produced and they are
+    // not input.
     const ReplayRule& rule = slice.replay();
     const bool any_replay = n > 0 && records.front()->offset() < rule.end();
     replayed_.assign(n, 0);
     fps_.clear();
     ticks_.clear();
+    learn_.clear();
     valid_index_.clear();
+    bool any_learn = false;
     std::size_t stop_at = n;  // first record not processed (on_invalid: fail)
     std::string fail_message;
 
     for (std::size_t i = 0; i < n; ++i) {
       RdKafka::Message& m = *records[i];
-      if (any_replay && rule.replays(m.offset())) {
+      const ReplayRule::Action replay =
+          any_replay ? rule.action(m.offset()) : ReplayRule::Action::kProcess;
+      if (replay != ReplayRule::Action::kProcess && replay != ReplayRule::Action::kDropped) {
         replayed_[i] = 1;
         actions_[i] = Action::kDrop;
       }
-      auto ts = m.timestamp();
-      const std::int64_t ts_ms =
-          ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
-      const filter::Tick tick = slice.observe(ts_ms, now_wall);
+      const filter::Tick tick = slice.observe(timestamp_ms(m), now_wall);
+      // Not delivered by the previous owner: nothing for the filter to learn.
+      if (replay == ReplayRule::Action::kSkip) continue;
 
-      // Header values are only viewed; names are copied because librdkafka's
-      // C++ Header returns them by value.
-      header_copies_.clear();
-      header_names_.clear();
-      header_views_.clear();
-      if (const RdKafka::Headers* hs = m.headers(); hs != nullptr && hs->size() > 0) {
-        header_copies_ = hs->get_all();
-        for (const auto& h : header_copies_) header_names_.push_back(h.key());
-        for (std::size_t h = 0; h < header_copies_.size(); ++h) {
-          identity::RecordHeader rh{};
-          rh.name = header_names_[h];
-          if (header_copies_[h].value() != nullptr) {
-            rh.value = std::string_view(static_cast<const char*>(header_copies_[h].value()),
-                                        header_copies_[h].value_size());
-          }
-          header_views_.push_back(rh);
-        }
-      }
-      identity::RecordView view;
-      if (m.key_pointer() != nullptr) {
-        view.key = std::string_view(static_cast<const char*>(m.key_pointer()), m.key_len());
-      }
-      if (m.payload() != nullptr) {
-        view.value = std::string_view(static_cast<const char*>(m.payload()), m.len());
-      }
-      view.headers = header_views_;
-      auto extracted = extractor_.extract(view);
+      auto extracted = extractor_.extract(message_view_.of(m));
       if (extracted) {
+        if (replay == ReplayRule::Action::kDropped) {
+          // The previous owner dropped it; the filter is not asked again.
+          actions_[i] = Action::kDuplicate;
+          continue;
+        }
         if (cfg.filter_enabled) {
           fps_.push_back(shared_.fingerprinter(extracted->identity));
           ticks_.push_back(tick);
+          const bool learn = replay == ReplayRule::Action::kLearn;
+          learn_.push_back(learn ? 1 : 0);
+          any_learn |= learn;
           valid_index_.push_back(i);
         }
         continue;
@@ -587,7 +574,9 @@ class Worker {
       // Fingerprints of records after a fail stop were never collected, so
       // the filter only learns records that are processed.
       decisions_.resize(fps_.size());
-      slice.decide(fps_, ticks_, decisions_);
+      slice.decide(
+          fps_, ticks_, decisions_,
+          any_learn ? std::span<const std::uint8_t>(learn_) : std::span<const std::uint8_t>());
       for (std::size_t v = 0; v < valid_index_.size(); ++v) {
         if (decisions_[v] == filter::Decision::kDuplicate && !replayed_[valid_index_[v]])
           actions_[valid_index_[v]] = Action::kDuplicate;
@@ -776,14 +765,39 @@ class Worker {
   std::vector<std::optional<identity::ExtractError>> reasons_;
   std::vector<filter::Fingerprint> fps_;
   std::vector<filter::Tick> ticks_;
+  std::vector<std::uint8_t> learn_;  // per fps_ element: ReplayRule::kLearn
   std::vector<filter::Decision> decisions_;
   std::vector<std::size_t> valid_index_;
   std::vector<OffsetTracker::Processed> processed_;
-  std::vector<RdKafka::Headers::Header> header_copies_;
-  std::vector<std::string> header_names_;
-  std::vector<identity::RecordHeader> header_views_;
+  MessageView message_view_;
   metrics::EmitAgeCounts emit_ages_;  // this batch's output records
 };
+
+}  // namespace
+
+namespace {
+
+bool plan_restores(const RecoveryPlan& plan) {
+  return plan.filter == RecoveryPlan::FilterSource::kRestored;
+}
+
+/// Inserts deliveries found only in the output into a new slice's filter,
+/// oldest first (the filter's clock only moves forward); returns how many.
+std::size_t learn_in_tick_order(Slice& slice,
+                                std::vector<std::pair<filter::Tick, filter::Fingerprint>>& found) {
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<filter::Fingerprint> fps;
+  std::vector<filter::Tick> ticks;
+  for (const auto& [tick, fp] : found) {
+    ticks.push_back(tick);
+    fps.push_back(fp);
+  }
+  std::vector<filter::Decision> out(fps.size());
+  const std::vector<std::uint8_t> learn(fps.size(), 1);
+  slice.decide(fps, ticks, out, learn);
+  return fps.size();
+}
 
 }  // namespace
 
@@ -825,6 +839,9 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb,
   std::unique_ptr<RdKafka::Producer> producer;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
   std::unique_ptr<Shared> shared;
+  // The consumer thread's extractor: recovery learns identities from output
+  // records whose input was deleted by retention.
+  std::optional<identity::IdentityExtractor> recovery_extractor;
   state::SnapshotStore* store = nullptr;     // null: no snapshots
   std::unique_ptr<Snapshotter> snapshotter;  // set when store is
   std::int32_t output_partitions = -1;       // from check_topics(); -1 = ask on first use
@@ -1006,6 +1023,9 @@ Status Pipeline::Impl::build_clients() {
   const std::uint32_t threads = std::max<std::uint32_t>(1, config.threads);
   for (std::uint32_t i = 0; i < threads; ++i) {
     auto extractor = identity::IdentityExtractor::create(config.identity.extractor);
+    if (extractor && !recovery_extractor) {
+      recovery_extractor = identity::IdentityExtractor::create(config.identity.extractor).value();
+    }
     if (!extractor) return fail("identity.extractor: " + extractor.error().message);
     workers.push_back(std::make_unique<Worker>(i, *shared, std::move(*extractor)));
   }
@@ -1411,34 +1431,7 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
   }
   const auto t_offsets = Clock::now();
 
-  // 2. Output reconciliation: what a previous owner already emitted.
-  ReconcileReport tail;
-  if (config.delivery == config::Delivery::kIdempotent) {
-    const ReconcileOptions opts = reader_options();
-    if (output_partitions < 0) {
-      auto n = output_partition_count(opts, config.output.topic);
-      if (!n) return tl::unexpected(n.error());
-      output_partitions = *n;
-    }
-    std::set<std::int32_t> read;
-    for (const auto& id : ids) {
-      for (std::int32_t p :
-           output_partitions_to_read(config.output.partitioning, id.partition, output_partitions)) {
-        read.insert(p);
-      }
-    }
-    auto r = read_output_tail(opts, config.output.topic,
-                              std::vector<std::int32_t>(read.begin(), read.end()));
-    if (!r) {
-      return fail(r.error().message +
-                  "; not starting these partitions: without it records a previous owner "
-                  "already emitted would be emitted again");
-    }
-    tail = std::move(*r);
-  }
-  const auto t_tail = Clock::now();
-
-  // 3. Snapshots.
+  // 2. Snapshots.
   struct Loaded {
     SnapshotOffer offer;
     std::unique_ptr<filter::SlidingFilter> filter;
@@ -1459,22 +1452,87 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
   }
   const auto t_snapshots = Clock::now();
 
-  // 4. Where a rebuild without a usable snapshot starts: one window before C.
-  std::map<PartitionId, std::int64_t> need;
+  // 3. The committed positions: the timestamp of the record before C bounds
+  //    how old the deliveries after C can be; without a usable snapshot,
+  //    also where the rebuild starts: one window (and the tick after it)
+  //    before C.
+  std::map<PartitionId, std::int64_t> positions;
+  std::set<PartitionId> rebuild;
   for (const auto& id : ids) {
     const auto& c = committed[id];
     const auto [low, high] = marks[id];
+    if (!c || *c <= low || *c - 1 >= high) continue;
+    positions[id] = *c;
     const auto& snap = loaded[id].offer.snapshot;
-    const bool usable = snap && c && snap->next_offset <= *c && snap->next_offset >= low;
-    if (!usable && config.filter_enabled && c && *c > low && *c - 1 < high) need[id] = *c;
+    const bool usable = snap && snap->next_offset <= *c && snap->next_offset >= low;
+    if (!usable && config.filter_enabled) rebuild.insert(id);
   }
-  std::map<PartitionId, std::int64_t> starts;
-  if (!need.empty()) {
-    auto r = find_window_starts(reader_options(), need, config.window_ms());
-    if (!r) return tl::unexpected(r.error());
-    starts = std::move(*r);
-  }
+  const filter::TickScale scale = config.tick_scale();
+  auto points = find_commit_points(reader_options(), positions, rebuild,
+                                   scale.window_ms() + scale.tick_ms_ceil());
+  if (!points) return tl::unexpected(points.error());
   const auto t_windows = Clock::now();
+
+  // 4. The output: what was delivered. Its tail for reconciliation
+  //    (idempotent mode: what was emitted past C), back to the window start
+  //    for a rebuild (less state.rebuild_lateness for records that came
+  //    late), and further back where a partition's uncommitted output
+  //    outgrew the tail (read_output).
+  ReconcileReport tail;
+  std::map<PartitionId, std::vector<std::pair<filter::Tick, filter::Fingerprint>>> learned;
+  const bool reconcile = config.delivery == config::Delivery::kIdempotent;
+  const std::int64_t lateness = config.state.rebuild_lateness.count();
+  if (reconcile || !rebuild.empty()) {
+    const ReconcileOptions opts = reader_options();
+    if (output_partitions < 0) {
+      auto n = output_partition_count(opts, config.output.topic);
+      if (!n) return tl::unexpected(n.error());
+      output_partitions = *n;
+    }
+    std::set<std::int32_t> read;
+    std::map<std::int32_t, std::int64_t> since;
+    std::map<PartitionId, Coverage> cover;
+    std::map<PartitionId, std::int64_t> gone;  // rebuilds: input below this was deleted
+    for (const auto& id : ids) {
+      const auto point = points->find(id);
+      const bool rebuilt = point != points->end() && point->second.window_offset;
+      if (!reconcile && !rebuilt) continue;
+      Coverage& c = cover[id];
+      c.from_offset = committed[id].value_or(0);
+      if (rebuilt && marks[id].first > 0) gone[id] = marks[id].first;
+      if (point != points->end()) c.since_ms = point->second.timestamp_ms - lateness;
+      for (std::int32_t p :
+           output_partitions_to_read(config.output.partitioning, id.partition, output_partitions)) {
+        read.insert(p);
+        if (!rebuilt) continue;
+        const std::int64_t from = point->second.since_ms - lateness;
+        auto [it, added] = since.try_emplace(p, from);
+        if (!added) it->second = std::min(it->second, from);
+      }
+    }
+    // Deliveries whose input record is gone cannot be replayed: their
+    // identities are learned from the output record itself, at the tick of
+    // its timestamp (its partition clock was at least that).
+    const filter::Fingerprinter& fingerprinter = shared->fingerprinter;
+    auto learn_gone = [&](const Provenance& p, const identity::RecordView& record,
+                          std::int64_t ts) {
+      auto g = gone.find(p.source);
+      if (g == gone.end() || p.offset >= g->second || !recovery_extractor) return;
+      if (auto id = recovery_extractor->extract(record)) {
+        learned[p.source].emplace_back(scale.tick(ts), fingerprinter(id->identity));
+      }
+    };
+    auto r =
+        read_output(opts, config.output.topic, std::vector<std::int32_t>(read.begin(), read.end()),
+                    since, cover, gone.empty() ? DeliveryVisitor() : DeliveryVisitor(learn_gone));
+    if (!r) {
+      return fail(r.error().message +
+                  "; not starting these partitions: without it records a previous owner "
+                  "already emitted would be emitted again, or the filter could not be rebuilt");
+    }
+    tail = std::move(*r);
+  }
+  const auto t_tail = Clock::now();
 
   // 5. Plan, build the Slice, hand it to a worker.
   for (const auto& id : ids) {
@@ -1483,9 +1541,13 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     in.partition = id;
     in.snapshot = loaded[id].offer;
     in.committed = committed[id];
-    in.highest_emitted = tail.highest(id);
+    // delivery: transactional reconciles nothing: aborted output is not
+    // visible to read_committed readers and committed output matches C.
+    if (reconcile) in.highest_emitted = tail.highest(id);
     in.window_ms = std::max<std::int64_t>(1, config.window_ms());
-    if (auto it = starts.find(id); it != starts.end()) in.window_start_offset = it->second;
+    if (auto it = points->find(id); it != points->end()) {
+      in.window_start_offset = it->second.window_offset;
+    }
     in.low_watermark = low;
     auto plan = plan_recovery(in);
     if (!plan) return tl::unexpected(plan.error());
@@ -1501,18 +1563,18 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     auto slice = hooks.make_slice ? hooks.make_slice(id, options, std::move(start))
                                   : Slice::create(id, options, std::move(start));
     if (!slice) return fail("cannot set up partition " + id.str() + ": " + slice.error().message);
+    std::size_t learned_from_output = 0;
+    if (auto l = learned.find(id); l != learned.end() && !plan_restores(*plan)) {
+      learned_from_output = learn_in_tick_order(**slice, l->second);
+    }
 
     std::vector<std::int64_t> emitted = tail.emitted(id);
-    if (!tail.truncated.empty() && !emitted.empty() && emitted.front() > plan->committed_until &&
-        in.committed) {
-      spdlog::warn(
-          "{}: the output tail read ({} records per output partition) reaches back only to "
-          "source offset {}, the committed offset is {}: a record in between that a previous "
-          "owner emitted may be emitted again; raise state.reconcile_tail_records",
-          id.str(), config.state.reconcile_tail_records, emitted.front(), plan->committed_until);
-    }
-    (*slice)->set_replay(
-        ReplayRule(plan->committed_until, plan->rebuild_until, std::move(emitted)));
+    const bool restored = plan_restores(*plan);
+    ReplayRule rule(restored ? ReplayRule::Below::kSnapshot : ReplayRule::Below::kDelivered,
+                    plan->committed_until, plan->rebuild_until, std::move(emitted),
+                    config.output.partitioning == config::Partitioning::kInput);
+    const std::size_t delivered = rule.delivered();
+    (*slice)->set_replay(std::move(rule));
 
     Assigned a;
     a.worker = choose_worker(slices_per_worker);
@@ -1536,7 +1598,15 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
 
     const bool unusable =
         plan->snapshot_refusal && *plan->snapshot_refusal != SnapshotRefusal::kMissing;
-    spdlog::log(unusable ? spdlog::level::warn : spdlog::level::info, "{}", plan->explanation);
+    spdlog::log(unusable ? spdlog::level::warn : spdlog::level::info, "{}{}", plan->explanation,
+                plan->reason == RecoveryReason::kRebuildFromWindow
+                    ? fmt::format("; {} delivered records found in the output{}", delivered,
+                                  learned_from_output == 0
+                                      ? std::string()
+                                      : fmt::format(", {} of them learned from the output "
+                                                    "itself (their input is gone)",
+                                                    learned_from_output))
+                    : std::string());
 
     Work work;
     work.kind = Work::Kind::kAdopt;
@@ -1550,11 +1620,16 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     fetch[id] = plan->fetch_from.value_or(RdKafka::Topic::OFFSET_INVALID);
   }
   spdlog::info(
-      "recovery of {} partition(s) planned in {:.0f} ms (offsets {:.0f} ms, output tail {:.0f} "
-      "ms for {} records, snapshots {:.0f} ms, window starts {:.0f} ms)",
+      "recovery of {} partition(s) planned in {:.0f} ms (offsets {:.0f} ms, snapshots {:.0f} ms, "
+      "window starts {:.0f} ms, output {:.0f} ms for {} records{})",
       ids.size(), ms_between(t0, Clock::now()), ms_between(t0, t_offsets),
-      ms_between(t_offsets, t_tail), tail.records_read, ms_between(t_tail, t_snapshots),
-      ms_between(t_snapshots, t_windows));
+      ms_between(t_offsets, t_snapshots), ms_between(t_snapshots, t_windows),
+      ms_between(t_windows, t_tail), tail.records_read,
+      tail.extended == 0
+          ? std::string()
+          : fmt::format(", {} output partition(s) read back to the committed offsets: their "
+                        "uncommitted output outgrew state.reconcile_tail_records",
+                        tail.extended));
   return fetch;
 }
 

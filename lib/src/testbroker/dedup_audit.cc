@@ -126,15 +126,19 @@ AuditReport audit_dedup(std::vector<AuditInput> inputs, const std::vector<AuditO
     report.observed_fpp =
         static_cast<double>(report.false_positives) / static_cast<double>(report.new_candidates);
   }
-  // Binomial upper bound: mean + 4 standard deviations, plus a little slack
-  // for small streams.
-  const double mean = rules.fpp * static_cast<double>(report.new_candidates);
-  report.fp_bound = static_cast<std::uint64_t>(std::ceil(mean + 4.0 * std::sqrt(mean) + 5.0));
+  report.fp_bound = false_positive_bound(rules.fpp, report.new_candidates);
   if (report.false_positives > report.fp_bound) {
     problem(fmt::format("{} false positives exceed the bound {} for fpp {} over {} new records",
                         report.false_positives, report.fp_bound, rules.fpp, report.new_candidates));
   }
   return report;
+}
+
+std::uint64_t false_positive_bound(double fpp, std::uint64_t new_records) {
+  // Binomial upper bound: mean + 4 standard deviations, plus a little slack
+  // for small streams.
+  const double mean = fpp * static_cast<double>(new_records);
+  return static_cast<std::uint64_t>(std::ceil(mean + 4.0 * std::sqrt(mean) + 5.0));
 }
 
 }  // namespace kdedup::testbroker

@@ -76,6 +76,11 @@ struct StateConfig {
   /// Free space kept on the state volume: a snapshot that would leave less
   /// is refused as "disk full" (state::StoreOptions::min_free_bytes).
   std::uint64_t min_free_bytes = 64ULL << 20;
+  /// A partition rebuilt from the output (no usable snapshot) reads the
+  /// output back to this much before the window: a delivered record whose
+  /// timestamp is older than the record before it by more than this (a late
+  /// record) may be missed by the rebuild.
+  milliseconds rebuild_lateness{60'000};
 };
 
 struct MetricsConfig {

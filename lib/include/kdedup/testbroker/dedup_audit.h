@@ -71,4 +71,9 @@ struct AuditReport {
                                       const std::vector<AuditOutput>& outputs,
                                       const AuditRules& rules);
 
+/// The most false positives a filter at `fpp` may show over `new_records`
+/// records that were new given what was emitted, without failing a check:
+/// the binomial mean + 4 standard deviations + 5.
+[[nodiscard]] std::uint64_t false_positive_bound(double fpp, std::uint64_t new_records);
+
 }  // namespace kdedup::testbroker
