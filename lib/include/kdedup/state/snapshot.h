@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <tl/expected.hpp>
 
@@ -26,6 +27,10 @@ struct PartitionKey {
   /// "topic/partition", for messages.
   [[nodiscard]] std::string to_string() const;
 };
+
+/// "in[1-3,7], orders[0]": partitions grouped by topic with ranges, so a log
+/// line stays readable with a thousand partitions.
+[[nodiscard]] std::string summarize(std::vector<PartitionKey> keys);
 
 /// Identifies the configuration a filter state was built with. A snapshot is
 /// only usable by a filter with an equal StateFingerprint: another config or
