@@ -54,6 +54,9 @@ inline constexpr std::size_t kMaxFileBytes = 4u << 20;
 bool parse_yaml_document(std::string_view text, const std::string& source, const EnvLookup& env,
                          Document& doc, std::vector<Issue>& errors);
 
+/// What error messages print instead of a secret's value.
+inline constexpr const char* kHiddenValue = "(value hidden)";
+
 /// Applies one "key.path=value" override to `doc`.
 void apply_override(std::string_view assignment, Document& doc, std::vector<Issue>& errors);
 

@@ -87,7 +87,8 @@ Status apply_properties(RdKafka::Conf& conf, const config::KafkaProperties& prop
   for (const auto& [key, value] : props) {
     std::string err;
     if (conf.set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(std::string(section) + " property '" + key + "': " + err);
+      return fail(std::string(section) + " property '" + key +
+                  "': " + config::kafka_property_error(key, value, err));
     }
   }
   return {};

@@ -106,7 +106,8 @@ Result<std::unique_ptr<RdKafka::Consumer>> make_consumer(const ReconcileOptions&
   props["enable.auto.offset.store"] = "false";
   for (const auto& [key, value] : props) {
     if (conf->set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(fmt::format("output reconciliation: consumer property '{}': {}", key, err));
+      return fail(fmt::format("output reconciliation: consumer property '{}': {}", key,
+                              config::kafka_property_error(key, value, err)));
     }
   }
   std::unique_ptr<RdKafka::Consumer> consumer(RdKafka::Consumer::create(conf.get(), err));

@@ -119,6 +119,34 @@ TEST_F(Validate, ProtectedKeyIsRejectedWithTheReason) {
   EXPECT_THAT(by_flag.err, HasSubstr("--set producer.enable.idempotence=false"));
 }
 
+// librdkafka's own check, as `kdedup run` applies the properties to its
+// clients: an unknown name or an invalid value is an error at its key path.
+TEST_F(Validate, LibrdkafkaRefusesUnknownPropertiesAndInvalidValues) {
+  const std::string path = write(std::string(kGood) +
+                                 "  no.such.property: 1\n"
+                                 "consumer:\n  socket.timeout.ms: soon\n"
+                                 "producer:\n  linger.ms: 5\n");
+  auto r = validate({"--config", path});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("error: kafka.no.such.property: librdkafka refuses it: No such "
+                               "configuration property"));
+  EXPECT_THAT(r.err, HasSubstr("kdedup.yaml:12:"));
+  EXPECT_THAT(r.err,
+              HasSubstr("error: consumer.socket.timeout.ms: librdkafka refuses it: Invalid value"));
+  EXPECT_THAT(r.err, HasSubstr("2 errors")) << r.err;
+  // `kdedup run` stops on the same errors, with the same words, before it
+  // touches a state dir or connects to anything.
+  auto run = run_process(
+      {KDEDUP_BINARY, "run", "--config", path, "--set", "state.dir=", "--set", "metrics.address="});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("error: kafka.no.such.property: librdkafka refuses it"));
+  EXPECT_THAT(run.err, HasSubstr("error: consumer.socket.timeout.ms: librdkafka refuses it"));
+  auto by_flag = validate({"--config", write(kGood), "--set", "producer.acks=sometimes"});
+  EXPECT_EQ(by_flag.exit_code, 2);
+  EXPECT_THAT(by_flag.err, HasSubstr("error: producer.acks: librdkafka refuses it"));
+  EXPECT_THAT(by_flag.err, HasSubstr("--set producer.acks=sometimes"));
+}
+
 TEST_F(Validate, SemanticErrors) {
   auto r = validate({"--config", write(kGood), "--set", "output.topic=in", "--set", "dlq_topic="});
   EXPECT_EQ(r.exit_code, 2);

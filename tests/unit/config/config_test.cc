@@ -284,6 +284,41 @@ producer: {enable.idempotence: false, transactional.id: t}
   EXPECT_TRUE(has_error_at(set, "kafka.enable.auto.commit", "cannot be set")) << errors_of(set);
 }
 
+TEST(ConfigLoad, LibrdkafkaChecksEveryPropertyAtItsKeyPath) {
+  auto r = check(std::string(kMinimal) + R"(
+  no.such.property: 1
+  socket.timeout.ms: 30000
+consumer: {socket.timeout.ms: soon, fetch.wait.max.ms: 10}
+producer: {acks: sometimes, linger.ms: 5, compression.type: zstd}
+)");
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(has_error_at(r, "kafka.no.such.property", "No such configuration property"))
+      << errors_of(r);
+  EXPECT_TRUE(has_error_at(r, "consumer.socket.timeout.ms", "Invalid value")) << errors_of(r);
+  EXPECT_TRUE(has_error_at(r, "producer.acks", "librdkafka refuses it")) << errors_of(r);
+  EXPECT_EQ(r.errors.size(), 3u) << errors_of(r);
+  EXPECT_TRUE(check_kafka_property("linger.ms", "5"));
+  EXPECT_FALSE(check_kafka_property("linger.ms", "-5"));
+}
+
+TEST(ConfigSecrets, WhichLibrdkafkaPropertiesAreSecret) {
+  for (const char* name :
+       {"sasl.password", "ssl.key.password", "ssl.key.pem", "ssl_key", "ssl.keystore.password",
+        "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config", "SSL.KEY.PASSWORD"}) {
+    EXPECT_TRUE(is_secret_property(name)) << name;
+  }
+  for (const char* name : {"bootstrap.servers", "sasl.username", "linger.ms", "client.id"}) {
+    EXPECT_FALSE(is_secret_property(name)) << name;
+  }
+  // librdkafka's message may quote the value: a secret's never comes out.
+  const std::string error = kafka_property_error(
+      "ssl.key.password", "hunter2", "Invalid value \"hunter2\" for configuration property");
+  EXPECT_EQ(error.find("hunter2"), std::string::npos) << error;
+  EXPECT_THAT(error, HasSubstr("(value hidden)"));
+  EXPECT_THAT(kafka_property_error("acks", "sometimes", "Invalid value \"sometimes\""),
+              HasSubstr("sometimes"));
+}
+
 TEST(ConfigLoad, TransactionalDeliveryNeedsAStableInstanceId) {
   auto none = check(kMinimal, {"delivery=transactional"});
   EXPECT_TRUE(has_error_at(none, "delivery", "consumer.group.instance.id")) << errors_of(none);
