@@ -280,6 +280,7 @@ std::string explain(const std::string& description, const KeyPath& path, const J
   if (schema == nullptr || value == nullptr) return description;
   std::string given = value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump();
   if (given.size() > 80) given = given.substr(0, 77) + "...";
+  if (detail::may_hold_secret(path)) given = detail::kHiddenValue;
   if (description.find("enum") != std::string::npos && schema->contains("enum")) {
     std::string allowed;
     for (const auto& e : (*schema)["enum"])

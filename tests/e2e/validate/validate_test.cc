@@ -147,6 +147,40 @@ TEST_F(Validate, LibrdkafkaRefusesUnknownPropertiesAndInvalidValues) {
   EXPECT_THAT(by_flag.err, HasSubstr("--set producer.acks=sometimes"));
 }
 
+// A secret given with the wrong type, by file or by --set, is named by its
+// key path but its value never appears (salt, passwords, keys, secrets).
+TEST_F(Validate, SecretValuesAreNeverPrinted) {
+  std::string yaml = kGood;
+  yaml.replace(yaml.find("salt: s"), 7, "salt: [salt-in-a-list]");
+  yaml +=
+      "  sasl.password: [password-in-a-list]\n"
+      "  ssl.key.pem: {pem: key-in-a-map}\n"
+      "consumer:\n  sasl.oauthbearer.client.secret: [client-secret-in-a-list]\n";
+  const std::string path = write(yaml);
+  const std::vector<std::string> secrets = {"salt-in-a-list", "password-in-a-list",
+                                            "key-in-a-map",   "client-secret-in-a-list",
+                                            "flag-salt",      "flag-password"};
+  for (const std::string command : {"validate", "run"}) {
+    auto r = run_process({KDEDUP_BINARY, command, "--config", path, "--set",
+                          "identity={salt: [flag-salt]}", "--set",
+                          "producer.ssl.key.password=[flag-password]", "--set",
+                          "state.dir=", "--set", "metrics.address="});
+    EXPECT_EQ(r.exit_code, 2) << command;
+    for (const char* key :
+         {"identity.salt:", "kafka.sasl.password:", "kafka.ssl.key.pem:",
+          "consumer.sasl.oauthbearer.client.secret:", "producer.ssl.key.password:"}) {
+      EXPECT_THAT(r.err, HasSubstr(key)) << command << "\n" << r.err;
+    }
+    EXPECT_THAT(r.err, HasSubstr("(value hidden)")) << r.err;
+    for (const auto& secret : secrets) {
+      EXPECT_EQ(r.err.find(secret), std::string::npos)
+          << command << " printed '" << secret << "':\n"
+          << r.err;
+      EXPECT_EQ(r.out.find(secret), std::string::npos) << command << r.out;
+    }
+  }
+}
+
 TEST_F(Validate, SemanticErrors) {
   auto r = validate({"--config", write(kGood), "--set", "output.topic=in", "--set", "dlq_topic="});
   EXPECT_EQ(r.exit_code, 2);

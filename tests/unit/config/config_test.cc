@@ -319,6 +319,34 @@ TEST(ConfigSecrets, WhichLibrdkafkaPropertiesAreSecret) {
               HasSubstr("sometimes"));
 }
 
+TEST(ConfigSecrets, WrongTypesNameTheKeyButNeverTheValue) {
+  auto r = check(R"(
+group_id: g
+input: {topics: [in]}
+output: {topic: out}
+window: 10m
+dlq_topic: dlq
+identity: {salt: [the-salt]}
+kafka: {bootstrap.servers: "k:1", sasl.password: [the-password], ssl.key.pem: {a: the-pem}}
+producer: {sasl.oauthbearer.client.secret: [the-client-secret]}
+)",
+                 {"consumer.ssl.key.password=[the-flag-password]", "kafka=[the-whole-map]"});
+  EXPECT_FALSE(r.ok());
+  const std::string all = errors_of(r);
+  for (const char* key : {"identity.salt", "producer.sasl.oauthbearer.client.secret",
+                          "consumer.ssl.key.password", "kafka"}) {
+    EXPECT_TRUE(has_error_at(r, key)) << key << "\n" << all;
+  }
+  for (const char* secret : {"the-salt", "the-password", "the-pem", "the-client-secret",
+                             "the-flag-password", "the-whole-map"}) {
+    EXPECT_EQ(all.find(secret), std::string::npos) << secret << " printed:\n" << all;
+  }
+  EXPECT_THAT(all, HasSubstr("--set consumer.ssl.key.password=(value hidden)"));
+  // Other values are still quoted: they help and are not secret.
+  auto other = check(kMinimal, {"group_id=[a-group]"});
+  EXPECT_THAT(errors_of(other), HasSubstr("a-group"));
+}
+
 TEST(ConfigLoad, TransactionalDeliveryNeedsAStableInstanceId) {
   auto none = check(kMinimal, {"delivery=transactional"});
   EXPECT_TRUE(has_error_at(none, "delivery", "consumer.group.instance.id")) << errors_of(none);
