@@ -23,6 +23,7 @@
 #include <valijson/validator.hpp>
 
 #include "kdedup/common/duration.h"
+#include "kdedup/filter/fingerprint.h"
 #include "schema_embed.h"
 #include "yaml_json.h"
 
@@ -638,6 +639,16 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
                              "empty: anyone who knows the hash can craft identities that collide "
                              "with others' and suppress them; set a secret (e.g. ${KDEDUP_SALT})",
                              it == doc.where.end() ? "" : it->second});
+  } else if (c.identity.salt.size() < filter::kMinSaltBytes) {
+    auto it = doc.where.find("/identity/salt");
+    warnings.push_back(Issue{
+        "identity.salt",
+        std::to_string(c.identity.salt.size()) + " bytes, shorter than " +
+            std::to_string(filter::kMinSaltBytes) +
+            ": a short salt can be guessed offline from the check value snapshots store "
+            "(kdedup snapshot inspect shows it), and then colliding identities crafted; use " +
+            std::to_string(filter::kMinSaltBytes) + " or more random bytes",
+        it == doc.where.end() ? "" : it->second});
   }
   for (const auto& w : warnings) c.warnings.push_back(to_string(w));
   return c;

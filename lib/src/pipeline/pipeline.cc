@@ -301,6 +301,7 @@ struct Shared {
   SliceHooks& hooks;
   Snapshotter* snapshotter = nullptr;  // null: no snapshots
   OpenTransaction* txn = nullptr;      // set with delivery: transactional
+  std::uint64_t salt_check = 0;        // filter::salt_check(), only with snapshots
 };
 
 /// One worker thread and its queue. The queue is the only thing shared with
@@ -475,9 +476,9 @@ class Worker {
     if (next < 0 || next == schedule.last_offset) return;
     schedule.last_offset = next;
     // serialize() of the AuditedFilter is the inner filter's state.
-    state::SnapshotCapture c = state::capture_snapshot(
-        state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), next,
-        slice.clock().now_ms(), shared_.fingerprinter.salt_digest());
+    state::SnapshotCapture c =
+        state::capture_snapshot(state::PartitionKey{slice.id().topic, slice.id().partition},
+                                *slice.filter(), next, slice.clock().now_ms(), shared_.salt_check);
     spdlog::debug("captured {} at offset {} ({} bytes in {:.3f} ms)", slice.id().str(), next,
                   c.state.size(), static_cast<double>(c.capture_time.count()) / 1e6);
     shared_.snapshotter->offer(std::move(c));
@@ -1004,6 +1005,15 @@ Status Pipeline::Impl::build_clients() {
   shared = std::make_unique<Shared>(
       Shared{config, output_producer(), fatal, filter::Fingerprinter(config.identity.salt), hooks});
   if (transactional()) shared->txn = &open_txn;
+  if (store != nullptr && config.filter_enabled) {
+    // Slow on purpose (Argon2id): once per process, not per snapshot.
+    const auto t0 = Clock::now();
+    auto check = filter::salt_check(config.identity.salt);
+    if (!check) return fail("state.dir: " + check.error().message);
+    shared->salt_check = *check;
+    spdlog::debug("salt check value for snapshots derived in {} ms",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  }
   const std::uint32_t threads = std::max<std::uint32_t>(1, config.threads);
   for (std::uint32_t i = 0; i < threads; ++i) {
     auto extractor = identity::IdentityExtractor::create(config.identity.extractor);
@@ -1447,7 +1457,7 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
   };
   std::map<PartitionId, Loaded> loaded;
   const state::StateFingerprint fingerprint =
-      state::state_fingerprint(config.filter, shared->fingerprinter.salt_digest());
+      state::state_fingerprint(config.filter, shared->salt_check);
   for (const auto& id : ids) {
     Loaded& l = loaded[id];
     if (store == nullptr || !config.filter_enabled) continue;  // kMissing

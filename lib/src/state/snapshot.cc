@@ -36,19 +36,19 @@ std::string summarize(std::vector<PartitionKey> keys) {
   return out;
 }
 
-StateFingerprint state_fingerprint(const filter::FilterConfig& config, std::uint64_t salt_digest) {
-  return StateFingerprint{filter::config_fingerprint(config), salt_digest};
+StateFingerprint state_fingerprint(const filter::FilterConfig& config, std::uint64_t salt_check) {
+  return StateFingerprint{filter::config_fingerprint(config), salt_check};
 }
 
 SnapshotCapture capture_snapshot(PartitionKey key, const filter::SlidingFilter& filter,
                                  std::int64_t next_offset, std::int64_t clock_ms,
-                                 std::uint64_t salt_digest) {
+                                 std::uint64_t salt_check) {
   const auto start = std::chrono::steady_clock::now();
   SnapshotCapture c;
   c.key = std::move(key);
   c.next_offset = next_offset;
   c.clock_ms = clock_ms;
-  c.fingerprint = state_fingerprint(filter.config(), salt_digest);
+  c.fingerprint = state_fingerprint(filter.config(), salt_check);
   c.filter_type = filter.type();
   // The only work on the worker: everything else (hashing, diffing, writing)
   // happens on the store's writer thread.

@@ -516,7 +516,7 @@ LoadResult<Snapshot> SnapshotStore::Impl::read(const PartitionKey& key,
   const SnapshotInfo& info = manifest->info;
   if (expected && !(info.fingerprint == *expected)) {
     const bool config = info.fingerprint.config != expected->config;
-    const bool salt = info.fingerprint.salt_digest != expected->salt_digest;
+    const bool salt = info.fingerprint.salt_check != expected->salt_check;
     return tl::unexpected(
         LoadError{LoadFailure::kConfigChanged,
                   "snapshot of " + key.to_string() + " was taken with another " +

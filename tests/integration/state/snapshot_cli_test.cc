@@ -88,7 +88,7 @@ TEST_F(SnapshotCli, InspectJsonCarriesEveryField) {
   EXPECT_GE(second["age_ms"].get_int64().value(), 0);
   const auto config = std::string(second["config_fingerprint"].get_string().value());
   EXPECT_EQ(config.size(), 16u);
-  EXPECT_EQ(std::string_view(second["salt_digest"].get_string().value()), "0000000000000007");
+  EXPECT_EQ(std::string_view(second["salt_check"].get_string().value()), "0000000000000007");
 }
 
 TEST_F(SnapshotCli, VerifyReportsACorruptChunkAndExitsNonZero) {

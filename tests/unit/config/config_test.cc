@@ -25,7 +25,7 @@ output:
 window: 10m
 dlq_topic: dlq
 identity:
-  salt: s3cret
+  salt: s3cret-s3cret-s3cret
 kafka:
   bootstrap.servers: 127.0.0.1:9092
 )";
@@ -411,6 +411,16 @@ kafka: {bootstrap.servers: "${BOOT}", sasl.password: "p$${literal}"}
   // An empty salt is allowed, with a warning.
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_EQ(r.warnings[0].path, "identity.salt");
+}
+
+TEST(ConfigLoad, ASaltShorterThan16BytesIsWarnedAboutWithoutPrintingIt) {
+  auto shorter = check(kMinimal, {"identity.salt=fifteen-bytes!!"});
+  ASSERT_TRUE(shorter.ok()) << errors_of(shorter);
+  ASSERT_EQ(shorter.warnings.size(), 1u);
+  EXPECT_EQ(shorter.warnings[0].path, "identity.salt");
+  EXPECT_THAT(shorter.warnings[0].message, HasSubstr("15 bytes, shorter than 16"));
+  EXPECT_EQ(to_string(shorter.warnings[0]).find("fifteen"), std::string::npos);
+  EXPECT_TRUE(check(kMinimal, {"identity.salt=sixteen-bytes!!!"}).warnings.empty());
 }
 
 TEST(ConfigInterpolation, UnsetVariableNamesVariableAndKey) {

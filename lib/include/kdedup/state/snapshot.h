@@ -36,13 +36,13 @@ struct PartitionKey {
 /// only usable by a filter with an equal StateFingerprint: another config or
 /// salt gives other decisions (or other fingerprints for the same identity).
 struct StateFingerprint {
-  std::uint64_t config = 0;       ///< filter::config_fingerprint()
-  std::uint64_t salt_digest = 0;  ///< filter::Fingerprinter::salt_digest()
+  std::uint64_t config = 0;      ///< filter::config_fingerprint()
+  std::uint64_t salt_check = 0;  ///< filter::salt_check() of the identity salt
   friend bool operator==(const StateFingerprint&, const StateFingerprint&) = default;
 };
 
 [[nodiscard]] StateFingerprint state_fingerprint(const filter::FilterConfig& config,
-                                                 std::uint64_t salt_digest);
+                                                 std::uint64_t salt_check);
 
 /// Step 1 of a snapshot: an immutable copy of one partition's state, taken on
 /// the worker thread that owns the partition, then handed to
@@ -67,7 +67,7 @@ struct SnapshotCapture {
 [[nodiscard]] SnapshotCapture capture_snapshot(PartitionKey key,
                                                const filter::SlidingFilter& filter,
                                                std::int64_t next_offset, std::int64_t clock_ms,
-                                               std::uint64_t salt_digest);
+                                               std::uint64_t salt_check);
 
 /// What a stored snapshot's manifest says (no filter state).
 struct SnapshotInfo {
