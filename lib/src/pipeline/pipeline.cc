@@ -35,6 +35,7 @@
 #include <fmt/format.h>
 
 #include "kafka_errors.h"
+#include "kdedup/common/kafka_log.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
 #include "kdedup/pipeline/reconcile.h"
@@ -262,13 +263,7 @@ class ClientEvents final : public RdKafka::EventCb {
 
  private:
   void log_line(const RdKafka::Event& event) const {
-    // Debug lines only exist when the operator turned on librdkafka `debug`
-    // contexts, so they are shown at info rather than hidden by log_level.
-    const auto sev = event.severity();
-    const auto level = sev <= RdKafka::Event::EVENT_SEVERITY_ERROR     ? spdlog::level::err
-                       : sev == RdKafka::Event::EVENT_SEVERITY_WARNING ? spdlog::level::warn
-                                                                       : spdlog::level::info;
-    spdlog::log(level, "librdkafka {} {}: {}", client_, event.fac(), event.str());
+    log_librdkafka(client_, event.severity(), event.fac(), event.str());
   }
 
   FatalError& fatal_;
