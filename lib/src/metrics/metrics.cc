@@ -85,11 +85,16 @@ struct Metrics::Families {
         audit_sampled(counter(r, "kdedup_audit_sampled_total",
                               "Decisions on records in the audited 1/N of the identity space.")),
         audit_truly_new(counter(r, "kdedup_audit_truly_new_total",
-                                "Audited records the exact shadow set says were never delivered "
-                                "within the window.")),
+                                "Audited identities not delivered within the window, once per "
+                                "identity (its first such record): the trials of the observed "
+                                "false-positive rate.")),
         audit_false_positives(counter(r, "kdedup_audit_false_positives_total",
-                                      "Audited records the filter dropped as duplicates although "
-                                      "never delivered within the window.")),
+                                      "Audited identities whose first record not delivered within "
+                                      "the window the filter dropped as a duplicate.")),
+        audit_false_positive_records(
+            counter(r, "kdedup_audit_false_positive_records_total",
+                    "Audited records dropped as duplicates although never delivered within the "
+                    "window, later copies of a wrongly dropped identity included.")),
         audit_false_negatives(counter(r, "kdedup_audit_false_negatives_total",
                                       "Audited records the filter emitted although already "
                                       "delivered within the window.")),
@@ -170,6 +175,7 @@ struct Metrics::Families {
   Family<Counter>& audit_sampled;
   Family<Counter>& audit_truly_new;
   Family<Counter>& audit_false_positives;
+  Family<Counter>& audit_false_positive_records;
   Family<Counter>& audit_false_negatives;
   Family<Histogram>& batch_seconds;
   Family<Histogram>& emit_age;
@@ -258,6 +264,7 @@ PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32
   audit_sampled_ = &f.audit_sampled.Add(labels);
   audit_truly_new_ = &f.audit_truly_new.Add(labels);
   audit_fp_ = &f.audit_false_positives.Add(labels);
+  audit_fp_records_ = &f.audit_false_positive_records.Add(labels);
   audit_fn_ = &f.audit_false_negatives.Add(labels);
   batch_seconds_ = &f.batch_seconds.Add(topic_labels, kBatchBounds);
   emit_age_ = &f.emit_age.Add(topic_labels, kAgeBounds);
@@ -317,6 +324,7 @@ void PartitionMetrics::add_audit(const AuditCounts& c) {
   add_nonzero(audit_sampled_, c.sampled);
   add_nonzero(audit_truly_new_, c.truly_new);
   add_nonzero(audit_fp_, c.false_positives);
+  add_nonzero(audit_fp_records_, c.false_positive_records);
   add_nonzero(audit_fn_, c.false_negatives);
 }
 

@@ -60,7 +60,7 @@ PartitionHandles exercise_every_metric(metrics::Metrics& m) {
   add_traffic(m, handles, 1);
 
   // One audited false positive on orders/1 so the accuracy panels have data.
-  handles[1]->add_audit(metrics::AuditCounts{1, 1, 1, 0});
+  handles[1]->add_audit(metrics::AuditCounts{1, 1, 1, 0, 3});
   handles[2]->add_audit(metrics::AuditCounts{1, 0, 0, 1});
 
   for (auto& p : handles) {

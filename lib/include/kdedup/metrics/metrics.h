@@ -163,6 +163,7 @@ class PartitionMetrics {
   prometheus::Counter* audit_sampled_;
   prometheus::Counter* audit_truly_new_;
   prometheus::Counter* audit_fp_;
+  prometheus::Counter* audit_fp_records_;
   prometheus::Counter* audit_fn_;
   prometheus::Histogram* batch_seconds_;
   prometheus::Histogram* emit_age_;
