@@ -48,7 +48,7 @@ output:
   topic: clicks-distinct
 identity:
   extractor: key
-  salt: demo-salt
+  salt: demo-salt-not-a-secret
 window: 1m
 max_future_skew: 10s
 filter:

@@ -177,6 +177,14 @@ int run_main(int argc, char** argv) {
       return 2;
     }
     store = std::move(*opened);
+    if (const auto lost = store->lost(); !lost.empty()) {
+      std::vector<kdedup::state::PartitionKey> keys;
+      for (const auto& l : lost) keys.push_back(l.key);
+      spdlog::warn(
+          "state.dir {}: the last snapshot of {} partition(s) is lost ({}); they are refused as "
+          "corrupt and rebuilt from Kafka when assigned. {}",
+          config.state.dir, lost.size(), kdedup::state::summarize(keys), lost.front().message);
+    }
     spdlog::info("snapshots in {} every {} or {} records per partition", config.state.dir,
                  kdedup::format_duration_ms(config.state.snapshot_interval.count()),
                  config.state.snapshot_records);

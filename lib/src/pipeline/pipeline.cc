@@ -35,6 +35,7 @@
 #include <fmt/format.h>
 
 #include "kafka_errors.h"
+#include "kdedup/common/kafka_log.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
 #include "kdedup/pipeline/reconcile.h"
@@ -88,7 +89,8 @@ Status apply_properties(RdKafka::Conf& conf, const config::KafkaProperties& prop
   for (const auto& [key, value] : props) {
     std::string err;
     if (conf.set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(std::string(section) + " property '" + key + "': " + err);
+      return fail(std::string(section) + " property '" + key +
+                  "': " + config::kafka_property_error(key, value, err));
     }
   }
   return {};
@@ -262,13 +264,7 @@ class ClientEvents final : public RdKafka::EventCb {
 
  private:
   void log_line(const RdKafka::Event& event) const {
-    // Debug lines only exist when the operator turned on librdkafka `debug`
-    // contexts, so they are shown at info rather than hidden by log_level.
-    const auto sev = event.severity();
-    const auto level = sev <= RdKafka::Event::EVENT_SEVERITY_ERROR     ? spdlog::level::err
-                       : sev == RdKafka::Event::EVENT_SEVERITY_WARNING ? spdlog::level::warn
-                                                                       : spdlog::level::info;
-    spdlog::log(level, "librdkafka {} {}: {}", client_, event.fac(), event.str());
+    log_librdkafka(client_, event.severity(), event.fac(), event.str());
   }
 
   FatalError& fatal_;
@@ -301,6 +297,7 @@ struct Shared {
   SliceHooks& hooks;
   Snapshotter* snapshotter = nullptr;  // null: no snapshots
   OpenTransaction* txn = nullptr;      // set with delivery: transactional
+  std::uint64_t salt_check = 0;        // filter::salt_check(), only with snapshots
 };
 
 /// One worker thread and its queue. The queue is the only thing shared with
@@ -477,7 +474,7 @@ class Worker {
     // serialize() of the AuditedFilter is the inner filter's state.
     state::SnapshotCapture c = state::capture_snapshot(
         state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), slice.scale(),
-        next, slice.clock().now_ms(), shared_.fingerprinter.salt_digest());
+        next, slice.clock().now_ms(), shared_.salt_check);
     spdlog::debug("captured {} at offset {} ({} bytes in {:.3f} ms)", slice.id().str(), next,
                   c.state.size(), static_cast<double>(c.capture_time.count()) / 1e6);
     shared_.snapshotter->offer(std::move(c));
@@ -1020,6 +1017,15 @@ Status Pipeline::Impl::build_clients() {
   shared = std::make_unique<Shared>(
       Shared{config, output_producer(), fatal, filter::Fingerprinter(config.identity.salt), hooks});
   if (transactional()) shared->txn = &open_txn;
+  if (store != nullptr && config.filter_enabled) {
+    // Slow on purpose (Argon2id): once per process, not per snapshot.
+    const auto t0 = Clock::now();
+    auto check = filter::salt_check(config.identity.salt);
+    if (!check) return fail("state.dir: " + check.error().message);
+    shared->salt_check = *check;
+    spdlog::debug("salt check value for snapshots derived in {} ms",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  }
   const std::uint32_t threads = std::max<std::uint32_t>(1, config.threads);
   for (std::uint32_t i = 0; i < threads; ++i) {
     auto extractor = identity::IdentityExtractor::create(config.identity.extractor);
@@ -1438,8 +1444,8 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     std::uint64_t bytes = 0;
   };
   std::map<PartitionId, Loaded> loaded;
-  const state::StateFingerprint fingerprint = state::state_fingerprint(
-      config.filter, config.tick_scale(), shared->fingerprinter.salt_digest());
+  const state::StateFingerprint fingerprint =
+      state::state_fingerprint(config.filter, config.tick_scale(), shared->salt_check);
   for (const auto& id : ids) {
     Loaded& l = loaded[id];
     if (store == nullptr || !config.filter_enabled) continue;  // kMissing

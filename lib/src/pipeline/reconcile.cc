@@ -105,9 +105,14 @@ Result<std::unique_ptr<RdKafka::Consumer>> make_consumer(const ReconcileOptions&
   props["enable.partition.eof"] = "true";
   props["enable.auto.commit"] = "false";
   props["enable.auto.offset.store"] = "false";
+  static ClientLog log("recovery consumer");  // its log lines into kdedup's log
+  if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(&log), err) != RdKafka::Conf::CONF_OK) {
+    return fail("output reconciliation: " + err);
+  }
   for (const auto& [key, value] : props) {
     if (conf->set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(fmt::format("output reconciliation: consumer property '{}': {}", key, err));
+      return fail(fmt::format("output reconciliation: consumer property '{}': {}", key,
+                              config::kafka_property_error(key, value, err)));
     }
   }
   std::unique_ptr<RdKafka::Consumer> consumer(RdKafka::Consumer::create(conf.get(), err));

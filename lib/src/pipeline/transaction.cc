@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kafka_errors.h"
+#include "kdedup/config/config.h"
 
 namespace kdedup::pipeline {
 
@@ -254,7 +255,8 @@ Result<std::unique_ptr<TransactionalProducer>> TransactionalProducer::create(Opt
   props["transactional.id"] = options.transactional_id;
   for (const auto& [key, value] : props) {
     if (conf->set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(fmt::format("transactional producer: property '{}': {}", key, err));
+      return fail(fmt::format("transactional producer: property '{}': {}", key,
+                              config::kafka_property_error(key, value, err)));
     }
   }
   std::unique_ptr<RdKafka::Producer> producer(RdKafka::Producer::create(conf.get(), err));

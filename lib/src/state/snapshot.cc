@@ -3,24 +3,53 @@
 
 #include "kdedup/state/snapshot.h"
 
+#include <algorithm>
+
 namespace kdedup::state {
 
 std::string PartitionKey::to_string() const { return topic + "/" + std::to_string(partition); }
 
+std::string summarize(std::vector<PartitionKey> keys) {
+  std::sort(keys.begin(), keys.end(), [](const PartitionKey& a, const PartitionKey& b) {
+    return a.topic != b.topic ? a.topic < b.topic : a.partition < b.partition;
+  });
+  std::string out;
+  for (std::size_t i = 0; i < keys.size();) {
+    if (!out.empty()) out += ", ";
+    out += keys[i].topic + "[";
+    const std::string& topic = keys[i].topic;
+    bool first = true;
+    while (i < keys.size() && keys[i].topic == topic) {
+      std::size_t j = i;
+      while (j + 1 < keys.size() && keys[j + 1].topic == topic &&
+             keys[j + 1].partition <= keys[j].partition + 1) {
+        ++j;
+      }
+      if (!first) out += ",";
+      first = false;
+      out += std::to_string(keys[i].partition);
+      if (keys[j].partition != keys[i].partition) out += "-" + std::to_string(keys[j].partition);
+      i = j + 1;
+    }
+    out += "]";
+  }
+  return out;
+}
+
 StateFingerprint state_fingerprint(const filter::FilterConfig& config,
-                                   const filter::TickScale& scale, std::uint64_t salt_digest) {
-  return StateFingerprint{filter::config_fingerprint(config), salt_digest, scale.fingerprint()};
+                                   const filter::TickScale& scale, std::uint64_t salt_check) {
+  return StateFingerprint{filter::config_fingerprint(config), salt_check, scale.fingerprint()};
 }
 
 SnapshotCapture capture_snapshot(PartitionKey key, const filter::SlidingFilter& filter,
                                  const filter::TickScale& scale, std::int64_t next_offset,
-                                 std::int64_t clock_ms, std::uint64_t salt_digest) {
+                                 std::int64_t clock_ms, std::uint64_t salt_check) {
   const auto start = std::chrono::steady_clock::now();
   SnapshotCapture c;
   c.key = std::move(key);
   c.next_offset = next_offset;
   c.clock_ms = clock_ms;
-  c.fingerprint = state_fingerprint(filter.config(), scale, salt_digest);
+  c.fingerprint = state_fingerprint(filter.config(), scale, salt_check);
   c.filter_type = filter.type();
   // The only work on the worker: everything else (hashing, diffing, writing)
   // happens on the store's writer thread.

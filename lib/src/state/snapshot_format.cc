@@ -87,7 +87,7 @@ std::string encode_manifest(const Manifest& m) {
   w.put<std::int64_t>(i.next_offset);
   w.put<std::int64_t>(i.clock_ms);
   w.put<std::uint64_t>(i.fingerprint.config);
-  w.put<std::uint64_t>(i.fingerprint.salt_digest);
+  w.put<std::uint64_t>(i.fingerprint.salt_check);
   w.put<std::uint64_t>(i.fingerprint.tick_scale);
   w.put<std::uint8_t>(static_cast<std::uint8_t>(i.filter_type));
   w.put<std::int64_t>(i.created_ms);
@@ -125,7 +125,7 @@ LoadResult<Manifest> decode_manifest(std::string_view value, const PartitionKey&
   auto next_offset = r.get<std::int64_t>("manifest.next_offset");
   auto clock = r.get<std::int64_t>("manifest.clock_ms");
   auto config = r.get<std::uint64_t>("manifest.config_fingerprint");
-  auto salt = r.get<std::uint64_t>("manifest.salt_digest");
+  auto salt = r.get<std::uint64_t>("manifest.salt_check");
   // Version 1: the old time -> tick mapping, which no scale matches.
   Result<std::uint64_t> scale = std::uint64_t{0};
   if (env->version >= 2) scale = r.get<std::uint64_t>("manifest.tick_scale");

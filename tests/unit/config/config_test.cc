@@ -25,7 +25,7 @@ output:
 window: 10m
 dlq_topic: dlq
 identity:
-  salt: s3cret
+  salt: s3cret-s3cret-s3cret
 kafka:
   bootstrap.servers: 127.0.0.1:9092
 )";
@@ -285,6 +285,69 @@ producer: {enable.idempotence: false, transactional.id: t}
   EXPECT_TRUE(has_error_at(set, "kafka.enable.auto.commit", "cannot be set")) << errors_of(set);
 }
 
+TEST(ConfigLoad, LibrdkafkaChecksEveryPropertyAtItsKeyPath) {
+  auto r = check(std::string(kMinimal) + R"(
+  no.such.property: 1
+  socket.timeout.ms: 30000
+consumer: {socket.timeout.ms: soon, fetch.wait.max.ms: 10}
+producer: {acks: sometimes, linger.ms: 5, compression.type: zstd}
+)");
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(has_error_at(r, "kafka.no.such.property", "No such configuration property"))
+      << errors_of(r);
+  EXPECT_TRUE(has_error_at(r, "consumer.socket.timeout.ms", "Invalid value")) << errors_of(r);
+  EXPECT_TRUE(has_error_at(r, "producer.acks", "librdkafka refuses it")) << errors_of(r);
+  EXPECT_EQ(r.errors.size(), 3u) << errors_of(r);
+  EXPECT_TRUE(check_kafka_property("linger.ms", "5"));
+  EXPECT_FALSE(check_kafka_property("linger.ms", "-5"));
+}
+
+TEST(ConfigSecrets, WhichLibrdkafkaPropertiesAreSecret) {
+  for (const char* name :
+       {"sasl.password", "ssl.key.password", "ssl.key.pem", "ssl_key", "ssl.keystore.password",
+        "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config", "SSL.KEY.PASSWORD"}) {
+    EXPECT_TRUE(is_secret_property(name)) << name;
+  }
+  for (const char* name : {"bootstrap.servers", "sasl.username", "linger.ms", "client.id"}) {
+    EXPECT_FALSE(is_secret_property(name)) << name;
+  }
+  // librdkafka's message may quote the value: a secret's never comes out.
+  const std::string error = kafka_property_error(
+      "ssl.key.password", "hunter2", "Invalid value \"hunter2\" for configuration property");
+  EXPECT_EQ(error.find("hunter2"), std::string::npos) << error;
+  EXPECT_THAT(error, HasSubstr("(value hidden)"));
+  EXPECT_THAT(kafka_property_error("acks", "sometimes", "Invalid value \"sometimes\""),
+              HasSubstr("sometimes"));
+}
+
+TEST(ConfigSecrets, WrongTypesNameTheKeyButNeverTheValue) {
+  auto r = check(R"(
+group_id: g
+input: {topics: [in]}
+output: {topic: out}
+window: 10m
+dlq_topic: dlq
+identity: {salt: [the-salt]}
+kafka: {bootstrap.servers: "k:1", sasl.password: [the-password], ssl.key.pem: {a: the-pem}}
+producer: {sasl.oauthbearer.client.secret: [the-client-secret]}
+)",
+                 {"consumer.ssl.key.password=[the-flag-password]", "kafka=[the-whole-map]"});
+  EXPECT_FALSE(r.ok());
+  const std::string all = errors_of(r);
+  for (const char* key : {"identity.salt", "producer.sasl.oauthbearer.client.secret",
+                          "consumer.ssl.key.password", "kafka"}) {
+    EXPECT_TRUE(has_error_at(r, key)) << key << "\n" << all;
+  }
+  for (const char* secret : {"the-salt", "the-password", "the-pem", "the-client-secret",
+                             "the-flag-password", "the-whole-map"}) {
+    EXPECT_EQ(all.find(secret), std::string::npos) << secret << " printed:\n" << all;
+  }
+  EXPECT_THAT(all, HasSubstr("--set consumer.ssl.key.password=(value hidden)"));
+  // Other values are still quoted: they help and are not secret.
+  auto other = check(kMinimal, {"group_id=[a-group]"});
+  EXPECT_THAT(errors_of(other), HasSubstr("a-group"));
+}
+
 TEST(ConfigLoad, TransactionalDeliveryNeedsAStableInstanceId) {
   auto none = check(kMinimal, {"delivery=transactional"});
   EXPECT_TRUE(has_error_at(none, "delivery", "consumer.group.instance.id")) << errors_of(none);
@@ -349,6 +412,16 @@ kafka: {bootstrap.servers: "${BOOT}", sasl.password: "p$${literal}"}
   // An empty salt is allowed, with a warning.
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_EQ(r.warnings[0].path, "identity.salt");
+}
+
+TEST(ConfigLoad, ASaltShorterThan16BytesIsWarnedAboutWithoutPrintingIt) {
+  auto shorter = check(kMinimal, {"identity.salt=fifteen-bytes!!"});
+  ASSERT_TRUE(shorter.ok()) << errors_of(shorter);
+  ASSERT_EQ(shorter.warnings.size(), 1u);
+  EXPECT_EQ(shorter.warnings[0].path, "identity.salt");
+  EXPECT_THAT(shorter.warnings[0].message, HasSubstr("15 bytes, shorter than 16"));
+  EXPECT_EQ(to_string(shorter.warnings[0]).find("fifteen"), std::string::npos);
+  EXPECT_TRUE(check(kMinimal, {"identity.salt=sixteen-bytes!!!"}).warnings.empty());
 }
 
 TEST(ConfigInterpolation, UnsetVariableNamesVariableAndKey) {

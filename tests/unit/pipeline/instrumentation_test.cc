@@ -273,6 +273,30 @@ TEST_F(BridgeTest, PublishesCounterDeltasOnce) {
   EXPECT_NEAR(value(*m, "kdedup_worker_busy_seconds_total"), 0.85, 1e-9);
 }
 
+// README: records capped at wall clock + max_future_skew "are counted", and
+// a clock ahead of the wall clock shows as such, not as a lag of 0.
+TEST_F(BridgeTest, ClockCappedAndUntimestampedRecordsAndAClockAheadAreExported) {
+  now.ready = true;
+  auto& p = partition(0);
+  p.records_in = 10;
+  p.clock_capped = 3;
+  p.no_timestamp = 2;
+  p.clock_ms = wall_ms + 45'000;  // records stamped in the future, capped at +skew
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_clock_capped_records_total", p0), 3);
+  EXPECT_EQ(value(*m, "kdedup_clock_missing_timestamp_records_total", p0), 2);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_ahead_seconds", p0), 45.0);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_lag_seconds", p0), 0.0);
+
+  p.clock_capped = 4;
+  wall_ms += 60'000;  // the wall clock overtakes the partition clock
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_clock_capped_records_total", p0), 4);
+  EXPECT_EQ(value(*m, "kdedup_clock_missing_timestamp_records_total", p0), 2);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_ahead_seconds", p0), 0.0);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_lag_seconds", p0), 15.0);
+}
+
 TEST_F(BridgeTest, RevokedPartitionsLoseTheirGaugesAndReassignedOnesStartOver) {
   now.ready = true;
   partition(0).records_in = 100;

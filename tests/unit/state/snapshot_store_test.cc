@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
 #include "kdedup/common/bytes.h"
 #include "process.h"
 #include "snapshot_format.h"  // white-box: the on-disk layout
+#include "snapshot_ledger.h"
 
 namespace kdedup::state {
 namespace {
@@ -460,6 +462,179 @@ TEST(SnapshotStore, ACrashDuringAWriteLeavesTheOldOrTheNewSnapshot) {
     ASSERT_TRUE(read) << "round " << round << ": " << read.error().message;
     EXPECT_EQ(read->state, read->info.next_offset == 1 ? a : b) << "round " << round;
   }
+}
+
+/// The write-ahead log files of a closed store (RocksDB names them NNNNNN.log).
+std::vector<std::filesystem::path> wal_files(const std::string& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".log") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Flips one byte of the WAL record that holds `key`'s manifest put (a
+/// snapshot is one WriteBatch, one WAL record; the manifest comes last in it).
+void flip_wal_byte_after_manifest_of(const std::string& dir, const PartitionKey& key,
+                                     std::size_t occurrence = 0) {
+  const auto wals = wal_files(dir);
+  ASSERT_FALSE(wals.empty()) << "no write-ahead log in " << dir;
+  const std::string mkey = format::manifest_key(key);
+  for (const auto& wal : wals) {
+    std::string bytes;
+    {
+      std::ifstream in(wal, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    std::size_t pos = bytes.find(mkey);
+    for (std::size_t i = 0; i < occurrence && pos != std::string::npos; ++i) {
+      pos = bytes.find(mkey, pos + 1);
+    }
+    if (pos == std::string::npos) continue;
+    ASSERT_LT(pos + mkey.size() + 24, bytes.size());
+    bytes[pos + mkey.size() + 24] ^= 0x10;  // inside the manifest's value
+    std::ofstream out(wal, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return;
+  }
+  FAIL() << "manifest of " << key.to_string() << " not found in the write-ahead log";
+}
+
+// What the issue found: bytes flipped in the WAL made RocksDB's point-in-time
+// recovery drop every later write without a word outside its LOG. The store
+// must refuse each partition whose last snapshot it lost as corrupt, name the
+// partition, and keep saying so after another restart, until the partition
+// is written again.
+TEST(SnapshotStore, SnapshotsLostToADamagedWriteAheadLogAreCorrupt) {
+  TempDir tmp;
+  const std::string dir = tmp.file("state");
+  StoreOptions o = small_chunks();
+  o.sync = true;
+  {
+    auto store = open_store(dir, o);
+    // t/1 once at offset 50, then all four partitions (t/1 again at 101).
+    ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(3 * 4096, 50), 50)));
+    for (std::int32_t p = 0; p < 4; ++p) {
+      ASSERT_TRUE(store->write(raw_capture({"t", p}, random_bytes(3 * 4096, p), 100 + p)));
+    }
+  }  // closed: every batch lives only in the write-ahead log
+  ASSERT_NO_FATAL_FAILURE(flip_wal_byte_after_manifest_of(dir, {"t", 1}, 1));
+
+  auto expect_damage = [&](const SnapshotStore& store, const char* when) {
+    auto kept = store.read({"t", 0}, std::nullopt);
+    ASSERT_TRUE(kept) << when << ": " << kept.error().message;
+    EXPECT_EQ(kept->info.next_offset, 100) << when;
+    for (std::int32_t p = 1; p < 4; ++p) {
+      const PartitionKey key{"t", p};
+      auto lost = store.read(key, std::nullopt);
+      ASSERT_FALSE(lost) << when << ": " << key.to_string() << " read back at offset "
+                         << lost->info.next_offset << ", not its last snapshot at " << 100 + p;
+      EXPECT_EQ(lost.error().reason, LoadFailure::kCorrupt)
+          << when << ": " << key.to_string() << ": " << lost.error().message;
+      EXPECT_NE(lost.error().message.find("snapshot of " + key.to_string() + " is corrupt"),
+                std::string::npos)
+          << lost.error().message;
+      EXPECT_NE(lost.error().message.find("write-ahead log"), std::string::npos)
+          << lost.error().message;
+    }
+    // list() (inspect without --verify) shows all four, the three as corrupt.
+    auto listed = store.list();
+    ASSERT_TRUE(listed) << listed.error().message;
+    ASSERT_EQ(listed->size(), 4u) << when;
+    for (const auto& entry : *listed) {
+      EXPECT_EQ(static_cast<bool>(entry.info), entry.key.partition == 0)
+          << when << ": " << entry.key.to_string();
+      if (!entry.info) {
+        EXPECT_EQ(entry.info.error().reason, LoadFailure::kCorrupt);
+      }
+    }
+  };
+  {
+    auto store = open_store(dir, o);
+    ASSERT_TRUE(store);
+    EXPECT_EQ(store->lost().size(), 3u);
+    ASSERT_NO_FATAL_FAILURE(expect_damage(*store, "first open"));
+    auto reader = SnapshotStore::open_read_only(dir);
+    ASSERT_TRUE(reader) << reader.error().message;
+    ASSERT_NO_FATAL_FAILURE(expect_damage(**reader, "read-only open"));
+  }
+  // RocksDB rewrote what it recovered; the finding must survive that.
+  auto store = open_store(dir, o);
+  ASSERT_NO_FATAL_FAILURE(expect_damage(*store, "second open"));
+  // A new snapshot of a partition, or deleting it, ends its refusal.
+  ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(3 * 4096, 7), 200)));
+  ASSERT_TRUE(store->erase({"t", 2}));
+  store.reset();
+  store = open_store(dir, o);
+  EXPECT_TRUE(store->read({"t", 1}, std::nullopt));
+  EXPECT_EQ(store->read({"t", 2}, std::nullopt).error().reason, LoadFailure::kMissing);
+  EXPECT_EQ(store->read({"t", 3}, std::nullopt).error().reason, LoadFailure::kCorrupt);
+  EXPECT_EQ(store->lost().size(), 1u);
+}
+
+// The ledger is what tells a lost write from a kept one; when it is damaged
+// itself, no stored snapshot can be vouched for: each is refused once, and a
+// state dir without a ledger (an older kdedup's) simply gets one.
+TEST(SnapshotStore, ADamagedLedgerRefusesEverySnapshotOnce) {
+  TempDir tmp;
+  const std::string dir = tmp.file("state");
+  {
+    auto store = open_store(dir);
+    ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(5000, 1), 10)));
+    ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(5000, 2), 11)));
+  }
+  const std::string ledger = dir + "/kdedup-ledger";
+  ASSERT_TRUE(std::filesystem::exists(ledger));
+  {
+    std::fstream f(ledger, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('\x7f');
+  }
+  {
+    auto store = open_store(dir);
+    EXPECT_EQ(store->lost().size(), 2u);
+    for (std::int32_t p = 0; p < 2; ++p) {
+      auto read = store->read({"t", p}, std::nullopt);
+      ASSERT_FALSE(read);
+      EXPECT_EQ(read.error().reason, LoadFailure::kCorrupt);
+      EXPECT_NE(read.error().message.find("ledger"), std::string::npos) << read.error().message;
+    }
+    ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(5000, 3), 12)));
+  }
+  std::filesystem::remove(ledger);
+  auto store = open_store(dir);
+  EXPECT_TRUE(store->lost().empty());
+  EXPECT_TRUE(store->read({"t", 0}, std::nullopt));
+  EXPECT_TRUE(store->read({"t", 1}, std::nullopt)) << "a missing ledger vouches for what is there";
+  EXPECT_TRUE(std::filesystem::exists(ledger));
+}
+
+// Each partition keeps the sequence of its own last write across restarts
+// (not the database's latest): a later loss must not reach back to it.
+TEST(SnapshotStore, TheLedgerKeepsEachPartitionsOwnLastWrite) {
+  TempDir tmp;
+  const std::string dir = tmp.file("state");
+  {
+    auto store = open_store(dir);
+    ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(5000, 1), 10)));
+    ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(5000, 2), 11)));
+    ASSERT_TRUE(store->write(raw_capture({"t", 2}, random_bytes(5000, 3), 12)));
+    ASSERT_TRUE(store->erase({"t", 2}));
+  }
+  open_store(dir).reset();
+  auto entries = ledger::read(dir);
+  ASSERT_TRUE(entries && *entries);
+  const auto& e = **entries;
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_LT(e.at({"t", 0}).sequence, e.at({"t", 1}).sequence);
+  EXPECT_EQ(e.at({"t", 0}).loss, ledger::Loss::kNone);
+}
+
+TEST(PartitionKeys, SummarizeGroupsTopicsAndRanges) {
+  EXPECT_EQ(summarize({}), "");
+  EXPECT_EQ(summarize({{"in", 3}, {"in", 1}, {"in", 2}, {"in", 7}, {"a", 0}}), "a[0], in[1-3,7]");
+  EXPECT_EQ(summarize({{"in", 5}}), "in[5]");
 }
 
 TEST(SnapshotStore, EraseRemovesManifestAndChunks) {

@@ -181,6 +181,24 @@ struct LoadReport {
 /// transactional.id is not set here: the pipeline derives it per member.
 [[nodiscard]] KafkaProperties producer_properties(const Config& config);
 
+/// True for librdkafka properties whose values are secrets, never printed in
+/// an error or log line: names containing "password", "secret" or "key"
+/// (ssl.key.password, sasl.oauthbearer.client.secret, ssl.key.pem, ...) and
+/// sasl.oauthbearer.config.
+[[nodiscard]] bool is_secret_property(std::string_view name) noexcept;
+
+/// Sets one librdkafka property on a scratch configuration, exactly as
+/// `kdedup run` sets it on its clients: an error (librdkafka's words, a
+/// secret's value hidden) when the name is unknown or the value invalid.
+/// Validation calls it for every key of `kafka`, `consumer` and `producer`.
+[[nodiscard]] Status check_kafka_property(const std::string& name, const std::string& value);
+
+/// The message for librdkafka's refusal `librdkafka_error` of `name` =
+/// `value`, with the value hidden when the property is a secret. Every place
+/// that sets librdkafka properties reports through it.
+[[nodiscard]] std::string kafka_property_error(const std::string& name, const std::string& value,
+                                               std::string librdkafka_error);
+
 /// One-line summary for `kdedup validate`.
 [[nodiscard]] std::string summary(const Config& config);
 
