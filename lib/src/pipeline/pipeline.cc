@@ -36,6 +36,7 @@
 
 #include "kafka_errors.h"
 #include "kdedup/common/kafka_log.h"
+#include "kdedup/common/partitions.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
 #include "kdedup/pipeline/reconcile.h"
@@ -74,13 +75,41 @@ std::int64_t wall_ns() {
       .count();
 }
 
+/// "in[0-255]" (or "(none)"): a partition list that stays one short line.
 std::string join_partitions(const std::vector<PartitionId>& ids) {
-  std::string out;
-  for (const auto& id : ids) {
-    if (!out.empty()) out += ", ";
-    out += id.str();
-  }
+  std::vector<std::pair<std::string, std::int32_t>> parts;
+  parts.reserve(ids.size());
+  for (const auto& id : ids) parts.emplace_back(id.topic, id.partition);
+  std::string out = summarize_partitions(std::move(parts));
   return out.empty() ? "(none)" : out;
+}
+
+/// Final positions for a log line: each one while there are few, else the
+/// partitions as ranges and the span of the offsets (every position is in
+/// the debug log).
+std::string describe_positions(const std::map<PartitionId, std::int64_t>& positions) {
+  constexpr std::size_t kListed = 8;
+  std::string out;
+  if (positions.size() <= kListed) {
+    for (const auto& [id, offset] : positions) {
+      out += (out.empty() ? "" : ", ") + id.str() + "@" + std::to_string(offset);
+    }
+    return out;
+  }
+  std::vector<PartitionId> ids;
+  std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const auto& [id, offset] : positions) {
+    ids.push_back(id);
+    lo = std::min(lo, offset);
+    hi = std::max(hi, offset);
+  }
+  std::string all;
+  for (const auto& [id, offset] : positions) {
+    all += (all.empty() ? "" : ", ") + id.str() + "@" + std::to_string(offset);
+  }
+  spdlog::debug("positions: {}", all);
+  return fmt::format("{} partitions {} at offsets {}..{}", positions.size(), join_partitions(ids),
+                     lo, hi);
 }
 
 /// Applies librdkafka properties; the error names the property.
@@ -1213,15 +1242,19 @@ void Pipeline::Impl::store_offsets(const std::vector<PartitionId>& ids) {
   }
   if (offsets.empty()) return;
   RdKafka::ErrorCode err = consumer->offsets_store(offsets);
+  std::map<std::string, std::map<PartitionId, std::int64_t>> failed;  // by reason
   for (std::size_t i = 0; i < offsets.size(); ++i) {
     auto* tp = offsets[i];
     if (err == RdKafka::ERR_NO_ERROR && tp->err() == RdKafka::ERR_NO_ERROR) {
       updates[i].first->stored = updates[i].second;
     } else {
-      spdlog::warn("cannot hand offset {} of {}[{}] to the committer: {}; it will be retried",
-                   updates[i].second, tp->topic(), tp->partition(),
-                   describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err()));
+      failed[describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err())]
+            [PartitionId{tp->topic(), tp->partition()}] = updates[i].second;
     }
+  }
+  for (const auto& [reason, positions] : failed) {
+    spdlog::warn("cannot hand {} to the committer: {}; it will be retried",
+                 describe_positions(positions), reason);
   }
   RdKafka::TopicPartition::destroy(offsets);
 }
@@ -1229,7 +1262,8 @@ void Pipeline::Impl::store_offsets(const std::vector<PartitionId>& ids) {
 void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
                                       std::vector<RdKafka::TopicPartition*>& offsets) {
   if (err == RdKafka::ERR__NO_OFFSET) return;  // nothing new to commit
-  std::string released;
+  std::map<PartitionId, std::int64_t> released;
+  std::map<std::string, std::map<PartitionId, std::int64_t>> failed;  // by reason
   for (auto* tp : offsets) {
     PartitionId id{tp->topic(), tp->partition()};
     const RdKafka::ErrorCode e = err != RdKafka::ERR_NO_ERROR ? err : tp->err();
@@ -1241,10 +1275,7 @@ void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
       continue;
     }
     if (e != RdKafka::ERR_NO_ERROR) {
-      spdlog::warn(
-          "commit of {} at offset {} failed: {}; records after the last commit will be read "
-          "again",
-          id.str(), tp->offset(), describe_kafka_error(e));
+      failed[describe_kafka_error(e)][id] = tp->offset();
       // A released partition's final capture waited for this commit.
       if (snapshotter && !assigned.count(id)) snapshotter->drop(id);
       continue;
@@ -1254,11 +1285,13 @@ void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
     auto it = assigned.find(id);
     // Final commits (of partitions already handed back, or at shutdown) are
     // what an operator checks after a rebalance; the periodic ones are noise.
-    if (it == assigned.end() || shutting_down) {
-      released += (released.empty() ? "" : ", ") + id.str() + "@" + std::to_string(tp->offset());
-    }
+    if (it == assigned.end() || shutting_down) released[id] = tp->offset();
   }
-  if (!released.empty()) spdlog::info("committed {}", released);
+  for (const auto& [reason, positions] : failed) {
+    spdlog::warn("commit of {} failed: {}; records after the last commit will be read again",
+                 describe_positions(positions), reason);
+  }
+  if (!released.empty()) spdlog::info("committed {}", describe_positions(released));
 }
 
 // The one place that learns "offset X of partition P is committed": the
@@ -1698,8 +1731,8 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   //    partitions are already lost: another member owns them and a commit
   //    would be refused. delivery: transactional commits (or, lost, aborts)
   //    the open transaction instead.
-  std::string final_positions;
-  std::vector<PartitionId> capture;  // final snapshot at the final position
+  std::map<PartitionId, std::int64_t> final_positions;  // -1: nothing processed
+  std::vector<PartitionId> capture;                     // final snapshot at the final position
   bool keep_state = true;
   if (transactional()) {
     keep_state = revoke_transactional(ids, lost, capture);
@@ -1708,9 +1741,7 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
     store_offsets(ids);
     for (const auto& id : ids) {
       const auto& a = assigned.at(id);
-      final_positions +=
-          (final_positions.empty() ? "" : ", ") + id.str() + "@" +
-          (a.stored < 0 ? std::string("(nothing processed)") : std::to_string(a.stored));
+      final_positions[id] = a.stored;
       // Not after a fatal error: a snapshot write error is one, and the
       // service is stopping anyway.
       if (!fatal.raised() && a.stored >= 0 &&
@@ -1737,9 +1768,10 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   } else {
     consumer->unassign();
   }
-  spdlog::info("{} {} partition(s): {} (now {} in total){}", lost ? "lost" : "revoked", ids.size(),
-               join_partitions(ids), assigned.size(),
-               final_positions.empty() ? "" : "; committing " + final_positions);
+  spdlog::info(
+      "{} {} partition(s): {} (now {} in total){}", lost ? "lost" : "revoked", ids.size(),
+      join_partitions(ids), assigned.size(),
+      final_positions.empty() ? "" : "; committing " + describe_positions(final_positions));
 }
 
 Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
@@ -1955,15 +1987,14 @@ bool Pipeline::Impl::revoke_transactional(const std::vector<PartitionId>& ids, b
                               : txn_loop->commit(leaving);
   handle_round(round);
   if (round.ending == TxnLoop::Ending::kCommitted) {
-    std::string positions;
+    std::map<PartitionId, std::int64_t> positions;
     for (const auto& o : round.offsets) {
-      if (std::find(ids.begin(), ids.end(), PartitionId{o.topic, o.partition}) == ids.end()) {
-        continue;
-      }
-      positions +=
-          fmt::format("{}{}[{}]@{}", positions.empty() ? "" : ", ", o.topic, o.partition, o.offset);
+      PartitionId id{o.topic, o.partition};
+      if (std::find(ids.begin(), ids.end(), id) != ids.end()) positions[id] = o.offset;
     }
-    if (!positions.empty()) spdlog::info("committed in the transaction: {}", positions);
+    if (!positions.empty()) {
+      spdlog::info("committed in the transaction: {}", describe_positions(positions));
+    }
   }
   // After an abort the revoked partitions' state covers uncommitted records:
   // it must not be kept (no snapshot); the next owner starts from the

@@ -5,35 +5,17 @@
 
 #include <algorithm>
 
+#include "kdedup/common/partitions.h"
+
 namespace kdedup::state {
 
 std::string PartitionKey::to_string() const { return topic + "/" + std::to_string(partition); }
 
 std::string summarize(std::vector<PartitionKey> keys) {
-  std::sort(keys.begin(), keys.end(), [](const PartitionKey& a, const PartitionKey& b) {
-    return a.topic != b.topic ? a.topic < b.topic : a.partition < b.partition;
-  });
-  std::string out;
-  for (std::size_t i = 0; i < keys.size();) {
-    if (!out.empty()) out += ", ";
-    out += keys[i].topic + "[";
-    const std::string& topic = keys[i].topic;
-    bool first = true;
-    while (i < keys.size() && keys[i].topic == topic) {
-      std::size_t j = i;
-      while (j + 1 < keys.size() && keys[j + 1].topic == topic &&
-             keys[j + 1].partition <= keys[j].partition + 1) {
-        ++j;
-      }
-      if (!first) out += ",";
-      first = false;
-      out += std::to_string(keys[i].partition);
-      if (keys[j].partition != keys[i].partition) out += "-" + std::to_string(keys[j].partition);
-      i = j + 1;
-    }
-    out += "]";
-  }
-  return out;
+  std::vector<std::pair<std::string, std::int32_t>> parts;
+  parts.reserve(keys.size());
+  for (auto& k : keys) parts.emplace_back(std::move(k.topic), k.partition);
+  return summarize_partitions(std::move(parts));
 }
 
 StateFingerprint state_fingerprint(const filter::FilterConfig& config,

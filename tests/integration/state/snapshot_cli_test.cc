@@ -124,8 +124,10 @@ TEST_F(SnapshotCli, VerifyReportsACorruptChunkAndExitsNonZero) {
 // partitions whose last snapshot went with them (the ledger says which).
 TEST_F(SnapshotCli, VerifyFindsSnapshotsLostToADamagedWriteAheadLog) {
   auto more = exact_filter(300);
-  ASSERT_TRUE(store_->write(capture_snapshot({"clicks", 4}, *more, kScale, 300, 1'700'000'000'900, 7)));
-  ASSERT_TRUE(store_->write(capture_snapshot({"orders", 0}, *more, kScale, 300, 1'700'000'000'900, 7)));
+  ASSERT_TRUE(
+      store_->write(capture_snapshot({"clicks", 4}, *more, kScale, 300, 1'700'000'000'900, 7)));
+  ASSERT_TRUE(
+      store_->write(capture_snapshot({"orders", 0}, *more, kScale, 300, 1'700'000'000'900, 7)));
   store_.reset();  // the writes live in the write-ahead log only
   std::filesystem::path wal;
   for (const auto& e : std::filesystem::directory_iterator(dir_)) {
