@@ -160,6 +160,9 @@ int run_main(int argc, char** argv) {
   }
   const kdedup::config::Config& config = *report.config;
   setup_logging(config.log_level);
+  // From here a SIGTERM stops cleanly, however long the start takes (the
+  // state dir, the salt check, the topics): run() sees the flag at once.
+  install_signal_handlers();
   log_summary(config);
 
   // The snapshot store: before anything joins the group, so a state dir that
@@ -204,7 +207,6 @@ int run_main(int argc, char** argv) {
     spdlog::error("the topics do not match the configuration:\n{}", topics.error().message);
     return 2;
   }
-  install_signal_handlers();
   observability.watch(**pipeline, config);
   auto status = (*pipeline)->run(g_stop);
   observability.stop_watching();
