@@ -39,6 +39,7 @@
 #include "kdedup/common/partitions.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
+#include "kdedup/pipeline/partition_processor.h"
 #include "kdedup/pipeline/reconcile.h"
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/pipeline/transaction.h"
@@ -334,7 +335,10 @@ struct Shared {
 class Worker {
  public:
   Worker(std::uint32_t index, Shared& shared, identity::IdentityExtractor extractor)
-      : index_(index), shared_(shared), extractor_(std::move(extractor)) {}
+      : index_(index),
+        shared_(shared),
+        processor_(ProcessorOptions::of(shared.config), std::move(extractor),
+                   shared.fingerprinter) {}
 
   void start() {
     thread_ = std::thread([this] { loop(); });
@@ -509,187 +513,74 @@ class Worker {
     shared_.snapshotter->offer(std::move(c));
   }
 
-  enum class Action : std::uint8_t { kOutput, kDuplicate, kDeadLetter, kDrop };
+  /// The producer as the processor's sinks, for one batch of one partition.
+  class ProducerSinks final : public RecordSinks {
+   public:
+    ProducerSinks(Worker& worker, Slice& slice, std::span<MessagePtr> records)
+        : worker_(worker), slice_(slice), records_(records) {}
+    void output(std::size_t i) override {
+      const auto& cfg = worker_.shared_.config;
+      const std::int32_t partition = cfg.output.partitioning == config::Partitioning::kInput
+                                         ? records_[i]->partition()
+                                         : RdKafka::Topic::PARTITION_UA;
+      if (worker_.produce(slice_, *records_[i], cfg.output.topic, partition, "output", nullptr)) {
+        worker_.observe_emit_age(*records_[i]);
+      }
+    }
+    void duplicate(std::size_t i) override {
+      worker_.produce(slice_, *records_[i], worker_.shared_.config.duplicates_topic,
+                      RdKafka::Topic::PARTITION_UA, "duplicates", nullptr);
+    }
+    void dead_letter(std::size_t i, const identity::ExtractError& error) override {
+      worker_.produce(slice_, *records_[i], worker_.shared_.config.dlq_topic,
+                      RdKafka::Topic::PARTITION_UA, "dead-letter", &error);
+    }
+    bool stopped() const override { return worker_.shared_.fatal.raised(); }
+
+   private:
+    Worker& worker_;
+    Slice& slice_;
+    std::span<MessagePtr> records_;
+  };
 
   void process_partition(Slice& slice, std::span<MessagePtr> records) {
     auto started = Clock::now();
-    const auto& cfg = shared_.config;
     auto& counters = *slice.counters();
-    const std::int64_t now_wall = wall_ms();
-    const std::size_t n = records.size();
-
-    actions_.assign(n, Action::kOutput);
-    reasons_.assign(n, {});
     emit_ages_ = {};
-    // Replayed records (recovery, ReplayRule): the filter decides or learns
-    // them (or only the clock moves), but nothing is produced and they are
-    // not input.
-    const ReplayRule& rule = slice.replay();
-    const bool any_replay = n > 0 && records.front()->offset() < rule.end();
-    replayed_.assign(n, 0);
-    fps_.clear();
-    ticks_.clear();
-    learn_.clear();
-    valid_index_.clear();
-    bool any_learn = false;
-    std::size_t stop_at = n;  // first record not processed (on_invalid: fail)
-    std::string fail_message;
-
-    for (std::size_t i = 0; i < n; ++i) {
-      RdKafka::Message& m = *records[i];
-      const ReplayRule::Action replay =
-          any_replay ? rule.action(m.offset()) : ReplayRule::Action::kProcess;
-      if (replay != ReplayRule::Action::kProcess && replay != ReplayRule::Action::kDropped) {
-        replayed_[i] = 1;
-        actions_[i] = Action::kDrop;
-      }
-      const filter::Tick tick = slice.observe(timestamp_ms(m), now_wall);
-      // Not delivered by the previous owner: nothing for the filter to learn.
-      if (replay == ReplayRule::Action::kSkip) continue;
-
-      auto extracted = extractor_.extract(message_view_.of(m));
-      if (extracted) {
-        if (replay == ReplayRule::Action::kDropped) {
-          // The previous owner dropped it; the filter is not asked again.
-          actions_[i] = Action::kDuplicate;
-          continue;
-        }
-        if (cfg.filter_enabled) {
-          fps_.push_back(shared_.fingerprinter(extracted->identity));
-          ticks_.push_back(tick);
-          const bool learn = replay == ReplayRule::Action::kLearn;
-          learn_.push_back(learn ? 1 : 0);
-          any_learn |= learn;
-          valid_index_.push_back(i);
-        }
-        continue;
-      }
-      // An invalid record already handled by the previous owner: nothing to
-      // route again (and on_invalid: fail must not stop on it).
-      if (replayed_[i]) continue;
-      counters.invalid.fetch_add(1, std::memory_order_relaxed);
-      counters.count_invalid_reason(identity::to_string(extracted.error().reason));
-      reasons_[i] = std::move(extracted.error());
-      switch (cfg.on_invalid) {
-        case config::OnInvalid::kDlq:
-          actions_[i] = Action::kDeadLetter;
-          break;
-        case config::OnInvalid::kPass:
-          counters.invalid_passed.fetch_add(1, std::memory_order_relaxed);
-          actions_[i] = Action::kOutput;  // distinct, never inserted in the filter
-          break;
-        case config::OnInvalid::kDrop:
-          counters.invalid_dropped.fetch_add(1, std::memory_order_relaxed);
-          actions_[i] = Action::kDrop;
-          break;
-        case config::OnInvalid::kFail:
-          // Raised after the records before it went out, so they commit.
-          fail_message = "on_invalid is 'fail' and the record at " + slice.id().str() + "@" +
-                         std::to_string(m.offset()) + " has no identity: " + reasons_[i]->message +
-                         " (" + identity::to_string(reasons_[i]->reason) +
-                         "); its offset is not committed. Fix the record or choose "
-                         "on_invalid: dlq | pass | drop";
-          failed_ = true;
-          stop_at = i;
-          break;
-      }
-      if (stop_at != n) break;
-    }
-
-    if (cfg.filter_enabled && !fps_.empty()) {
-      // Fingerprints of records after a fail stop were never collected, so
-      // the filter only learns records that are processed.
-      decisions_.resize(fps_.size());
-      slice.decide(
-          fps_, ticks_, decisions_,
-          any_learn ? std::span<const std::uint8_t>(learn_) : std::span<const std::uint8_t>());
-      for (std::size_t v = 0; v < valid_index_.size(); ++v) {
-        if (decisions_[v] == filter::Decision::kDuplicate && !replayed_[valid_index_[v]])
-          actions_[valid_index_[v]] = Action::kDuplicate;
-      }
-    }
-
-    // Register every processed record before producing anything.
-    processed_.clear();
-    const bool route_duplicates = !cfg.duplicates_topic.empty();
-    std::uint64_t distinct = 0, duplicates = 0, dead = 0, replayed = 0;
-    for (std::size_t i = 0; i < stop_at; ++i) {
-      std::uint32_t outputs = 0;
-      if (replayed_[i]) {
-        ++replayed;
-        processed_.push_back({records[i]->offset(), 0});
-        continue;
-      }
-      switch (actions_[i]) {
-        case Action::kOutput:
-          outputs = 1;
-          if (!reasons_[i]) ++distinct;
-          break;
-        case Action::kDuplicate:
-          ++duplicates;
-          outputs = route_duplicates ? 1 : 0;
-          break;
-        case Action::kDeadLetter:
-          ++dead;
-          outputs = 1;
-          break;
-        case Action::kDrop:
-          break;
-      }
-      processed_.push_back({records[i]->offset(), outputs});
-    }
-    counters.records_in.fetch_add(stop_at - replayed, std::memory_order_relaxed);
-    if (replayed != 0) counters.replayed.fetch_add(replayed, std::memory_order_relaxed);
-    counters.distinct.fetch_add(distinct, std::memory_order_relaxed);
-    counters.duplicates.fetch_add(duplicates, std::memory_order_relaxed);
-    counters.dead_lettered.fetch_add(dead, std::memory_order_relaxed);
-    if (!slice.tracker()->add(processed_)) {
+    ProducerSinks sinks(*this, slice, records);
+    const BatchResult r = processor_.process(slice, batch_view_.of(records), wall_ms(), sinks);
+    if (r.offsets_rejected) {
       shared_.fatal.set("internal error: offsets of " + slice.id().str() +
                         " went backwards; stopping without committing them");
       failed_ = true;
       return;
     }
-    if (stop_at > 0) slice.set_processed(records[stop_at - 1]->offset());
-
-    for (std::size_t i = 0; i < stop_at && !shared_.fatal.raised(); ++i) {
-      switch (actions_[i]) {
-        case Action::kOutput: {
-          const std::int32_t partition = cfg.output.partitioning == config::Partitioning::kInput
-                                             ? records[i]->partition()
-                                             : RdKafka::Topic::PARTITION_UA;
-          if (produce(slice, *records[i], cfg.output.topic, partition, "output", nullptr)) {
-            observe_emit_age(*records[i]);
-          }
-          break;
-        }
-        case Action::kDuplicate:
-          if (route_duplicates) {
-            produce(slice, *records[i], cfg.duplicates_topic, RdKafka::Topic::PARTITION_UA,
-                    "duplicates", nullptr);
-          }
-          break;
-        case Action::kDeadLetter:
-          produce(slice, *records[i], cfg.dlq_topic, RdKafka::Topic::PARTITION_UA, "dead-letter",
-                  &*reasons_[i]);
-          break;
-        case Action::kDrop:
-          break;
-      }
+    if (r.fail_message) {
+      failed_ = true;
+      shared_.fatal.set(*r.fail_message);
     }
-
-    if (!fail_message.empty()) shared_.fatal.set(std::move(fail_message));
-
-    if (const auto* f = slice.filter()) {
-      auto fs = f->stats();
-      counters.filter_bytes.store(fs.bytes, std::memory_order_relaxed);
-      counters.filter_subfilters.store(fs.subfilters, std::memory_order_relaxed);
-      counters.filter_fpp_estimate.store(fs.fpp_estimate, std::memory_order_relaxed);
-    }
+    publish_filter_stats(slice);
     // Latency histograms: a handful of relaxed adds per batch, never per
     // record (the StatsBridge turns them into Prometheus observations).
     counters.emit_ages.add(emit_ages_);
     counters.batch_times.observe(static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count()));
+  }
+
+  /// The filter's size and fpp estimate into the partition's counters, at
+  /// most once a second per partition (stats() walks the sub-filters).
+  void publish_filter_stats(Slice& slice) {
+    const auto* f = slice.filter();
+    if (f == nullptr) return;
+    auto& schedule = slice.captures();
+    const auto now = Clock::now();
+    if (now - schedule.last_stats < std::chrono::seconds(1)) return;
+    schedule.last_stats = now;
+    auto& counters = *slice.counters();
+    const auto fs = f->stats();
+    counters.filter_bytes.store(fs.bytes, std::memory_order_relaxed);
+    counters.filter_subfilters.store(fs.subfilters, std::memory_order_relaxed);
+    counters.filter_fpp_estimate.store(fs.fpp_estimate, std::memory_order_relaxed);
   }
 
   /// Adds the age at emit of an output record just handed to the producer
@@ -775,7 +666,6 @@ class Worker {
 
   std::uint32_t index_;
   Shared& shared_;
-  identity::IdentityExtractor extractor_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -786,16 +676,8 @@ class Worker {
 
   // Worker-thread state, only touched by loop().
   std::map<PartitionId, std::unique_ptr<Slice>> slices_;
-  std::vector<Action> actions_;
-  std::vector<char> replayed_;
-  std::vector<std::optional<identity::ExtractError>> reasons_;
-  std::vector<filter::Fingerprint> fps_;
-  std::vector<filter::Tick> ticks_;
-  std::vector<std::uint8_t> learn_;  // per fps_ element: ReplayRule::kLearn
-  std::vector<filter::Decision> decisions_;
-  std::vector<std::size_t> valid_index_;
-  std::vector<OffsetTracker::Processed> processed_;
-  MessageView message_view_;
+  PartitionProcessor processor_;
+  BatchView batch_view_;
   metrics::EmitAgeCounts emit_ages_;  // this batch's output records
 };
 

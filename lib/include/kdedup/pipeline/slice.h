@@ -148,6 +148,8 @@ struct CaptureSchedule {
   std::int64_t last_offset = -1;  ///< next offset of the last capture (or of the start)
   std::uint64_t records_since = 0;
   std::chrono::steady_clock::time_point last_time = std::chrono::steady_clock::now();
+  /// When the filter's statistics were last copied into the counters.
+  std::chrono::steady_clock::time_point last_stats{};
 };
 
 class Slice {
