@@ -299,8 +299,12 @@ Status read_ranges(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
     position[p] = from;
     pending.insert(p);
   }
+  // The whole read may take longer than the timeout (a long window's
+  // deliveries through a slow link): it fails only when no record has
+  // arrived for the timeout, and never before `deadline`.
+  auto stalled_at = std::max(deadline, Clock::now() + options.timeout);
   while (!pending.empty()) {
-    const int wait = remaining_ms(deadline);
+    const int wait = remaining_ms(stalled_at);
     if (wait <= 0) {
       std::string where;
       for (std::int32_t p : pending) {
@@ -308,12 +312,13 @@ Status read_ranges(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
                              position[p], ranges.at(p).second);
       }
       return fail(fmt::format(
-          "output reconciliation: reading output topic '{}' timed out after {} ms ({}); check "
-          "the brokers, or raise the reconciliation timeout",
+          "output reconciliation: reading output topic '{}' stalled: nothing arrived for {} ms "
+          "({}); check the brokers",
           topic.name(), options.timeout.count(), where));
     }
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
     if (!m) continue;
+    if (m->err() != RdKafka::ERR__TIMED_OUT) stalled_at = Clock::now() + options.timeout;
     const std::int32_t p = m->partition();
     if (m->err() == RdKafka::ERR__TIMED_OUT || !pending.count(p)) continue;
     if (m->err() == RdKafka::ERR__PARTITION_EOF) {
@@ -530,18 +535,22 @@ Result<std::map<PartitionId, CommitPoint>> find_commit_points(
     pending.insert(id);
   }
   std::map<PartitionId, std::int64_t> timestamps;
+  // Many partitions through a slow link may take longer than the timeout
+  // as a whole: the read fails only when nothing has arrived for it.
+  auto stalled_at = std::max(deadline, Clock::now() + options.timeout);
   while (!pending.empty()) {
-    const int wait = remaining_ms(deadline);
+    const int wait = remaining_ms(stalled_at);
     if (wait <= 0) {
       std::string where;
       for (const auto& id : pending) where += (where.empty() ? "" : ", ") + id.str();
       return fail(fmt::format(
-          "recovery: reading the record before the committed offset of {} timed out after "
-          "{} ms; check the brokers",
+          "recovery: reading the record before the committed offset of {} stalled: nothing "
+          "arrived for {} ms; check the brokers",
           where, options.timeout.count()));
     }
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
     if (!m || m->err() == RdKafka::ERR__TIMED_OUT) continue;
+    stalled_at = Clock::now() + options.timeout;
     PartitionId id{m->topic_name(), m->partition()};
     spdlog::debug("recovery: {} offset {}: {}", id.str(), m->offset(),
                   describe_kafka_error(m->err()));

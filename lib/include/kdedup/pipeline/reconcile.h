@@ -99,7 +99,9 @@ struct ReconcileOptions {
   std::map<std::string, std::string> properties;
   /// Records read from the end of each output partition.
   std::int64_t tail_records = 10'000;
-  /// Whole read, metadata and watermarks included.
+  /// Each step (metadata, watermarks, a time search) must finish within
+  /// it; reading the ranges fails when nothing arrives for this long, so a
+  /// long window's deliveries can take longer as a whole.
   std::chrono::milliseconds timeout{15'000};
 };
 
