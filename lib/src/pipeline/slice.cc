@@ -63,6 +63,7 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
       clock_(options.max_future_skew_ms, clock_ms),
       tick_ms_(1),
       next_offset_(next_offset) {
+  if (filter_ && options.memory) filter_->set_memory_budget(options.memory);
   const std::uint32_t ticks = filter_ ? filter_->config().ticks_per_window : 0;
   if (ticks > 0 && options.window_ms >= static_cast<std::int64_t>(ticks)) {
     tick_ms_ = options.window_ms / ticks;
