@@ -926,9 +926,16 @@ void TimerFilter::seal_and_grow() {
 }
 
 void TimerFilter::maybe_fold() {
+  // Runs at every tick: the usual answer (a sub-filter sized for what it
+  // holds) comes from a few compares, before any rate is computed.
   SubFilter& a = *subs_.back();
   const std::uint64_t floor = floor_lines();
   if (a.lines < 2 * floor || a.lines < 2) return;
+  if (config_.growth == Growth::kDensity &&
+      static_cast<double>(a.lines) * lambda_full_ <
+          2 * kFoldHeadroom * static_cast<double>(a.alive.sum)) {
+    return;  // it holds more than half of what it can: no fold is possible
+  }
   const std::uint32_t window = config_.ticks_per_window;
   const auto horizon =
       static_cast<Tick>(std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(window))));
