@@ -195,6 +195,7 @@ double AgingFilter::load_for(double fpp) const {
 
 void AgingFilter::observe_budget() {
   if (!budget_) return;
+  budget_->settle(budget_level_);  // the load may have fallen: one step per tick at most
   const std::uint32_t level = budget_->level();
   if (level == budget_level_) return;
   budget_level_ = level;
@@ -399,7 +400,16 @@ bool AgingFilter::shift() {
     }
   }
   Slice s0 = make_slice(slice_bits_for(capacity), next_seq_, clock_);
-  if (!reserve(s0, false)) {
+  // The slices this shift retires (beyond k + l with s0, and out of the
+  // window) give their bytes back right after: a new s0 that fits in them is
+  // charged whatever the budget, so a filter at the limit still turns over
+  // (and shrinks when the rate fell) instead of holding its old slices.
+  const std::size_t base = shape_.k + shape_.l;
+  std::uint64_t freed = 0;
+  for (std::size_t i = 0; slices_.size() + 1 - i > base && !in_window(slices_[i], clock_); ++i) {
+    freed += slices_[i].bits / 8;
+  }
+  if (!reserve(s0, s0.bits / 8 <= freed)) {
     // Over budget: the generation stays open until the next tick.
     denied_ = true;
     remaining_ = std::numeric_limits<std::uint64_t>::max();

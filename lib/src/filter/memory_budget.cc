@@ -49,9 +49,13 @@ void MemoryBudget::release(std::uint64_t bytes) noexcept {
 }
 
 void MemoryBudget::release(std::uint64_t bytes, std::uint32_t seen_level) noexcept {
-  const std::uint64_t left = used_.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
-  if (seen_level != 0 && seen_level != MemoryCharge::kNoLevel &&
-      static_cast<double>(left) < kLowerBelow * static_cast<double>(options_.max_bytes)) {
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  if (seen_level != MemoryCharge::kNoLevel) settle(seen_level);
+}
+
+void MemoryBudget::settle(std::uint32_t seen_level) noexcept {
+  if (seen_level == 0 || level() != seen_level) return;
+  if (static_cast<double>(used()) < kLowerBelow * static_cast<double>(options_.max_bytes)) {
     change_level(seen_level, seen_level - 1);
   }
 }

@@ -646,6 +646,7 @@ void TimerFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
 
 void TimerFilter::observe_budget() {
   if (!budget_) return;
+  budget_->settle(budget_level_);  // the load may have fallen: one step per tick at most
   const std::uint32_t level = budget_->level();
   if (level == budget_level_) return;
   budget_level_ = level;
@@ -930,7 +931,7 @@ void TimerFilter::maybe_fold() {
   // holds) comes from a few compares, before any rate is computed.
   SubFilter& a = *subs_.back();
   const std::uint64_t floor = floor_lines();
-  if (a.lines < 2 * floor || a.lines < 2) return;
+  if (a.lines <= floor) return;
   if (config_.growth == Growth::kDensity &&
       static_cast<double>(a.lines) * lambda_full_ <
           2 * kFoldHeadroom * static_cast<double>(a.alive.sum)) {
@@ -941,6 +942,16 @@ void TimerFilter::maybe_fold() {
       static_cast<Tick>(std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(window))));
   // A young sub-filter's rate is still being learned (and it was just sized).
   if (clock_ - a.created < horizon) return;
+  if (a.alive.sum == 0 && config_.growth == Growth::kDensity) {
+    // Nothing in it is alive (a quiet partition, a restored snapshot whose
+    // entries have expired): back to the floor, whatever its line count.
+    if (auto sub = new_subfilter(floor, true)) {
+      sub->share = kProbeShare;
+      subs_.back() = std::move(sub);
+    }
+    return;
+  }
+  if (a.lines < 2 * floor) return;
   const double rate = recent_rate(horizon);
   if (rate < 0) return;
   if (config_.growth == Growth::kCardinality) {
@@ -963,6 +974,11 @@ void TimerFilter::maybe_fold() {
       floor,
       static_cast<std::uint64_t>(std::ceil(kFoldHeadroom * std::max(content, turnover) / lambda)));
   if (a.lines < 2 * need) return;
+  // Fold once the window has turned over at the current rate: what it holds
+  // is what the rate brings, so the need is final and one fold lands close
+  // to it (an earlier fold could land on a line count without a divisor
+  // near the final need).
+  if (content > kSettled * turnover) return;
   // The smallest divisor L' of the line count with L' >= need: fold by L / L'.
   std::uint64_t best = a.lines;
   for (std::uint64_t d = 1; d * d <= a.lines; ++d) {
@@ -972,11 +988,6 @@ void TimerFilter::maybe_fold() {
     }
   }
   if (best > a.lines / 2) return;
-  // Fold once the window has turned over at the current rate: what it holds
-  // is what the rate brings, so the need is final and one fold lands close
-  // to it (an earlier fold could land on a line count without a divisor
-  // near the final need).
-  if (content > kFoldHeadroom * turnover) return;
   const std::uint64_t factor = a.lines / best;
   switch (config_.timer_bits) {
     case 4:

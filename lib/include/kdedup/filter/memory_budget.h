@@ -34,11 +34,12 @@
 //     instead of the last one to ask losing. A filter reads the level once
 //     per tick and passes the level it saw to try_reserve() and release(),
 //     so one round of failures raises it one step, not one step per filter.
-//   - When the load falls: a release() that leaves the used bytes under
-//     kLowerBelow of the limit lowers the level one step (hysteresis: one
-//     step up frees 15-30% of the bytes at the usual targets, so the level
-//     comes back down only once it would fit again). Back at level 0 every
-//     filter sizes for its configured fpp again.
+//   - When the load falls: while the used bytes stay under kLowerBelow of
+//     the limit, the level falls one step per round (hysteresis: one step up
+//     frees 15-30% of the bytes at the usual targets, so the level comes
+//     back down only once it would fit again). A filter calls settle() with
+//     the level it saw once per tick, and release() does the same; back at
+//     level 0 every filter sizes for its configured fpp again.
 // A budget without a limit (max_bytes 0) never refuses and stays at level 0;
 // it still counts, for kdedup_memory_used_bytes.
 //
@@ -118,6 +119,10 @@ class MemoryBudget {
   void release(std::uint64_t bytes, std::uint32_t seen_level) noexcept;
   /// release() without lowering the level (a filter detaching).
   void release(std::uint64_t bytes) noexcept;
+  /// Lowers the level one step if it still is `seen_level` (> 0) and less
+  /// than kLowerBelow of max_bytes is reserved. Cheap (two relaxed loads);
+  /// a filter calls it once per tick.
+  void settle(std::uint32_t seen_level) noexcept;
 
  private:
   void change_level(std::uint32_t from, std::uint32_t to) noexcept;

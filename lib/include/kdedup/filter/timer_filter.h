@@ -107,18 +107,23 @@
 //   steep power of the load), so its limit rises to the full budget long
 //   before it fills.
 // Sealed sub-filters are freed once their newest insertion is older than the
-// window. Shrink (fold): when the active sub-filter is at least twice what
-// 1.25 x max(what it holds, the rate over the last W / 4 ticks x (W + 1))
-// needs, it folds in place by an integer factor d that divides its line
-// count: new line j merges old lines j*d .. j*d + d - 1 cell by cell, keeping
-// the youngest live code. A fingerprint's line in L / d lines is
-// floor(line in L / d) (multiply-high range reduction), and its probe cells
-// do not depend on L, so the folded sub-filter is exactly the one that
-// would exist had the identities been inserted into L / d lines from the
-// start: every live entry stays (no false negative), the estimate stays
-// exact, and no second copy is held while the window turns over. New
-// sub-filters get a multiple of 64 lines so that they can fold. A restored
-// snapshot folds the same way at its first tick. A clock jump past the
+// window. Shrink (fold): once the window has turned over at the current rate
+// (the active holds at most kSettled x what the rate over the last W / 4
+// ticks brings in a window) and the active is at least twice what 1.1 x
+// max(what it holds, that rate x (W + 1)) needs, it folds in place by an
+// integer factor d that divides its line count: new line j merges old lines
+// j*d .. j*d + d - 1 cell by cell, keeping the youngest live code. A
+// fingerprint's line in L / d lines is floor(line in L / d) (multiply-high
+// range reduction), and its probe cells do not depend on L, so the folded
+// sub-filter is exactly the one that would exist had the identities been
+// inserted into L / d lines from the start: every live entry stays (no false
+// negative), the estimate stays exact, and no second copy is held while the
+// window turns over. New sub-filters get 8 x a 5-smooth number of lines, so
+// that a divisor lies within a few percent of any smaller need. An active
+// with nothing alive returns to the floor whatever its size. (Growth::
+// kCardinality cannot fold, its count never decreases: a lone active twice
+// what the rate needs is sealed and a rate-sized one started.) A restored
+// snapshot folds the same way when it is restored. A clock jump past the
 // window empties the filter and returns it to the floor. At most 32
 // sub-filters exist; at that cap, or when the MemoryBudget refuses a new one,
 // the active keeps absorbing inserts until the next tick (when it asks
@@ -169,6 +174,9 @@ class TimerFilter final : public SlidingFilter {
   static constexpr double kFoldHorizonShare = 0.25;
   /// A folded sub-filter holds this many times what it must keep.
   static constexpr double kFoldHeadroom = 1.1;
+  /// The window has turned over at the current rate (a fold may follow)
+  /// once it holds at most this many times what the rate brings in one.
+  static constexpr double kSettled = 1.05;
   /// New sub-filters get this many lines times a 5-smooth number, so that
   /// they can fold to within a few percent of any smaller size.
   static constexpr std::uint64_t kFoldGrain = 8;
