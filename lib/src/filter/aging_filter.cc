@@ -170,6 +170,7 @@ void AgingFilter::move_clock(Tick now) {
     clock_ = now;
     tick_base_ = insertions_;
     observe_budget();
+    publish_demand();
     if (denied_) {
       // A shift was refused at the last clock value: ask again at the next
       // insertion.
@@ -177,6 +178,21 @@ void AgingFilter::move_clock(Tick now) {
       remaining_ = 1;
     }
   }
+}
+
+void AgingFilter::publish_demand() {
+  if (level_load_.empty()) return;
+  // A window of the current rate (eq. 6's t_span is W + 2 ticks here), at
+  // the bits per element of each level's load, or the floor.
+  const double window_ids = insertion_rate() * (config_.ticks_per_window + 2.0);
+  const double floor = static_cast<double>(config_.min_bytes);
+  std::vector<std::uint64_t> bytes(level_load_.size());
+  for (std::size_t l = 0; l < level_load_.size(); ++l) {
+    const double bits_per_id = static_cast<double>(shape_.k + shape_.l) * shape_.k /
+                               (static_cast<double>(shape_.l) * level_load_[l]);
+    bytes[l] = static_cast<std::uint64_t>(std::max(floor, window_ids * bits_per_id / 8));
+  }
+  demand_.publish(bytes);
 }
 
 std::uint64_t AgingFilter::slice_bits_for(double capacity) const {
@@ -193,12 +209,19 @@ double AgingFilter::load_for(double fpp) const {
   return lo;
 }
 
+std::uint32_t AgingFilter::budget_vote() const noexcept {
+  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
+  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
+                                                                             : MemoryBudget::kHold;
+}
+
 void AgingFilter::observe_budget() {
   if (!budget_) return;
-  budget_->settle(budget_level_);  // the load may have fallen: one step per tick at most
+  budget_->settle(budget_vote());  // the load may have fallen
   const std::uint32_t level = budget_->level();
   if (level == budget_level_) return;
   budget_level_ = level;
+  level_since_ = clock_;
   load_ = load_for(effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
   // The current slices may take more (or less) before the next shift.
   if (!denied_) remaining_ = generation_size();
@@ -209,7 +232,7 @@ bool AgingFilter::reserve(Slice& s, bool required) {
   const std::uint64_t bytes = s.bits / 8;
   if (required) {
     budget_->charge(bytes);
-  } else if (!budget_->try_reserve(bytes, budget_level_)) {
+  } else if (!budget_->try_reserve(bytes)) {
     return false;
   }
   s.charge = MemoryCharge(budget_, bytes);
@@ -218,11 +241,18 @@ bool AgingFilter::reserve(Slice& s, bool required) {
 
 void AgingFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
   budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
+  level_load_.clear();
+  for (std::uint32_t l = 0; l < demand_.levels(); ++l) {
+    level_load_.push_back(
+        load_for(effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(l)))));
+  }
   for (Slice& s : slices_) {
     s.charge = MemoryCharge();
     (void)reserve(s, true);
   }
   budget_level_ = 0;
+  level_since_ = clock_;
   load_ = kLn2;
   observe_budget();
 }
@@ -336,10 +366,7 @@ void AgingFilter::retire_expired() {
   // below k + l. Newest-insertion ticks grow from the front to the back.
   const std::size_t base = shape_.k + shape_.l;
   std::size_t expired = 0;
-  while (slices_.size() - expired > base && !in_window(slices_[expired], clock_)) {
-    slices_[expired].charge.reset(budget_level_);  // may lower the budget's pressure
-    ++expired;
-  }
+  while (slices_.size() - expired > base && !in_window(slices_[expired], clock_)) ++expired;
   slices_.erase(slices_.begin(), slices_.begin() + static_cast<std::ptrdiff_t>(expired));
 }
 

@@ -31,8 +31,16 @@ void ExactFilter::expire(Tick now) {
 void ExactFilter::advance(Tick now) {
   if (now > clock_) {
     clock_ = now;
-    // Once per tick, not per record: the table's bytes into the budget.
-    if (budget_) charge_.resize(stats().bytes);
+    // Once per tick, not per record: the table's bytes into the budget, and
+    // as its demand at every level (an exact set cannot trade accuracy).
+    if (budget_) {
+      const std::uint64_t bytes = stats().bytes;
+      charge_.resize(bytes);
+      if (demand_.levels() != 0) {
+        const std::vector<std::uint64_t> each(demand_.levels(), bytes);
+        demand_.publish(each);
+      }
+    }
   }
   expire(clock_);
 }
@@ -40,6 +48,7 @@ void ExactFilter::advance(Tick now) {
 void ExactFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
   charge_ = MemoryCharge();
   budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
   if (!budget_) return;
   const std::uint64_t bytes = stats().bytes;
   budget_->charge(bytes);

@@ -614,14 +614,25 @@ std::uint64_t TimerFilter::lines_for(double elements, double lambda) const {
 }
 
 std::unique_ptr<TimerFilter::SubFilter> TimerFilter::new_subfilter(std::uint64_t lines,
-                                                                   bool required) {
-  const std::uint64_t bytes = lines * kLineBytes;
+                                                                   bool required,
+                                                                   std::uint64_t least) {
+  std::uint64_t bytes = lines * kLineBytes;
   MemoryCharge charge;
   if (budget_) {
     if (required) {
       budget_->charge(bytes);
-    } else if (!budget_->try_reserve(bytes, budget_level_)) {
-      return nullptr;
+    } else {
+      // What is left of the budget, if less than asked for (a smaller
+      // sub-filter fills sooner and asks again), before any fpp is raised.
+      least = std::min(least == 0 ? lines : least, lines);
+      const std::uint64_t granted = budget_->reserve_up_to(least * kLineBytes, bytes);
+      if (granted == 0) return nullptr;
+      std::uint64_t fit = granted / kLineBytes;
+      if (fit > kFoldGrain) fit = fit / kFoldGrain * kFoldGrain;  // can still fold by 2, 4, 8
+      fit = std::max(fit, least);
+      if (fit * kLineBytes < granted) budget_->release(granted - fit * kLineBytes);
+      lines = fit;
+      bytes = fit * kLineBytes;
     }
     charge = MemoryCharge(budget_, bytes);
   }
@@ -632,6 +643,13 @@ std::unique_ptr<TimerFilter::SubFilter> TimerFilter::new_subfilter(std::uint64_t
 
 void TimerFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
   budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
+  // Load per line at kBudgetShare of each level's target (publish_demand).
+  level_lambda_.clear();
+  for (std::uint32_t l = 0; l < demand_.levels(); ++l) {
+    level_lambda_.push_back(model_->lambda_for(
+        kBudgetShare * filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(l)))));
+  }
   for (auto& s : subs_) {
     s->charge = MemoryCharge();
     if (budget_) {
@@ -640,17 +658,47 @@ void TimerFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
     }
   }
   budget_level_ = budget_ ? budget_->level() : 0;
+  level_since_ = clock_;
   set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(budget_level_))));
   refresh_threshold();
 }
 
+std::uint32_t TimerFilter::budget_vote() const noexcept {
+  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
+  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
+                                                                             : MemoryBudget::kHold;
+}
+
 void TimerFilter::observe_budget() {
   if (!budget_) return;
-  budget_->settle(budget_level_);  // the load may have fallen: one step per tick at most
+  budget_->settle(budget_vote());  // the load may have fallen
   const std::uint32_t level = budget_->level();
   if (level == budget_level_) return;
   budget_level_ = level;
+  level_since_ = clock_;
   set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+}
+
+void TimerFilter::publish_demand() {
+  if (level_lambda_.empty()) return;
+  // What the window holds, or brings at the current rate if more, with the
+  // headroom a new sub-filter gets, at each level's load per line.
+  const std::uint32_t window = config_.ticks_per_window;
+  const auto horizon =
+      static_cast<Tick>(std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(window))));
+  const double rate = std::max(0.0, recent_rate(horizon));
+  // A saturated filter inserts only the share of new identities it does not
+  // mistake for duplicates: what arrives is what it inserted / (1 - fpp).
+  const double missed = 1.0 - std::min(0.5, fpp_budget_used());
+  const double holds =
+      kGrowthHeadroom *
+      std::max(static_cast<double>(alive_total()), rate * static_cast<double>(window + 1)) / missed;
+  demand_bytes_.resize(level_lambda_.size());
+  for (std::size_t l = 0; l < level_lambda_.size(); ++l) {
+    const auto lines = static_cast<std::uint64_t>(std::ceil(holds / level_lambda_[l]));
+    demand_bytes_[l] = std::max(lines, floor_lines()) * kLineBytes;
+  }
+  demand_.publish(demand_bytes_);
 }
 
 void TimerFilter::set_target(double fpp) {
@@ -793,16 +841,15 @@ void TimerFilter::clear_all(Tick now) {
     for (auto& s : subs_) s->alive.advance(now, window);
     // Free sealed sub-filters whose newest insertion left the window.
     const SubFilter* active = subs_.back().get();
-    std::erase_if(subs_, [&](std::unique_ptr<SubFilter>& s) {
-      if (s.get() == active || (s->inserts != 0 && now - s->last_insert <= window)) return false;
-      s->charge.reset(budget_level_);  // may lower the budget's pressure
-      return true;
+    std::erase_if(subs_, [&](const std::unique_ptr<SubFilter>& s) {
+      return s.get() != active && (s->inserts == 0 || now - s->last_insert > window);
     });
   }
   tick_inserts_ = 0;
   overfull_ = false;
   observe_budget();
   maybe_fold();
+  publish_demand();
   refresh_threshold();  // and the view
 }
 
@@ -913,7 +960,25 @@ void TimerFilter::seal_and_grow() {
   const double share =
       want.probe ? std::min(free, kProbeShare * target_) : std::max(free, kPlanShare * target_);
   const double lambda = model_->lambda_for(kBudgetShare * (share > 0 ? share : 1e-3 * target_));
-  auto sub = new_subfilter(lines_for(want.elements, lambda), false);
+  std::uint64_t lines = lines_for(want.elements, lambda);
+  if (!demand_bytes_.empty() && budget_->demand(0) > budget_->max_bytes()) {
+    // Over budget, each filter holds at most its share of it, in proportion
+    // to what it needs at the target (so every partition's fpp rises alike):
+    // the room freed as sub-filters expire goes to the partitions that need
+    // it, not to the first to ask.
+    const double part = static_cast<double>(budget_->max_bytes()) *
+                        static_cast<double>(demand_bytes_.front()) /
+                        static_cast<double>(budget_->demand(0));
+    double held = 0;
+    for (const auto& s : subs_) held += static_cast<double>(s->bytes());
+    const double room = std::max(0.0, part - held) / kLineBytes;
+    lines = std::max(floor_lines(), std::min(lines, static_cast<std::uint64_t>(room)));
+  }
+  // Take no less than a quarter of what it asks for: sub-filters much
+  // smaller than the rate needs fill at once, and each sealed one takes a
+  // share of the fpp budget; overfilling the active until the next tick
+  // costs less.
+  auto sub = new_subfilter(lines, false, std::max(floor_lines(), lines / 4));
   if (!sub) {
     // The budget refused (or memory ran out): keep inserting into the active
     // until the next tick, when growth is asked for again.
@@ -1045,7 +1110,7 @@ void TimerFilter::fold(SubFilter& s, std::uint64_t factor) {
   // the sweep continues from the schedule's position for the new size.
   s.swept = s.required(clock_, period_);
   s.cursor = s.swept % lines;
-  s.charge.shrink_to(lines * kLineBytes, budget_level_);
+  s.charge.resize(lines * kLineBytes);
 }
 
 namespace {

@@ -38,12 +38,13 @@ std::shared_ptr<MemoryBudget> budget_of(std::uint64_t max_bytes, double fpp = 0.
 }
 
 FilterConfig config_of(FilterType type, std::uint64_t capacity, std::uint8_t bits = 8,
-                       double fpp = 0.01) {
+                       double fpp = 0.01, std::uint64_t min_bytes = 64 * 1024) {
   FilterConfig c;
   c.type = type;
   c.timer_bits = bits;
   c.capacity = capacity;
   c.fpp = fpp;
+  c.min_bytes = min_bytes;
   return *normalize(c);
 }
 
@@ -57,78 +58,103 @@ std::unique_ptr<SlidingFilter> make(const FilterConfig& c) {
 
 TEST(MemoryBudget, WithoutALimitCountsAndNeverRefuses) {
   auto b = budget_of(0);
-  EXPECT_TRUE(b->try_reserve(1ULL << 40, 0));
+  EXPECT_TRUE(b->try_reserve(1ULL << 40));
   b->charge(100);
   EXPECT_EQ(b->used(), (1ULL << 40) + 100);
-  b->release(1ULL << 40, 0);
+  b->release(1ULL << 40);
   b->release(100);
   EXPECT_EQ(b->used(), 0U);
   EXPECT_EQ(b->level(), 0U);
   EXPECT_EQ(b->max_level(), 0U);
   EXPECT_EQ(b->effective_fpp(), 0.01);
+  MemoryDemand d(b);
+  EXPECT_EQ(d.levels(), 0U);  // nothing to publish without a limit
 }
 
-TEST(MemoryBudget, ARefusalRaisesTheLevelOneStepPerRound) {
+TEST(MemoryBudget, ReservationsStopAtTheLimit) {
+  auto b = budget_of(1000);
+  EXPECT_TRUE(b->try_reserve(600));
+  EXPECT_FALSE(b->try_reserve(500));
+  EXPECT_EQ(b->used(), 600U);  // a refusal reserves nothing
+  // Part of what is asked for: half of what is free, at least `least`.
+  EXPECT_EQ(b->reserve_up_to(100, 900), 200U);
+  EXPECT_EQ(b->used(), 800U);
+  EXPECT_EQ(b->reserve_up_to(150, 900), 150U);
+  EXPECT_EQ(b->reserve_up_to(100, 900), 0U);
+  EXPECT_TRUE(b->try_reserve(50));  // exactly at the limit
+  EXPECT_EQ(b->used(), 1000U);
+  b->charge(10);  // a floor: past the limit
+  EXPECT_EQ(b->used(), 1010U);
+  EXPECT_EQ(b->level(), 0U);  // refusals alone do not move the level
+}
+
+TEST(MemoryBudget, TheLevelFollowsThePublishedDemand) {
   std::vector<MemoryBudget::Change> changes;
   auto b = budget_of(1000, 0.01, &changes);
   EXPECT_EQ(b->max_level(), 5U);  // 0.01 * 2^5 = 0.32 >= kMaxEffectiveFpp
-  EXPECT_TRUE(b->try_reserve(600, 0));
-  EXPECT_TRUE(b->try_reserve(400, 0));  // exactly at the limit
-  EXPECT_EQ(b->used(), 1000U);
-  // Three filters that all sized at level 0 are refused: one step.
-  EXPECT_FALSE(b->try_reserve(1, 0));
-  EXPECT_FALSE(b->try_reserve(1, 0));
-  EXPECT_FALSE(b->try_reserve(1, 0));
-  EXPECT_EQ(b->level(), 1U);
-  EXPECT_EQ(b->used(), 1000U);  // a refusal reserves nothing
-  EXPECT_DOUBLE_EQ(b->fpp_scale(), 2.0);
-  EXPECT_DOUBLE_EQ(b->effective_fpp(), 0.02);
-  // One that has seen level 1 is refused: level 2.
-  EXPECT_FALSE(b->try_reserve(1, 1));
-  EXPECT_EQ(b->level(), 2U);
-  for (std::uint32_t seen = 2; seen < 10; ++seen) (void)b->try_reserve(1, seen);
-  EXPECT_EQ(b->level(), b->max_level());
-  EXPECT_DOUBLE_EQ(b->effective_fpp(), kMaxEffectiveFpp);
-  ASSERT_EQ(changes.size(), 5U);
+  {
+    MemoryDemand d(b);
+    ASSERT_EQ(d.levels(), 6U);
+    // Needs 2000 bytes at the target, 30% less per level.
+    std::vector<std::uint64_t> need{2000, 1400, 980, 686, 480, 336};
+    d.publish(need);
+    EXPECT_EQ(b->demand(0), 2000U);
+    b->settle(MemoryBudget::kHold);  // a filter that has not run long enough at the level
+    EXPECT_EQ(b->level(), 0U);
+    b->settle(0);
+    EXPECT_EQ(b->level(), 1U);
+    b->settle(0);  // the level moved past what this caller saw: nothing
+    EXPECT_EQ(b->level(), 1U);
+    b->settle(1);
+    b->settle(2);
+    EXPECT_EQ(b->level(), 3U);  // 686 <= 0.85 * 1000
+    b->settle(3);
+    EXPECT_EQ(b->level(), 3U);  // level 2 needs 980: above 0.75 * 1000, stays
+    EXPECT_DOUBLE_EQ(b->fpp_scale(), 8.0);
+    EXPECT_DOUBLE_EQ(b->effective_fpp(), 0.08);
+    // The load falls: back one step per round, down to the target.
+    d.publish(std::vector<std::uint64_t>{700, 490, 343, 240, 168, 117});
+    b->settle(3);
+    b->settle(2);
+    EXPECT_EQ(b->level(), 1U);
+    b->settle(1);  // level 0 needs 700 <= 750
+    EXPECT_EQ(b->level(), 0U);
+  }
+  EXPECT_EQ(b->demand(0), 0U);  // withdrawn with the filter
+  ASSERT_EQ(changes.size(), 6U);
   EXPECT_EQ(changes[0].previous, 0U);
   EXPECT_EQ(changes[0].level, 1U);
-  EXPECT_EQ(changes[0].used, 1000U);
   EXPECT_EQ(changes[0].max_bytes, 1000U);
+  EXPECT_EQ(changes.back().level, 0U);
 }
 
-TEST(MemoryBudget, TheLevelFallsOnceUnderSixtyPercentWithHysteresis) {
-  std::vector<MemoryBudget::Change> changes;
-  auto b = budget_of(1000, 0.01, &changes);
-  ASSERT_TRUE(b->try_reserve(1000, 0));
-  ASSERT_FALSE(b->try_reserve(1, 0));
-  ASSERT_FALSE(b->try_reserve(1, 1));
+TEST(MemoryBudget, RefusalsKeepTheLevelUp) {
+  // A saturated filter inserts little and under-reports its need: while
+  // reservations are refused the level does not fall.
+  auto b = budget_of(1000);
+  MemoryDemand d(b);
+  d.publish(std::vector<std::uint64_t>{2000, 1000, 500, 250, 125, 60});
+  b->settle(0);
+  b->settle(1);
   ASSERT_EQ(b->level(), 2U);
-  b->release(300, 2);  // 700 left: above 60%, stays
-  EXPECT_EQ(b->level(), 2U);
+  ASSERT_TRUE(b->try_reserve(1000));
+  EXPECT_FALSE(b->try_reserve(1));
+  d.publish(std::vector<std::uint64_t>{100, 50, 25, 12, 6, 3});
   b->settle(2);
   EXPECT_EQ(b->level(), 2U);
-  b->release(200, 2);  // 500 left: one step
+  b->settle(2);  // no refusal since the last round
   EXPECT_EQ(b->level(), 1U);
-  b->settle(2);  // a filter that has not seen level 1 yet: no second step
-  EXPECT_EQ(b->level(), 1U);
-  b->settle(1);
-  EXPECT_EQ(b->level(), 0U);
-  b->settle(0);
-  EXPECT_EQ(b->level(), 0U);
-  EXPECT_EQ(changes.size(), 4U);
-  EXPECT_EQ(changes.back().level, 0U);
-  EXPECT_EQ(changes.back().previous, 1U);
 }
 
 TEST(MemoryBudget, ChargesReleaseThemselves) {
   auto b = budget_of(1000);
   {
-    ASSERT_TRUE(b->try_reserve(400, 0));
+    ASSERT_TRUE(b->try_reserve(400));
     MemoryCharge c(b, 400);
     MemoryCharge moved(std::move(c));
     EXPECT_EQ(c.bytes(), 0U);  // NOLINT(bugprone-use-after-move): moved-from is empty
     EXPECT_EQ(moved.bytes(), 400U);
-    moved.shrink_to(100, MemoryCharge::kNoLevel);
+    moved.resize(100);
     EXPECT_EQ(b->used(), 100U);
     moved.resize(2000);  // grows past the limit: charged
     EXPECT_EQ(b->used(), 2000U);
@@ -146,15 +172,20 @@ TEST(MemoryBudget, ConcurrentReservationsNeverPassTheLimit) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       std::vector<std::uint64_t> held;
+      MemoryDemand d(b);
       for (int i = 0; i < 20000; ++i) {
         const std::uint64_t n = 1 + static_cast<std::uint64_t>((i * 7919 + t) % 4096);
-        if (b->try_reserve(n, b->level())) held.push_back(n);
+        if (b->try_reserve(n)) held.push_back(n);
+        if (i % 100 == 0) {
+          d.publish(std::vector<std::uint64_t>(d.levels(), static_cast<std::uint64_t>(i) * 64));
+          b->settle(b->level());
+        }
         std::uint64_t seen = b->used();
         std::uint64_t prev = peak.load();
         while (seen > prev && !peak.compare_exchange_weak(prev, seen)) {
         }
         if (held.size() > 64) {
-          b->release(held.front(), b->level());
+          b->release(held.front());
           held.erase(held.begin());
         }
       }
@@ -163,6 +194,7 @@ TEST(MemoryBudget, ConcurrentReservationsNeverPassTheLimit) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(b->used(), 0U);
+  EXPECT_EQ(b->demand(0), 0U);
   EXPECT_LE(peak.load(), 1U << 20);
 }
 
@@ -359,35 +391,44 @@ struct BudgetRun {
   std::uint32_t worst_level = 0;
 };
 
-// Two filters sharing `budget`, each fed its own stream (distinct ids at a
-// rate that needs about 4x the budget); the budget is read at every tick.
+// Two filters sharing `budget`, fed the same stream with other identities,
+// interleaved tick by tick as two partitions' workers run side by side, each
+// next to its exact oracle; the budget and the estimates are read at every
+// tick.
 BudgetRun run_two(FilterType type, std::uint8_t bits, const std::shared_ptr<MemoryBudget>& budget,
                   const std::vector<Event>& events) {
-  const FilterConfig c = config_of(type, 1'000, bits);
-  auto a = make(c);
-  auto b = make(c);
-  a->set_memory_budget(budget);
-  b->set_memory_budget(budget);
+  const FilterConfig c = config_of(type, 1'000, bits, 0.01, 4096);
+  std::unique_ptr<SlidingFilter> filters[2] = {make(c), make(c)};
+  FilterConfig oc;
+  oc.type = FilterType::kExact;
+  oc.ticks_per_window = c.ticks_per_window;
+  ExactFilter oracles[2] = {ExactFilter(oc), ExactFilter(oc)};
+  for (auto& f : filters) f->set_memory_budget(budget);
   BudgetRun r;
-  Tick last = 0;
-  auto observe = [&](std::size_t, const Event& e, Decision, bool) {
-    if (e.tick == last) return;
-    last = e.tick;
-    r.worst_estimate =
-        std::max({r.worst_estimate, a->stats().fpp_estimate, b->stats().fpp_estimate});
+  std::size_t i = 0;
+  while (i < events.size()) {
+    std::size_t end = i;
+    while (end < events.size() && events[end].tick == events[i].tick) ++end;
+    for (int p = 0; p < 2; ++p) {
+      for (std::size_t j = i; j < end; ++j) {
+        Fingerprint fp = events[j].fp;
+        fp.lo ^= static_cast<std::uint64_t>(p) * 0x5555;
+        const bool delivered = oracles[p].contains(fp, events[j].tick);
+        const Decision d = filters[p]->test_and_insert(fp, events[j].tick);
+        ++r.counts.events;
+        if (d == Decision::kDistinct) {
+          oracles[p].insert(fp, events[j].tick);
+          ++(delivered ? r.counts.false_negatives : r.counts.true_negatives);
+        } else {
+          ++(delivered ? r.counts.true_positives : r.counts.false_positives);
+        }
+      }
+      r.worst_estimate = std::max(r.worst_estimate, filters[p]->stats().fpp_estimate);
+    }
     r.worst_used = std::max(r.worst_used, budget->used());
     r.worst_level = std::max(r.worst_level, budget->level());
-  };
-  // The second filter's stream is the first's with other identities.
-  std::vector<Event> other(events);
-  for (Event& e : other) e.fp.lo ^= 0x5555;
-  r.counts = run_against_oracle(*a, events, 64, observe);
-  const auto second = run_against_oracle(*b, other, 64, observe);
-  r.counts.events += second.events;
-  r.counts.false_positives += second.false_positives;
-  r.counts.false_negatives += second.false_negatives;
-  r.counts.true_negatives += second.true_negatives;
-  r.counts.true_positives += second.true_positives;
+    i = end;
+  }
   return r;
 }
 
@@ -396,10 +437,10 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
     for (std::uint8_t bits : {4, 8, 16}) {
       if (type == FilterType::kAging && bits != 8) continue;
       SCOPED_TRACE(std::string(to_string(type)) + " " + std::to_string(bits));
-      const FilterConfig c = config_of(type, 1'000, bits);
+      const FilterConfig c = config_of(type, 1'000, bits, 0.01, 4096);
       const std::uint32_t window = c.ticks_per_window;
       // 30k ids per window per filter: a pre-sized pair needs about
-      // 2 x 30k x (44..235 bits) / 8; the budget is a quarter of that.
+      // 2 x 30k x (44..235 bits) / 8; the budget is half of that.
       FilterConfig sized = c;
       sized.capacity = 30'000;
       const std::uint64_t need =
@@ -407,7 +448,7 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
               ? 2 * (*TimerFilter::create_presized(sized))->presized_bytes()
               : static_cast<std::uint64_t>(2 * 30'000 *
                                            choose_aging_shape(c.fpp).bits_per_element() / 8);
-      const std::uint64_t limit = need / 4;
+      const std::uint64_t limit = need / 2;
       auto budget = budget_of(limit, c.fpp);
       StreamSpec spec;
       spec.domain = 1ULL << 40;
@@ -430,7 +471,7 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
 TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {
   for (FilterType type : {FilterType::kTimer, FilterType::kAging}) {
     SCOPED_TRACE(to_string(type));
-    const FilterConfig c = config_of(type, 1'000, 8);
+    const FilterConfig c = config_of(type, 1'000, 8, 0.01, 4096);
     const std::uint32_t window = c.ticks_per_window;
     FilterConfig sized = c;
     sized.capacity = 40'000;
@@ -438,10 +479,10 @@ TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {
         type == FilterType::kTimer
             ? (*TimerFilter::create_presized(sized))->presized_bytes()
             : static_cast<std::uint64_t>(40'000 * choose_aging_shape(c.fpp).bits_per_element() / 8);
-    auto budget = budget_of(need / 3, c.fpp);
+    auto budget = budget_of(need / 2, c.fpp);
     auto f = make(c);
     f->set_memory_budget(budget);
-    // Two windows at the rate that needs 3x the budget, then four at a 20th.
+    // Two windows at the rate that needs 2x the budget, then four at a 20th.
     std::uint64_t id = 0;
     Tick t = 0;
     for (; t < 2 * (window + 1); ++t) {

@@ -56,6 +56,7 @@ class ExactFilter final : public SlidingFilter {
   std::uint64_t insertions_ = 0;
   std::shared_ptr<MemoryBudget> budget_;  // null: not accounted
   MemoryCharge charge_;                   // the table's bytes, as of the last tick
+  MemoryDemand demand_;                   // the same, at every pressure level
 };
 
 }  // namespace kdedup::filter

@@ -19,39 +19,47 @@
 //     the state it holds when the budget is attached (a restored snapshot)
 //     are charged with charge(), which counts past the limit. Those are the
 //     only bytes a budget ever admits past its limit.
-//   - Growth: every other new part is asked for with try_reserve(). When it
+//   - Growth: every other new part is asked for with try_reserve() (or
+//     reserve_up_to(), which grants what is left down to a minimum). When it
 //     fails the filter must not allocate: it keeps working with the parts it
 //     has (the timer filter keeps inserting into its active sub-filter, the
 //     aging filter keeps its current generation open), which raises its
 //     false-positive rate but never causes a false negative and never evicts
 //     a live entry, and it asks again at its next tick, not at its next
 //     record.
-//   - The fpp it aims for: fpp_scale() multiplies every filter's target
-//     false-positive probability (effective_fpp()). A failed reservation
-//     raises the pressure level one step (the scale doubles), for every
-//     filter at once: each sizes its next parts for the higher target and
-//     lets its current parts hold more, so the partitions degrade evenly
-//     instead of the last one to ask losing. A filter reads the level once
-//     per tick and passes the level it saw to try_reserve() and release(),
-//     so one round of failures raises it one step, not one step per filter.
-//   - When the load falls: while the used bytes stay under kLowerBelow of
-//     the limit, the level falls one step per round (hysteresis: one step up
-//     frees 15-30% of the bytes at the usual targets, so the level comes
-//     back down only once it would fit again). A filter calls settle() with
-//     the level it saw once per tick, and release() does the same; back at
-//     level 0 every filter sizes for its configured fpp again.
+//   - The fpp it aims for: fpp_scale() = 2^level() multiplies every
+//     filter's target false-positive probability (effective_fpp()), for
+//     every filter at once: each sizes its next parts for the higher target
+//     and lets its current parts hold more, so the partitions degrade
+//     evenly instead of the last one to ask losing.
+//   - What sets the level: demand. Once per tick a filter publishes, through
+//     its MemoryDemand, the bytes it would need at every level for what its
+//     window holds and its insertion rate brings. The level is the lowest
+//     one at which the sum over all filters fits in kFitShare of the limit:
+//     settle() (every filter calls it once per tick) moves it one step
+//     towards that, and only after the caller has run kSettleShare of its
+//     window at the level it saw (it passes kHold before that), so that
+//     each step takes effect before the next. It falls back only once the
+//     level below fits in kLowerShare (hysteresis) and no reservation was
+//     refused since the previous settle() (a saturated filter inserts little
+//     and under-reports its need): when the load falls, the fpp returns to
+//     target. A refused filter overfills until its next tick.
 // A budget without a limit (max_bytes 0) never refuses and stays at level 0;
 // it still counts, for kdedup_memory_used_bytes.
 //
-// Thread-safe: atomics only (a compare-and-swap per reservation, no lock),
-// shared through std::shared_ptr by every Slice of a process. on_change
-// runs on the thread whose reservation or release changed the level.
+// Thread-safe: atomics only (a compare-and-swap per reservation, a few adds
+// per published demand, no lock), shared through std::shared_ptr by every
+// Slice of a process. on_change runs on the thread whose settle() changed
+// the level.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <utility>
+#include <vector>
 
 namespace kdedup::filter {
 
@@ -82,9 +90,17 @@ class MemoryBudget {
     std::function<void(const Change&)> on_change;
   };
 
-  /// The pressure level falls one step when a release leaves less than this
-  /// share of max_bytes reserved.
-  static constexpr double kLowerBelow = 0.6;
+  /// The level is the lowest at which the demand fits in this share of
+  /// max_bytes (room for the parts a window still holds while it turns over).
+  static constexpr double kFitShare = 0.85;
+  /// It falls one step only once the level below fits in this share.
+  static constexpr double kLowerShare = 0.75;
+  /// Share of its window a filter runs at a level before it may move it.
+  static constexpr double kSettleShare = 1.0 / 8;
+  /// As `seen_level`: reserve, release or settle without moving the level.
+  static constexpr std::uint32_t kHold = ~std::uint32_t{0};
+  /// Levels a budget may reach (fpp >= 1e-9 needs at most 28).
+  static constexpr std::uint32_t kMaxLevels = 32;
 
   explicit MemoryBudget(Options options);
   /// No limit, counting only.
@@ -106,31 +122,77 @@ class MemoryBudget {
   /// effective_fpp(options.fpp, fpp_scale()): what the filters size for now.
   [[nodiscard]] double effective_fpp() const noexcept;
 
-  /// Reserves `bytes` when they fit under max_bytes and returns true.
-  /// Otherwise reserves nothing, raises the level one step if it still is
-  /// `seen_level` (the level the caller sized its request at), and returns
-  /// false: the caller must not allocate.
-  [[nodiscard]] bool try_reserve(std::uint64_t bytes, std::uint32_t seen_level) noexcept;
+  /// Reserves `bytes` when they fit under max_bytes and returns true;
+  /// otherwise reserves nothing and returns false: the caller must not
+  /// allocate.
+  [[nodiscard]] bool try_reserve(std::uint64_t bytes) noexcept;
+  /// Reserves `want` if it fits, else half of what is free (at least
+  /// `least` <= want), and returns it; 0 when not even `least` fits. A part
+  /// that can be smaller than it would like (a timer sub-filter) takes part
+  /// of what is left, and leaves the rest to the other filters.
+  [[nodiscard]] std::uint64_t reserve_up_to(std::uint64_t least, std::uint64_t want) noexcept;
   /// Counts `bytes` whatever the limit (a filter's floor, restored state).
   void charge(std::uint64_t bytes) noexcept;
-  /// Returns `bytes` reserved or charged earlier. Lowers the level one step
-  /// if it still is `seen_level` and less than kLowerBelow of max_bytes stays
-  /// reserved.
-  void release(std::uint64_t bytes, std::uint32_t seen_level) noexcept;
-  /// release() without lowering the level (a filter detaching).
+  /// Returns `bytes` reserved or charged earlier.
   void release(std::uint64_t bytes) noexcept;
-  /// Lowers the level one step if it still is `seen_level` (> 0) and less
-  /// than kLowerBelow of max_bytes is reserved. Cheap (two relaxed loads);
-  /// a filter calls it once per tick.
+  /// Moves the level one step towards the lowest one at which the published
+  /// demand fits (see the file comment), if it still is `seen_level`; kHold
+  /// does nothing. A few relaxed loads; a filter calls it once per tick.
   void settle(std::uint32_t seen_level) noexcept;
+  /// Total demand published for `level`, in bytes.
+  [[nodiscard]] std::uint64_t demand(std::uint32_t level) const noexcept {
+    return demand_[level].load(std::memory_order_relaxed);
+  }
 
  private:
+  friend class MemoryDemand;
   void change_level(std::uint32_t from, std::uint32_t to) noexcept;
 
   Options options_;
   std::uint32_t max_level_ = 0;
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint32_t> level_{0};
+  std::array<std::atomic<std::uint64_t>, kMaxLevels + 1> demand_{};
+  std::atomic<std::uint64_t> refusals_{0};            // reservations refused
+  std::atomic<std::uint64_t> refusals_at_settle_{0};  // ... at the last settle()
+};
+
+/// What one filter would need at each pressure level, published into its
+/// MemoryBudget (summed over filters there) and withdrawn on destruction.
+/// Owned by the filter, used on its thread.
+class MemoryDemand {
+ public:
+  MemoryDemand() = default;
+  explicit MemoryDemand(std::shared_ptr<MemoryBudget> budget) : budget_(std::move(budget)) {}
+  ~MemoryDemand() { withdraw(); }
+  MemoryDemand(MemoryDemand&&) noexcept = default;
+  MemoryDemand& operator=(MemoryDemand&& o) noexcept {
+    if (this != &o) {
+      withdraw();
+      budget_ = std::move(o.budget_);
+      bytes_ = std::move(o.bytes_);
+    }
+    return *this;
+  }
+  MemoryDemand(const MemoryDemand&) = delete;
+  MemoryDemand& operator=(const MemoryDemand&) = delete;
+
+  /// Levels the budget may reach (0 without a budget or a limit): the size
+  /// publish() expects.
+  [[nodiscard]] std::uint32_t levels() const noexcept;
+  /// Replaces the published demand: bytes[L] is what the filter would need
+  /// at level L (levels() values).
+  void publish(std::span<const std::uint64_t> bytes) noexcept;
+  /// The published demand at level 0 (0 before the first publish()).
+  [[nodiscard]] std::uint64_t at_target() const noexcept {
+    return bytes_.empty() ? 0 : bytes_.front();
+  }
+
+ private:
+  void withdraw() noexcept;
+
+  std::shared_ptr<MemoryBudget> budget_;
+  std::vector<std::uint64_t> bytes_;
 };
 
 /// Bytes one part of a filter holds against a MemoryBudget; released when
@@ -158,17 +220,12 @@ class MemoryCharge {
   MemoryCharge& operator=(const MemoryCharge&) = delete;
 
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
-  /// Releases what is held; `seen_level` as for MemoryBudget::release (by
-  /// default the level is left alone).
-  void reset(std::uint32_t seen_level = kNoLevel) noexcept;
+  /// Releases what is held.
+  void reset() noexcept;
   /// Replaces the held amount with `bytes` (charged past the limit when
-  /// larger): for parts that resize in place (the exact filter's table).
+  /// larger): for parts that resize in place (the exact filter's table, a
+  /// folded timer sub-filter).
   void resize(std::uint64_t bytes) noexcept;
-  /// Releases all but `bytes` (<= bytes()); `seen_level` as for
-  /// MemoryBudget::release: a part that shrank in place.
-  void shrink_to(std::uint64_t bytes, std::uint32_t seen_level) noexcept;
-
-  static constexpr std::uint32_t kNoLevel = ~std::uint32_t{0};
 
  private:
   std::shared_ptr<MemoryBudget> budget_;

@@ -302,9 +302,11 @@ class TimerFilter final : public SlidingFilter {
   /// min/max_bytes, rounded up to a multiple of kFoldGrain.
   [[nodiscard]] std::uint64_t lines_for(double elements, double lambda) const;
   /// A new sub-filter of `lines` created at the clock, its cells reserved in
-  /// the budget (`required`: charged whatever the limit); null when the
+  /// the budget (`required`: charged whatever the limit; otherwise as many
+  /// lines as the budget has left, at least `least`, 0 = all); null when the
   /// budget refuses or memory is exhausted.
-  [[nodiscard]] std::unique_ptr<SubFilter> new_subfilter(std::uint64_t lines, bool required);
+  [[nodiscard]] std::unique_ptr<SubFilter> new_subfilter(std::uint64_t lines, bool required,
+                                                         std::uint64_t least = 0);
   /// Lines of the sub-filter a fresh filter starts with.
   [[nodiscard]] std::uint64_t floor_lines() const noexcept;
   [[nodiscard]] double subfilter_fpp(const SubFilter& s) const;
@@ -334,8 +336,17 @@ class TimerFilter final : public SlidingFilter {
   FilterConfig config_;
   std::shared_ptr<MemoryBudget> budget_;  // null: not accounted; outlives subs_
   std::uint32_t budget_level_ = 0;        // the budget's level seen at the last tick
-  double target_ = 0;                     // effective fpp: config_.fpp raised by the budget
-  bool overfull_ = false;                 // growth refused this tick: the active takes every insert
+  Tick level_since_ = 0;                  // tick budget_level_ was first seen
+  MemoryDemand demand_;                   // what it would need at each level
+  std::vector<double> level_lambda_;      // load per line at each level's target
+  std::vector<std::uint64_t> demand_bytes_;
+  /// Publishes what the filter would need at each level (once per tick).
+  void publish_demand();
+  /// budget_level_ once the filter has run long enough at it to move it
+  /// (MemoryBudget::kSettleShare), else MemoryBudget::kHold.
+  [[nodiscard]] std::uint32_t budget_vote() const noexcept;
+  double target_ = 0;      // effective fpp: config_.fpp raised by the budget
+  bool overfull_ = false;  // growth refused this tick: the active takes every insert
   std::uint32_t cells_per_line_ = 0;
   std::uint32_t k_ = 0;
   std::uint32_t modulus_ = 0;  // M = 2^b - 1 nonzero codes
