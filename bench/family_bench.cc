@@ -39,7 +39,18 @@
 //    model; exact: its own steady state), and the FP rate against the
 //    oracle and FN. Targets: end <= 1.5x, peak <= 2x, FP <= 1.2x fpp, FN 0.
 //
+// 4. Memory budget: four partitions' filters sharing a MemoryBudget smaller
+//    than they need at the target (1.3x, 2x, 4x; fpp 0.1%, 50k distinct ids
+//    per window each, six windows, the partitions interleaved tick by tick
+//    as workers run them): the level the budget ends at and its effective
+//    fpp, the largest estimate any partition reported in the last three
+//    windows, the
+//    false-positive rate each partition measured against its oracle over
+//    the last three windows (worst and mean), FN, and the largest
+//    reservation against the budget.
+//
 // Usage: family_bench [--scale X] [--skip-streams] [--skip-table2] [--skip-misset]
+//                     [--skip-budget]
 //   --scale multiplies every stream's rate (default 1: ~200k events per
 //   window at the base rate, ~1M in-window identities in Table 2, ~100k
 //   in-window identities at the base rate of the mis-set streams).
@@ -57,6 +68,7 @@
 
 #include "kdedup/filter/aging_filter.h"
 #include "kdedup/filter/exact_filter.h"
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
 #include "kdedup/filter/timer_filter.h"
 
@@ -445,11 +457,101 @@ void misset_section(double scale) {
   std::printf("\n");
 }
 
+void budget_section(double scale) {
+  const double fpp = 0.001;
+  constexpr int kPartitions = 4;
+  const auto per_window = static_cast<std::uint64_t>(50'000 * scale);
+  std::printf("## Memory budget: %d partitions, fpp target %g, %" PRIu64
+              " distinct ids per window each, 6 windows\n\n",
+              kPartitions, fpp, per_window);
+  std::printf(
+      "| filter | budget / need at target | level | effective fpp | worst estimate | "
+      "FP rate, worst partition | FP rate, mean | FN | most reserved / budget |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  struct Kind {
+    const char* name;
+    FilterType type;
+    std::uint8_t bits;
+  };
+  for (const Kind& kind :
+       {Kind{"timer-8", FilterType::kTimer, 8}, Kind{"timer-16", FilterType::kTimer, 16},
+        Kind{"aging", FilterType::kAging, 8}}) {
+    for (double over : {1.3, 2.0, 4.0}) {
+      FilterConfig c = config_of(kind.type, fpp, 1'000, kind.bits);
+      c.min_bytes = 4096;
+      const Tick window = c.ticks_per_window;
+      FilterConfig sized = c;
+      sized.capacity = per_window;
+      const double need_one =
+          kind.type == FilterType::kTimer
+              ? static_cast<double>((*TimerFilter::create_presized(sized))->presized_bytes())
+              : static_cast<double>(per_window) * choose_aging_shape(fpp).bits_per_element() / 8;
+      kdedup::filter::MemoryBudget::Options o;
+      o.max_bytes = static_cast<std::uint64_t>(kPartitions * need_one / over);
+      o.fpp = fpp;
+      auto budget = std::make_shared<kdedup::filter::MemoryBudget>(o);
+      std::vector<std::unique_ptr<SlidingFilter>> filters;
+      std::vector<std::unique_ptr<kdedup::filter::ExactFilter>> oracles;
+      FilterConfig oc = config_of(FilterType::kExact, fpp, 1'000);
+      oc.ticks_per_window = c.ticks_per_window;
+      for (int p = 0; p < kPartitions; ++p) {
+        filters.push_back(build(c));
+        filters.back()->set_memory_budget(budget);
+        oracles.push_back(std::make_unique<kdedup::filter::ExactFilter>(oc));
+      }
+      std::vector<std::uint64_t> fp(kPartitions, 0), fresh(kPartitions, 0);
+      std::uint64_t fn = 0, id = 0, most = 0;
+      double worst_estimate = 0;  // over the scored windows, any partition
+      const double per_tick = static_cast<double>(per_window) / static_cast<double>(window + 1);
+      double carry = 0;
+      for (Tick t = 0; t < 6 * (window + 1); ++t) {
+        carry += per_tick;
+        const auto n = static_cast<std::uint64_t>(carry);
+        carry -= static_cast<double>(n);
+        const bool scored = t >= 3 * (window + 1);
+        for (int p = 0; p < kPartitions; ++p) {
+          for (std::uint64_t i = 0; i < n; ++i) {
+            const Fingerprint f = kdedup::testing::identity_fingerprint(id++, 31 + p);
+            const bool delivered = oracles[p]->contains(f, t);
+            const Decision d = filters[p]->test_and_insert(f, t);
+            if (d == Decision::kDistinct) {
+              oracles[p]->insert(f, t);
+              fn += delivered ? 1 : 0;
+            }
+            if (scored && !delivered) {
+              ++fresh[p];
+              fp[p] += d == Decision::kDuplicate ? 1 : 0;
+            }
+          }
+        }
+        most = std::max(most, budget->used());
+        if (scored) {
+          for (const auto& f : filters) {
+            worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+          }
+        }
+      }
+      double worst_fp = 0, mean_fp = 0;
+      for (int p = 0; p < kPartitions; ++p) {
+        const double rate = static_cast<double>(fp[p]) / static_cast<double>(fresh[p]);
+        worst_fp = std::max(worst_fp, rate);
+        mean_fp += rate / kPartitions;
+      }
+      std::printf("| %s | 1 / %.1f | %u | %g | %.4f | %.4f | %.4f | %" PRIu64 " | %.2f |\n",
+                  kind.name, over, budget->level(), budget->effective_fpp(), worst_estimate,
+                  worst_fp, mean_fp, fn,
+                  static_cast<double>(most) / static_cast<double>(budget->max_bytes()));
+      std::fflush(stdout);
+    }
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   double scale = 1.0;
-  bool streams = true, table2 = true, misset = true;
+  bool streams = true, table2 = true, misset = true, budget = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
       scale = std::atof(argv[++i]);
@@ -459,9 +561,12 @@ int main(int argc, char** argv) {
       table2 = false;
     } else if (std::strcmp(argv[i], "--skip-misset") == 0) {
       misset = false;
+    } else if (std::strcmp(argv[i], "--skip-budget") == 0) {
+      budget = false;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--scale X] [--skip-streams] [--skip-table2] [--skip-misset]\n",
+                   "usage: %s [--scale X] [--skip-streams] [--skip-table2] [--skip-misset] "
+                   "[--skip-budget]\n",
                    argv[0]);
       return 2;
     }
@@ -473,5 +578,6 @@ int main(int argc, char** argv) {
   if (table2) table2_section(scale);
   if (streams) streams_section(scale);
   if (misset) misset_section(scale);
+  if (budget) budget_section(scale);
   return 0;
 }

@@ -851,6 +851,9 @@ void TimerFilter::clear_all(Tick now) {
   maybe_fold();
   publish_demand();
   refresh_threshold();  // and the view
+  std::uint64_t held = 0;
+  for (const auto& s : subs_) held += s->bytes();
+  peak_bytes_ = std::max(peak_bytes_, held);
 }
 
 void TimerFilter::refresh_view() {
@@ -1038,7 +1041,6 @@ void TimerFilter::maybe_fold() {
   const auto need = std::max(
       floor,
       static_cast<std::uint64_t>(std::ceil(kFoldHeadroom * std::max(content, turnover) / lambda)));
-  if (a.lines < 2 * need) return;
   // Fold once the window has turned over at the current rate: what it holds
   // is what the rate brings, so the need is final and one fold lands close
   // to it (an earlier fold could land on a line count without a divisor
@@ -1046,13 +1048,28 @@ void TimerFilter::maybe_fold() {
   if (content > kSettled * turnover) return;
   // The smallest divisor L' of the line count with L' >= need: fold by L / L'.
   std::uint64_t best = a.lines;
-  for (std::uint64_t d = 1; d * d <= a.lines; ++d) {
-    if (a.lines % d != 0) continue;
-    for (const std::uint64_t c : {d, a.lines / d}) {
-      if (c >= need && c < best) best = c;
+  if (a.lines >= 2 * need) {
+    for (std::uint64_t d = 1; d * d <= a.lines; ++d) {
+      if (a.lines % d != 0) continue;
+      for (const std::uint64_t c : {d, a.lines / d}) {
+        if (c >= need && c < best) best = c;
+      }
     }
   }
-  if (best > a.lines / 2) return;
+  if (best > a.lines / 2) {
+    // Too little to fold by an integer factor (less than 2x, or no divisor):
+    // a lone active more than 1.5x what the rate needs is replaced by a
+    // rate-sized one (it leaves a window later), as long as the two together
+    // stay within what the filter already held at its peak.
+    if (subs_.size() != 1) return;
+    const double want = kGrowthHeadroom * turnover;
+    if (2 * a.lines < 3 * lines_for(want, lambda_full_)) return;
+    const double share = std::max(target_ - fpp_budget_used(), kPlanShare * target_);
+    const std::uint64_t lines = lines_for(want, model_->lambda_for(kBudgetShare * share));
+    if ((a.lines + lines) * kLineBytes > peak_bytes_) return;
+    if (auto sub = new_subfilter(lines, false)) subs_.push_back(std::move(sub));
+    return;
+  }
   const std::uint64_t factor = a.lines / best;
   switch (config_.timer_bits) {
     case 4:

@@ -120,7 +120,9 @@
 // negative), the estimate stays exact, and no second copy is held while the
 // window turns over. New sub-filters get 8 x a 5-smooth number of lines, so
 // that a divisor lies within a few percent of any smaller need. An active
-// with nothing alive returns to the floor whatever its size. (Growth::
+// with nothing alive returns to the floor whatever its size; a lone active
+// 1.5x to 2x what the rate needs (no integer fold) is replaced by a
+// rate-sized one when the two together stay within the filter's peak. (Growth::
 // kCardinality cannot fold, its count never decreases: a lone active twice
 // what the rate needs is sealed and a rate-sized one started.) A restored
 // snapshot folds the same way when it is restored. A clock jump past the
@@ -360,6 +362,7 @@ class TimerFilter final : public SlidingFilter {
   Tick first_tick_ = 0;             // tick of the first insertion (rate estimate)
   Tick history_from_ = 0;           // ticks before this have no counts (a clear)
   std::uint64_t tick_inserts_ = 0;  // insertions at the current clock value
+  std::uint64_t peak_bytes_ = 0;    // most cell bytes held at a tick (not serialized)
   std::uint64_t insertions_ = 0;
 };
 
