@@ -474,8 +474,8 @@ void budget_section(double scale) {
     std::uint8_t bits;
   };
   for (const Kind& kind :
-       {Kind{"timer-8", FilterType::kTimer, 8}, Kind{"timer-16", FilterType::kTimer, 16},
-        Kind{"aging", FilterType::kAging, 8}}) {
+       {Kind{"timer-4", FilterType::kTimer, 4}, Kind{"timer-8", FilterType::kTimer, 8},
+        Kind{"timer-16", FilterType::kTimer, 16}, Kind{"aging", FilterType::kAging, 8}}) {
     for (double over : {1.3, 2.0, 4.0}) {
       FilterConfig c = config_of(kind.type, fpp, 1'000, kind.bits);
       c.min_bytes = 4096;
