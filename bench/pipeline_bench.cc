@@ -381,8 +381,8 @@ kdedup::Result<std::pair<MemoryFigures, MemoryFigures>> measure_memory(const Opt
   auto port = tb::free_loopback_port();
   if (!port) return tl::unexpected(port.error());
   // No snapshots: a pre-sized baseline would write its whole state at stop.
-  ro.overrides = {"filter.enabled=true", "filter.capacity=1000000", "state.dir=",
-                  fmt::format("metrics.address=127.0.0.1:{}", *port)};
+  ro.overrides = {"filter.enabled=true", "filter.capacity=1000000",
+                  "state.dir=", fmt::format("metrics.address=127.0.0.1:{}", *port)};
   auto rig = tb::PipelineRig::start(ro);
   if (!rig) return tl::unexpected(rig.error());
   auto& r = **rig;
