@@ -20,8 +20,12 @@
 //     are charged with charge(), which counts past the limit. Those are the
 //     only bytes a budget ever admits past its limit.
 //   - Growth: every other new part is asked for with try_reserve() (or
-//     reserve_up_to(), which grants what is left down to a minimum). When it
-//     fails the filter must not allocate: it keeps working with the parts it
+//     reserve_up_to(), which grants half of what is free when the whole does
+//     not fit, down to a minimum, so one request never leaves the others
+//     nothing). While the total demand (below) exceeds the limit, a filter
+//     that can size its parts asks for no more than its share of the limit,
+//     in proportion to its own demand at level 0. When a request fails the
+//     filter must not allocate: it keeps working with the parts it
 //     has (the timer filter keeps inserting into its active sub-filter, the
 //     aging filter keeps its current generation open), which raises its
 //     false-positive rate but never causes a false negative and never evicts
@@ -45,7 +49,9 @@
 //     and under-reports its need): when the load falls, the fpp returns to
 //     target. A refused filter overfills until its next tick.
 // A budget without a limit (max_bytes 0) never refuses and stays at level 0;
-// it still counts, for kdedup_memory_used_bytes.
+// it still counts, for kdedup_memory_used_bytes. A filter that cannot trade
+// accuracy for memory (exact) charges what it holds and publishes it as its
+// demand at every level: it is counted, never limited.
 //
 // Thread-safe: atomics only (a compare-and-swap per reservation, a few adds
 // per published demand, no lock), shared through std::shared_ptr by every
