@@ -556,7 +556,9 @@ int filter_main(int argc, char** argv) {
                  "Timer filter: duplicate only if K of the k timers are equal (0 = off)")
       ->check(CLI::Range(0, 255))
       ->capture_default_str();
-  app.add_option("--capacity", o.capacity, "Expected distinct identities per window")
+  app.add_option("--capacity", o.capacity,
+                 "Expected distinct identities per window: a starting hint (the filter starts "
+                 "at no more than 64 KiB and sizes itself from the insertion rate)")
       ->check(CLI::Range(std::uint64_t{1}, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
   app.add_option("--ticks-per-window", o.ticks_per_window,

@@ -67,12 +67,18 @@ void log_summary(const kdedup::config::Config& c) {
                kdedup::config::to_string(c.output.partitioning));
   if (c.filter_enabled) {
     spdlog::info(
-        "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity {} per "
-        "partition, max_future_skew {}, vector instructions {}",
+        "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity hint {} "
+        "per partition, max_future_skew {}, vector instructions {}",
         c.identity.extractor, format_duration_ms(c.window_ms()), c.tick_scale().describe_tick(),
         kdedup::filter::to_string(c.filter.type), c.filter.fpp, c.filter.capacity,
         format_duration_ms(c.max_future_skew.count()),
         kdedup::filter::to_string(kdedup::filter::simd_in_use()));
+    if (c.memory.max_bytes != 0) {
+      spdlog::info(
+          "memory budget {:.1f} MiB for the filters of every partition together (floor {} "
+          "bytes each); past it the effective fpp rises instead",
+          static_cast<double>(c.memory.max_bytes) / (1024.0 * 1024.0), c.filter.min_bytes);
+    }
   } else {
     spdlog::info(
         "identity '{}', filter disabled: passthrough (every identifiable record is "

@@ -557,6 +557,7 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.state.min_free_bytes = b.bytes({"state", "min_free_bytes"}, c.state.min_free_bytes);
   c.state.rebuild_lateness =
       b.duration({"state", "rebuild_lateness"}, c.state.rebuild_lateness, true);
+  c.memory.max_bytes = b.bytes({"memory", "max_bytes"}, c.memory.max_bytes);
   c.metrics.address = b.str({"metrics", "address"}, c.metrics.address);
   c.metrics.per_partition = b.boolean({"metrics", "per_partition"}, true);
   c.metrics.audit_sample =
@@ -784,6 +785,12 @@ std::string summary(const Config& c) {
   }
   out += ", on_invalid " + std::string(to_string(c.on_invalid)) + ", delivery " +
          to_string(c.delivery) + ", " + std::to_string(c.threads) + " threads";
+  if (c.memory.max_bytes != 0) {
+    std::ostringstream mib;
+    mib.precision(1);
+    mib << std::fixed << static_cast<double>(c.memory.max_bytes) / (1024.0 * 1024.0);
+    out += ", memory budget " + mib.str() + " MiB";
+  }
   return out;
 }
 

@@ -153,6 +153,19 @@ struct Metrics::Families {
         fpp_target(
             gauge(r, "kdedup_filter_fpp_target", "Configured target false-positive probability.")
                 .Add({})),
+        fpp_effective_target(gauge(r, "kdedup_filter_fpp_effective_target",
+                                   "The false-positive target the filters size for now: "
+                                   "filter.fpp, raised evenly while the partitions' filters "
+                                   "need more than memory.max_bytes.")
+                                 .Add({})),
+        memory_budget(gauge(r, "kdedup_memory_budget_bytes",
+                            "memory.max_bytes: filter state all partitions may hold together; "
+                            "0 = no budget.")
+                          .Add({})),
+        memory_used(gauge(r, "kdedup_memory_used_bytes",
+                          "Filter state reserved by all partitions of this instance (counted "
+                          "against memory.max_bytes).")
+                        .Add({})),
         build_info(gauge(r, "kdedup_build_info", "Build version and source revision; always 1.")) {}
 
   static Family<Counter>& counter(prometheus::Registry& r, const char* name, const char* help) {
@@ -203,6 +216,9 @@ struct Metrics::Families {
   Gauge& producer_queue_messages;
   Gauge& producer_queue_bytes;
   Gauge& fpp_target;
+  Gauge& fpp_effective_target;
+  Gauge& memory_budget;
+  Gauge& memory_used;
   Family<Gauge>& build_info;
 };
 
@@ -398,6 +414,7 @@ Metrics::Metrics(MetricsOptions options, std::vector<std::string> reasons)
       health_(options_.heartbeat_timeout),
       load_window_start_(std::chrono::steady_clock::now()) {
   families_->fpp_target.Set(options_.fpp_target);
+  families_->fpp_effective_target.Set(options_.fpp_target);
   families_->build_info.Add({{"version", version()}, {"revision", revision()}}).Set(1.0);
 }
 
@@ -455,6 +472,13 @@ void Metrics::set_assigned_partitions(std::int64_t n) {
 }
 
 void Metrics::set_workers(std::int64_t n) { families_->workers.Set(static_cast<double>(n)); }
+
+void Metrics::set_memory(std::uint64_t budget_bytes, std::uint64_t used_bytes,
+                         double effective_fpp) {
+  families_->memory_budget.Set(static_cast<double>(budget_bytes));
+  families_->memory_used.Set(static_cast<double>(used_bytes));
+  if (effective_fpp > 0.0) families_->fpp_effective_target.Set(effective_fpp);
+}
 
 void Metrics::add_busy_seconds(double seconds) {
   if (seconds > 0.0) families_->busy_seconds.Increment(seconds);

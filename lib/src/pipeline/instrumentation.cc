@@ -312,6 +312,7 @@ void StatsBridge::publish() {
                      delta(t.records_aborted, transactions_.records_aborted));
   transactions_ = t;
   m.set_assigned_partitions(static_cast<std::int64_t>(s.assigned_partitions));
+  m.set_memory(s.memory.max_bytes, s.memory.used_bytes, s.memory.effective_fpp);
   m.set_workers(static_cast<std::int64_t>(s.worker_busy_nanos.size()));
   busy_nanos_.resize(s.worker_busy_nanos.size(), 0);
   std::uint64_t busy = 0;

@@ -862,6 +862,7 @@ SliceOptions slice_options(const config::Config& config) {
   o.max_future_skew_ms = config.max_future_skew.count();
   o.filter_enabled = config.filter_enabled;
   o.filter = config.filter;
+  o.memory = make_memory_budget(config);
   return o;
 }
 
@@ -2019,6 +2020,11 @@ PipelineStats Pipeline::stats() const {
   if (const std::int64_t beat = impl_->loop_beat_ns.load(std::memory_order_relaxed); beat >= 0) {
     const std::int64_t now = steady_ns();
     s.consumer_loop_age_ms = std::max<std::int64_t>(0, (now - beat) / 1'000'000);
+  }
+  if (const auto& m = impl_->options.memory) {
+    s.memory.max_bytes = m->max_bytes();
+    s.memory.used_bytes = m->used();
+    s.memory.effective_fpp = m->effective_fpp();
   }
   std::lock_guard lock(impl_->registry_mu);
   s.assigned_partitions = impl_->assigned.size();

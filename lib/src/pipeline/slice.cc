@@ -80,6 +80,7 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
       clock_(options.max_future_skew_ms, clock_ms),
       scale_(slice_scale(options, filter_.get())),
       next_offset_(next_offset) {
+  if (filter_ && options.memory) filter_->set_memory_budget(options.memory);
   counters_->clock_ms.store(clock_ms, std::memory_order_relaxed);
   counters_->next_offset.store(next_offset, std::memory_order_relaxed);
   captures_.last_offset = next_offset;

@@ -186,6 +186,14 @@ TEST(Instrumentation, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
   ASSERT_TRUE(first);
   EXPECT_NE(first->probe, nullptr);
 
+  // The budget reaches the wrapped filter.
+  o.memory = std::make_shared<filter::MemoryBudget>();
+  auto budgeted = inst.make_slice(PartitionId{"in", 3}, o);
+  ASSERT_TRUE(budgeted);
+  EXPECT_GT(o.memory->used(), 0U);
+  budgeted->reset();
+  EXPECT_EQ(o.memory->used(), 0U);
+
   o.filter_enabled = false;
   auto passthrough = inst.make_slice(PartitionId{"in", 2}, o);
   ASSERT_TRUE(passthrough);

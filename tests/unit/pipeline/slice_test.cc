@@ -118,6 +118,26 @@ TEST(Slice, RestoredStateContinues) {
   EXPECT_EQ(s.counters()->next_offset.load(), 501);
 }
 
+TEST(Slice, ItsFilterSharesTheProcessMemoryBudget) {
+  // New and restored filters alike are charged while their Slice lives.
+  SliceOptions o = exact_options(10'000, 10);
+  o.filter.type = filter::FilterType::kTimer;
+  o.filter.capacity = 1'000'000;  // a hint: the filter starts at its floor
+  o.filter = *filter::normalize(o.filter);
+  o.memory = std::make_shared<filter::MemoryBudget>();
+  {
+    auto fresh = Slice::create({"t", 0}, o);
+    ASSERT_TRUE(fresh);
+    EXPECT_GT(o.memory->used(), 0U);
+    EXPECT_LE(o.memory->used(), o.filter.min_bytes);
+    auto restored = filter::restore_filter((*fresh)->filter()->serialize());
+    ASSERT_TRUE(restored);
+    Slice again({"t", 1}, o, std::move(*restored), kWall, 10);
+    EXPECT_EQ(o.memory->used(), 2 * (*fresh)->filter()->stats().cells);  // 8-bit cells
+  }
+  EXPECT_EQ(o.memory->used(), 0U);
+}
+
 TEST(Slice, BadFilterConfigIsAnErrorNamingThePartition) {
   SliceOptions o = exact_options(10'000, 10);
   o.filter.fpp = 2.0;

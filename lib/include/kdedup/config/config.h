@@ -83,6 +83,15 @@ struct StateConfig {
   milliseconds rebuild_lateness{60'000};
 };
 
+/// The instance-wide memory budget of the partitions' filters
+/// (filter/memory_budget.h, DESIGN.md "Memory follows load").
+struct MemoryConfig {
+  /// Bytes of filter state all partitions of this process may hold together
+  /// (one floor per partition is admitted past it); 0 = no budget. Past it
+  /// kdedup raises the effective fpp evenly instead of growing.
+  std::uint64_t max_bytes = 0;
+};
+
 struct MetricsConfig {
   std::string address = "0.0.0.0:9464";  ///< host:port of /metrics /healthz /readyz; empty = off
   bool per_partition = true;             ///< per-partition gauges (fill, fpp, load)
@@ -114,6 +123,7 @@ struct Config {
   KafkaProperties consumer;  ///< consumer-only, overrides kafka
   KafkaProperties producer;  ///< producer-only, overrides kafka
   StateConfig state;
+  MemoryConfig memory;
   MetricsConfig metrics;
   std::string log_level = "info";  ///< trace|debug|info|warn|error|critical|off
 

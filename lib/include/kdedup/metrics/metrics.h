@@ -214,6 +214,10 @@ class Metrics {
   void add_rebalance();
   void set_assigned_partitions(std::int64_t n);
   void set_workers(std::int64_t n);
+  /// The memory budget (0 = none), the filter state reserved against it and
+  /// the fpp the filters size for now (filter/memory_budget.h); 0 keeps
+  /// the configured target.
+  void set_memory(std::uint64_t budget_bytes, std::uint64_t used_bytes, double effective_fpp);
   /// Time a worker spent processing (not waiting); busy ratio =
   /// rate(kdedup_worker_busy_seconds_total) / kdedup_workers.
   void add_busy_seconds(double seconds);

@@ -22,6 +22,7 @@
 
 #include "kdedup/common/result.h"
 #include "kdedup/filter/fingerprint.h"
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
 #include "kdedup/filter/tick_scale.h"
 #include "kdedup/pipeline/offset_tracker.h"
@@ -73,6 +74,9 @@ struct SliceOptions {
   std::int64_t max_future_skew_ms = 60'000;
   bool filter_enabled = true;  ///< false = passthrough: every record is distinct
   filter::FilterConfig filter;
+  /// The process's memory budget, shared by every Slice's filter (attached
+  /// when the Slice is built, new or restored); null = not accounted.
+  std::shared_ptr<filter::MemoryBudget> memory;
 };
 
 /// Where a Slice starts: a restored snapshot (filter, clock, next offset) or,
@@ -161,7 +165,8 @@ class Slice {
                                                              SliceStart start = {});
 
   /// A slice continuing from saved state (a snapshot): `filter` may be null
-  /// only when the filter is disabled.
+  /// only when the filter is disabled. The filter is attached to
+  /// options.memory here.
   Slice(PartitionId id, const SliceOptions& options, std::unique_ptr<filter::SlidingFilter> filter,
         std::int64_t clock_ms, std::int64_t next_offset);
 
