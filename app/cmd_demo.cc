@@ -48,7 +48,7 @@ output:
   topic: clicks-distinct
 identity:
   extractor: key
-  salt: demo-salt
+  salt: demo-salt-not-a-secret
 window: 1m
 max_future_skew: 10s
 filter:
@@ -180,8 +180,7 @@ int demo_main(int argc, char** argv) {
   }
   const auto& cfg = *checked.config;
   tb::AuditRules rules;
-  rules.tick_ms = cfg.tick_ms();
-  rules.ticks_per_window = cfg.filter.ticks_per_window;
+  rules.scale = cfg.tick_scale();
   rules.fpp = cfg.filter_enabled ? cfg.filter.fpp : 0.0;
   if (cfg.identity.extractor != "key") {
     return fail_with(

@@ -1,14 +1,14 @@
 // `kdedup filter`: the service's sliding-window filters over newline-delimited
-// records (files or pipes, no Kafka). Wires the identity extractor, the
-// salted fingerprinter and make_filter() together; the decisions are the ones
-// the Kafka pipeline makes for one partition.
+// records (files or pipes, no Kafka). The stream is one partition (a
+// pipeline::Slice) decided by the pipeline's PartitionProcessor with files as
+// its sinks, so the decisions are the ones `kdedup run` makes for one
+// partition.
 //
 // Time: with `--time json:/ptr` the stream clock is the largest timestamp
 // seen so far (event time, max-so-far), like a partition clock; a record
 // older than the clock is judged at the clock. With `--time arrival` (the
-// default) the clock is the wall clock when the record is read. A clock in
-// milliseconds becomes tick floor(clock * W / window), W = ticks_per_window
-// of the normalized filter config, so the window is exact to one tick.
+// default) the clock is the wall clock when the record is read. Clock
+// milliseconds become ticks through filter::TickScale, as in `kdedup run`.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -34,7 +34,10 @@
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/filter/simd.h"
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 #include "kdedup/identity/extractor.h"
+#include "kdedup/pipeline/partition_processor.h"
+#include "kdedup/pipeline/slice.h"
 
 namespace kdedup::app {
 namespace {
@@ -179,27 +182,6 @@ class LineSource {
   bool eof_ = false;
 };
 
-/// The stream clock: the largest timestamp seen (event time, max-so-far), in
-/// milliseconds, mapped to filter ticks. One thread.
-class StreamClock {
- public:
-  StreamClock(std::int64_t window_ms, std::uint32_t ticks_per_window)
-      : window_ms_(window_ms), ticks_per_window_(ticks_per_window) {}
-
-  /// Observes a timestamp and returns the tick of the (monotonic) clock.
-  filter::Tick observe(std::int64_t time_ms) {
-    if (time_ms > clock_ms_) clock_ms_ = time_ms;
-    __extension__ using Wide = unsigned __int128;  // clock * W overflows 64 bits for long windows
-    return static_cast<filter::Tick>(static_cast<Wide>(clock_ms_) * ticks_per_window_ /
-                                     static_cast<Wide>(window_ms_));
-  }
-
- private:
-  std::int64_t window_ms_;
-  std::uint32_t ticks_per_window_;
-  std::int64_t clock_ms_ = 0;
-};
-
 struct Options {
   std::string input = "-";
   std::string output = "-";
@@ -217,6 +199,7 @@ struct Options {
   std::string growth = "density";
   std::string salt;
   std::string stats;
+  std::string max_future_skew = "1m";
   bool strict = false;
 };
 
@@ -233,7 +216,10 @@ struct Counters {
 struct Run {
   std::int64_t window_ms = 0;
   filter::FilterConfig config;
-  std::unique_ptr<filter::SlidingFilter> filter;
+  /// The stream as one partition: its clock (the largest time seen, like a
+  /// partition clock), filter and counters, decided by the same
+  /// PartitionProcessor as kdedup run's workers.
+  std::unique_ptr<pipeline::Slice> slice;
   std::optional<identity::IdentityExtractor> extractor;
   bool arrival_time = true;
   std::unique_ptr<LineSource> source;
@@ -326,9 +312,15 @@ Result<Run> prepare(const Options& o) {
   auto normalized = filter::normalize(config);
   if (!normalized) return fail(config_error(normalized.error().message));
   run.config = *normalized;
-  auto made = filter::make_filter(run.config);
-  if (!made) return fail(config_error(made.error().message));
-  run.filter = std::move(*made);
+  pipeline::SliceOptions so;
+  so.window_ms = run.window_ms;
+  auto skew = parse_duration_ms(o.max_future_skew);
+  if (!skew) return fail("--max-future-skew: " + skew.error().message);
+  so.max_future_skew_ms = *skew;
+  so.filter = run.config;
+  auto slice = pipeline::Slice::create(pipeline::PartitionId{"input", 0}, so);
+  if (!slice) return fail(config_error(slice.error().message));
+  run.slice = std::move(*slice);
 
   struct stat input_stat {};
   const struct stat* input = nullptr;
@@ -398,20 +390,49 @@ int run_filter(const Options& o) {
   auto last_progress = started;
   bool progress_shown = false;
 
-  filter::Fingerprinter fingerprinter(o.salt);
-  StreamClock clock(run.window_ms, run.config.ticks_per_window);
-  Counters c;
+  // The stream is one partition: the same record path as kdedup run's
+  // workers, with the files as its sinks.
+  pipeline::ProcessorOptions po;
+  po.on_invalid = o.strict ? config::OnInvalid::kFail : config::OnInvalid::kDlq;
+  po.route_duplicates = run.duplicates.enabled();
+  po.time_from_extractor = !run.arrival_time;
+  pipeline::PartitionProcessor processor(po, std::move(*run.extractor),
+                                         filter::Fingerprinter(o.salt));
+  pipeline::Slice& slice = *run.slice;
+  const pipeline::PartitionCounters& counts = *slice.counters();
   std::vector<std::string_view> lines;
-  std::vector<filter::Fingerprint> fps;
-  std::vector<filter::Tick> ticks;
-  std::vector<filter::Decision> decisions;
-  std::vector<bool> valid;
-  fps.reserve(kBatch);
-  ticks.reserve(kBatch);
-  decisions.resize(kBatch);
-  valid.reserve(kBatch);
+  std::vector<pipeline::RecordIn> records;
+  records.reserve(kBatch);
+  std::uint64_t first_line = 1;  // line number of records[0]
+  std::uint64_t bytes_peak = 0;
+  std::uint32_t subfilters_peak = 0;
   bool strict_failed = false;
   int exit_code = kExitOk;
+
+  /// Lines to the output files; invalid ones also reported on stderr.
+  class FileSinks final : public pipeline::RecordSinks {
+   public:
+    FileSinks(Run& run, const std::vector<std::string_view>& lines, std::size_t first,
+              std::uint64_t first_line, std::uint64_t& reported)
+        : run_(run), lines_(lines), first_(first), first_line_(first_line), reported_(reported) {}
+    void output(std::size_t i) override { run_.out.write_line(lines_[first_ + i]); }
+    void duplicate(std::size_t i) override { run_.duplicates.write_line(lines_[first_ + i]); }
+    void dead_letter(std::size_t i, const identity::ExtractError& e) override {
+      if (++reported_ <= kInvalidReportCap) {
+        print_error(fmt::format("line {}: {}: {}", first_line_ + i, identity::to_string(e.reason),
+                                e.message));
+      }
+      if (run_.invalid.enabled()) run_.invalid.write_line(lines_[first_ + i]);
+    }
+
+   private:
+    Run& run_;
+    const std::vector<std::string_view>& lines_;
+    std::size_t first_;
+    std::uint64_t first_line_;
+    std::uint64_t& reported_;
+  };
+  std::uint64_t reported = 0;
 
   while (!strict_failed) {
     auto more = run.source->next(lines);
@@ -423,53 +444,29 @@ int run_filter(const Options& o) {
     if (!*more) break;
     for (std::size_t first = 0; first < lines.size() && !strict_failed; first += kBatch) {
       const std::size_t count = std::min(kBatch, lines.size() - first);
-      const std::int64_t arrival_ms = run.arrival_time ? wall_clock_ms() : 0;
-      fps.clear();
-      ticks.clear();
-      valid.assign(count, false);
-      std::size_t processed = count;
+      const std::int64_t now_ms = wall_clock_ms();
+      records.clear();
       for (std::size_t i = 0; i < count; ++i) {
-        const std::uint64_t line_no = c.records_in + 1;
-        ++c.records_in;
-        const identity::RecordView record{std::nullopt, lines[first + i], {}};
-        auto got = run.extractor->extract(record);
-        if (!got) {
-          ++c.invalid;
-          if (o.strict || c.invalid <= kInvalidReportCap) {
-            print_error(fmt::format("line {}: {}: {}", line_no,
-                                    identity::to_string(got.error().reason), got.error().message));
-          }
-          if (o.strict) {
-            print_error(fmt::format("line {} is invalid and --strict is set; stopping", line_no));
-            processed = i + 1;
-            strict_failed = true;
-            break;
-          }
-          continue;
-        }
-        valid[i] = true;
-        fps.push_back(fingerprinter(got->identity));
-        ticks.push_back(clock.observe(run.arrival_time ? arrival_ms : *got->time_ms));
+        pipeline::RecordIn r;
+        r.offset = static_cast<std::int64_t>(first_line + i);
+        r.timestamp_ms = run.arrival_time ? now_ms : 0;
+        r.view.value = lines[first + i];
+        records.push_back(r);
       }
-      run.filter->test_and_insert_batch(fps, ticks, std::span(decisions.data(), fps.size()));
-      std::size_t d = 0;
-      for (std::size_t i = 0; i < processed; ++i) {
-        const std::string_view line = lines[first + i];
-        if (!valid[i]) {
-          if (run.invalid.enabled()) run.invalid.write_line(line);
-          continue;
-        }
-        if (decisions[d++] == filter::Decision::kDistinct) {
-          ++c.distinct;
-          run.out.write_line(line);
-        } else {
-          ++c.duplicates;
-          if (run.duplicates.enabled()) run.duplicates.write_line(line);
-        }
+      FileSinks sinks(run, lines, first, first_line, reported);
+      const pipeline::BatchResult result = processor.process(slice, records, now_ms, sinks);
+      if (result.fail_error) {
+        const std::uint64_t line_no = first_line + result.processed;
+        print_error(fmt::format("line {}: {}: {}", line_no,
+                                identity::to_string(result.fail_error->reason),
+                                result.fail_error->message));
+        print_error(fmt::format("line {} is invalid and --strict is set; stopping", line_no));
+        strict_failed = true;
       }
-      const filter::FilterStats s = run.filter->stats();
-      c.bytes_peak = std::max(c.bytes_peak, s.bytes);
-      c.subfilters_peak = std::max(c.subfilters_peak, s.subfilters);
+      first_line += count;
+      const filter::FilterStats s = slice.filter()->stats();
+      bytes_peak = std::max(bytes_peak, s.bytes);
+      subfilters_peak = std::max(subfilters_peak, s.subfilters);
     }
     if (progress) {
       const auto now = std::chrono::steady_clock::now();
@@ -477,10 +474,10 @@ int run_filter(const Options& o) {
         last_progress = now;
         progress_shown = true;
         std::fprintf(stderr, "\r%llu records, %llu distinct, %llu duplicates, %llu invalid ",
-                     static_cast<unsigned long long>(c.records_in),
-                     static_cast<unsigned long long>(c.distinct),
-                     static_cast<unsigned long long>(c.duplicates),
-                     static_cast<unsigned long long>(c.invalid));
+                     static_cast<unsigned long long>(counts.records_in.load()),
+                     static_cast<unsigned long long>(counts.distinct.load()),
+                     static_cast<unsigned long long>(counts.duplicates.load()),
+                     static_cast<unsigned long long>(counts.invalid.load()));
       }
     }
   }
@@ -495,20 +492,28 @@ int run_filter(const Options& o) {
   }
   const double elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  Counters c;
+  c.records_in = counts.records_in.load();
+  c.distinct = counts.distinct.load();
+  c.duplicates = counts.duplicates.load();
+  c.invalid = counts.invalid.load();
+  c.bytes_peak = bytes_peak;
+  c.subfilters_peak = subfilters_peak;
   if (c.invalid > kInvalidReportCap && !o.strict) {
     print_error(fmt::format("{} more invalid lines not shown", c.invalid - kInvalidReportCap));
   }
-  const filter::FilterStats s = run.filter->stats();
-  std::fprintf(
-      stderr,
-      "kdedup filter: %llu records in, %llu distinct, %llu duplicates, %llu invalid in "
-      "%.3f s; %s filter %s (peak %s)\n",
-      static_cast<unsigned long long>(c.records_in), static_cast<unsigned long long>(c.distinct),
-      static_cast<unsigned long long>(c.duplicates), static_cast<unsigned long long>(c.invalid),
-      elapsed_s, filter::to_string(run.filter->type()), human_bytes(s.bytes).c_str(),
-      human_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
+  const filter::SlidingFilter& f = *slice.filter();
+  const filter::FilterStats s = f.stats();
+  std::fprintf(stderr,
+               "kdedup filter: %llu records in, %llu distinct, %llu duplicates, %llu invalid in "
+               "%.3f s; %s filter %s (peak %s)\n",
+               static_cast<unsigned long long>(c.records_in),
+               static_cast<unsigned long long>(c.distinct),
+               static_cast<unsigned long long>(c.duplicates),
+               static_cast<unsigned long long>(c.invalid), elapsed_s, filter::to_string(f.type()),
+               human_bytes(s.bytes).c_str(), human_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
   if (!o.stats.empty()) {
-    if (auto written = write_stats(o.stats, c, elapsed_s, *run.filter); !written) {
+    if (auto written = write_stats(o.stats, c, elapsed_s, f); !written) {
       print_error(written.error().message);
       exit_code = kExitFailure;
     }
@@ -539,6 +544,9 @@ int filter_main(int argc, char** argv) {
                  "time seen) or 'arrival' (wall clock when read)")
       ->capture_default_str();
   app.add_option("--window", o.window, "Sliding window, e.g. 500ms, 30s, 10m, 24h")->required();
+  app.add_option("--max-future-skew", o.max_future_skew,
+                 "Times beyond the wall clock plus this count as wall clock plus this, as in "
+                 "kdedup run (default 1m)");
   app.add_option("--fpp", o.fpp, "Target false-positive probability")->capture_default_str();
   app.add_option("--filter", o.filter, "Filter type: timer, exact, aging or compact")
       ->capture_default_str();
@@ -549,7 +557,9 @@ int filter_main(int argc, char** argv) {
                  "Timer filter: duplicate only if K of the k timers are equal (0 = off)")
       ->check(CLI::Range(0, 255))
       ->capture_default_str();
-  app.add_option("--capacity", o.capacity, "Expected distinct identities per window")
+  app.add_option("--capacity", o.capacity,
+                 "Expected distinct identities per window: a starting hint (the filter starts "
+                 "at no more than 64 KiB and sizes itself from the insertion rate)")
       ->check(CLI::Range(std::uint64_t{1}, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
   app.add_option("--ticks-per-window", o.ticks_per_window,

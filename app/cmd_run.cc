@@ -67,13 +67,18 @@ void log_summary(const kdedup::config::Config& c) {
                kdedup::config::to_string(c.output.partitioning));
   if (c.filter_enabled) {
     spdlog::info(
-        "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity {} per "
-        "partition, max_future_skew {}, vector instructions {}",
-        c.identity.extractor, format_duration_ms(c.window_ms()),
-        format_duration_ms(std::max<std::int64_t>(1, c.tick_ms())),
+        "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity hint {} "
+        "per partition, max_future_skew {}, vector instructions {}",
+        c.identity.extractor, format_duration_ms(c.window_ms()), c.tick_scale().describe_tick(),
         kdedup::filter::to_string(c.filter.type), c.filter.fpp, c.filter.capacity,
         format_duration_ms(c.max_future_skew.count()),
         kdedup::filter::to_string(kdedup::filter::simd_in_use()));
+    if (c.memory.max_bytes != 0) {
+      spdlog::info(
+          "memory budget {:.1f} MiB for the filters of every partition together (floor {} "
+          "bytes each); past it the effective fpp rises instead",
+          static_cast<double>(c.memory.max_bytes) / (1024.0 * 1024.0), c.filter.min_bytes);
+    }
   } else {
     spdlog::info(
         "identity '{}', filter disabled: passthrough (every identifiable record is "
@@ -161,6 +166,9 @@ int run_main(int argc, char** argv) {
   }
   const kdedup::config::Config& config = *report.config;
   setup_logging(config.log_level);
+  // From here a SIGTERM stops cleanly, however long the start takes (the
+  // state dir, the salt check, the topics): run() sees the flag at once.
+  install_signal_handlers();
   log_summary(config);
 
   // The snapshot store: before anything joins the group, so a state dir that
@@ -178,6 +186,14 @@ int run_main(int argc, char** argv) {
       return 2;
     }
     store = std::move(*opened);
+    if (const auto lost = store->lost(); !lost.empty()) {
+      std::vector<kdedup::state::PartitionKey> keys;
+      for (const auto& l : lost) keys.push_back(l.key);
+      spdlog::warn(
+          "state.dir {}: the last snapshot of {} partition(s) is lost ({}); they are refused as "
+          "corrupt and rebuilt from Kafka when assigned. {}",
+          config.state.dir, lost.size(), kdedup::state::summarize(keys), lost.front().message);
+    }
     spdlog::info("snapshots in {} every {} or {} records per partition", config.state.dir,
                  kdedup::format_duration_ms(config.state.snapshot_interval.count()),
                  config.state.snapshot_records);
@@ -197,7 +213,6 @@ int run_main(int argc, char** argv) {
     spdlog::error("the topics do not match the configuration:\n{}", topics.error().message);
     return 2;
   }
-  install_signal_handlers();
   observability.watch(**pipeline, config);
   auto status = (*pipeline)->run(g_stop);
   observability.stop_watching();

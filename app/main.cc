@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include "command.h"
@@ -66,6 +68,12 @@ int main(int argc, char** argv) {
     }
     kdedup::filter::set_simd(*level);
   }
+  // Log lines of every command go to stderr (stdout is data: filter output,
+  // the test broker's bootstrap line and replies); `kdedup run` replaces the
+  // logger with its own format and level. librdkafka's lines come here too
+  // (kdedup/common/kafka_log.h).
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   for (const auto& c : kdedup::app::commands()) {
     if (c.name == argv[1]) {
       std::string name = std::string("kdedup ") + argv[1];

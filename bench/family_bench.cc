@@ -34,9 +34,36 @@
 //    ids, the FP on just-expired ids (delivered W + 1 ticks before the
 //    query, so past the window) for aging and compact.
 //
+// 3. Capacity mis-set (memory follows load, DESIGN.md): every filter type on
+//    a steady and a 5x burst stream of (almost) distinct identities, with
+//    the capacity hint 100x too large, 10x too large and 10x too small.
+//    Bits per in-window id (bytes * 8 / identities the filter delivered in
+//    the last window), from the end of the first window on:
+//    - at the peak: the largest bytes of the run over the largest in-window
+//      count of the run (memory at its peak against the load at its peak);
+//    - worst moment: the largest ratio at any tick (after a burst the window
+//      empties faster than sub-filters can be freed);
+//    - at the end of the run (the last two windows run at the base rate);
+//    each next to the pre-sized figure of that filter and fpp (timer: a
+//    filter sized for the window, 512 / lambda bits; aging: the (k, l)
+//    model; exact: its own steady state), and the FP rate against the
+//    oracle and FN. Targets: end <= 1.5x, peak <= 2x, FP <= 1.2x fpp, FN 0.
+//
+// 4. Memory budget: four partitions' filters sharing a MemoryBudget smaller
+//    than they need at the target (1.3x, 2x, 4x; fpp 0.1%, 50k distinct ids
+//    per window each, six windows, the partitions interleaved tick by tick
+//    as workers run them): the level the budget ends at and its effective
+//    fpp, the largest estimate any partition reported in the last three
+//    windows, the
+//    false-positive rate each partition measured against its oracle over
+//    the last three windows (worst and mean), FN, and the largest
+//    reservation against the budget.
+//
 // Usage: family_bench [--scale X] [--skip-streams] [--skip-compact] [--skip-table2]
+//                     [--skip-misset] [--skip-budget]
 //   --scale multiplies every stream's rate (default 1: ~200k events per
-//   window at the base rate, ~1M in-window identities in Table 2).
+//   window at the base rate, ~1M in-window identities in Table 2, ~100k
+//   in-window identities at the base rate of the mis-set streams).
 
 #include <algorithm>
 #include <chrono>
@@ -53,7 +80,9 @@
 #include "kdedup/filter/aging_filter.h"
 #include "kdedup/filter/compact_filter.h"
 #include "kdedup/filter/exact_filter.h"
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/timer_filter.h"
 
 // The deterministic stream generators and oracle runner shared with the
 // filter tests (library kdedup::streams, see bench/CMakeLists.txt).
@@ -73,6 +102,7 @@ using kdedup::filter::Fingerprint;
 using kdedup::filter::FingerprintHash;
 using kdedup::filter::SlidingFilter;
 using kdedup::filter::Tick;
+using kdedup::filter::TimerFilter;
 using kdedup::testing::Distribution;
 using kdedup::testing::Event;
 using kdedup::testing::StreamSpec;
@@ -411,11 +441,228 @@ void table2_section(double scale) {
   std::printf("\n");
 }
 
+struct MissetResult {
+  double peak_bits = 0;   // peak bytes * 8 / peak in-window ids
+  double worst_bits = 0;  // max over ticks of bytes * 8 / in-window ids
+  double end_bits = 0;
+  double fp_rate = 0;
+  std::uint64_t false_negatives = 0;
+  std::uint64_t peak_bytes = 0;
+};
+
+MissetResult run_misset(const FilterConfig& config, const std::vector<Event>& events) {
+  auto f = build(config);
+  const Tick window = config.ticks_per_window;
+  // Deliveries per tick of the last window (the in-window identities).
+  std::vector<std::uint64_t> per_tick(window + 1, 0);
+  std::uint64_t in_window = 0;
+  Tick clock = events.front().tick, start = clock;
+  MissetResult r;
+  std::uint64_t peak_in_window = 0;
+  auto sample = [&] {
+    if (clock - start <= window || in_window == 0) return;  // the first window fills
+    const std::uint64_t bytes = f->stats().bytes;
+    r.peak_bytes = std::max(r.peak_bytes, bytes);
+    peak_in_window = std::max(peak_in_window, in_window);
+    r.worst_bits =
+        std::max(r.worst_bits, 8.0 * static_cast<double>(bytes) / static_cast<double>(in_window));
+  };
+  auto observe = [&](std::size_t, const Event& e, Decision d, bool) {
+    while (clock < e.tick) {
+      sample();
+      ++clock;
+      std::uint64_t& slot = per_tick[clock % (window + 1)];
+      in_window -= slot;
+      slot = 0;
+    }
+    if (d == Decision::kDistinct) {
+      ++per_tick[clock % (window + 1)];
+      ++in_window;
+    }
+  };
+  const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
+  sample();
+  r.peak_bits = 8.0 * static_cast<double>(r.peak_bytes) / static_cast<double>(peak_in_window);
+  r.end_bits = 8.0 * static_cast<double>(f->stats().bytes) / static_cast<double>(in_window);
+  r.fp_rate = counts.fp_rate();
+  r.false_negatives = counts.false_negatives;
+  return r;
+}
+
+// Bits per in-window id of a filter sized for exactly `per_window` ids.
+double presized_bits(const FilterConfig& c, const std::vector<Event>& steady,
+                     std::uint64_t per_window) {
+  switch (c.type) {
+    case FilterType::kTimer: {
+      FilterConfig exact_size = c;
+      exact_size.capacity = per_window;
+      auto t = TimerFilter::create_presized(exact_size);
+      return 8.0 * static_cast<double>((*t)->presized_bytes()) / static_cast<double>(per_window);
+    }
+    case FilterType::kAging:
+      return choose_aging_shape(c.fpp).bits_per_element();
+    default:
+      return run_misset(c, steady).end_bits;
+  }
+}
+
+void misset_section(double scale) {
+  const double fpp = 0.01;
+  const double base_rate = 24 * scale;  // per fine tick: ~100k ids per window
+  const auto per_window = static_cast<std::uint64_t>(base_rate * kFineTicks);
+  struct Kind {
+    const char* name;
+    FilterType type;
+    std::uint8_t bits;
+  };
+  const Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},
+                        {"timer-8", FilterType::kTimer, 8},
+                        {"timer-16", FilterType::kTimer, 16},
+                        {"aging", FilterType::kAging, 8},
+                        {"exact", FilterType::kExact, 8}};
+  struct Hint {
+    const char* name;
+    double factor;
+  };
+  const Hint hints[] = {{"100x too large", 100}, {"10x too large", 10}, {"10x too small", 0.1}};
+  std::printf("## Capacity mis-set: fpp target %g, %" PRIu64
+              " distinct ids per window at the base rate, 6 windows, batch %zu\n\n",
+              fpp, per_window, kBatch);
+  std::printf(
+      "| stream | filter | hint | pre-sized bits/id | peak bits/id (x) | worst moment (x) | "
+      "end bits/id (x) | peak MiB | FP rate (x fpp) | FN |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (double burst : {1.0, 5.0}) {
+    StreamSpec spec;
+    spec.distribution = Distribution::kUniform;
+    spec.domain = 1ULL << 40;  // every draw a new identity
+    spec.base_rate = base_rate;
+    spec.ticks = 6 * kFineTicks;
+    spec.burst_factor = burst;
+    spec.seed = 17;
+    const auto fine = kdedup::testing::generate_stream(spec);
+    StreamSpec steady_spec = spec;
+    steady_spec.burst_factor = 1.0;
+    const auto steady_fine = kdedup::testing::generate_stream(steady_spec);
+    for (const Kind& kind : kinds) {
+      const FilterConfig base = config_of(kind.type, fpp, per_window, kind.bits);
+      const auto events = on_ticks(fine, base.ticks_per_window);
+      const double presized =
+          presized_bits(base, on_ticks(steady_fine, base.ticks_per_window), per_window);
+      for (const Hint& hint : hints) {
+        const auto capacity =
+            std::max<std::uint64_t>(1, static_cast<std::uint64_t>(per_window * hint.factor));
+        const FilterConfig c = config_of(kind.type, fpp, capacity, kind.bits);
+        const MissetResult r = run_misset(c, events);
+        std::printf(
+            "| %s | %s | %s | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.1f (%.2f) | %.2f | "
+            "%.2e (%.2f) | %" PRIu64 " |\n",
+            burst == 1.0 ? "steady" : "5x burst", kind.name, hint.name, presized, r.peak_bits,
+            r.peak_bits / presized, r.worst_bits, r.worst_bits / presized, r.end_bits,
+            r.end_bits / presized, static_cast<double>(r.peak_bytes) / (1 << 20), r.fp_rate,
+            r.fp_rate / fpp, r.false_negatives);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\n");
+}
+
+void budget_section(double scale) {
+  const double fpp = 0.001;
+  constexpr int kPartitions = 4;
+  const auto per_window = static_cast<std::uint64_t>(50'000 * scale);
+  std::printf("## Memory budget: %d partitions, fpp target %g, %" PRIu64
+              " distinct ids per window each, 6 windows\n\n",
+              kPartitions, fpp, per_window);
+  std::printf(
+      "| filter | budget / need at target | level | effective fpp | worst estimate | "
+      "FP rate, worst partition | FP rate, mean | FN | most reserved / budget |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  struct Kind {
+    const char* name;
+    FilterType type;
+    std::uint8_t bits;
+  };
+  for (const Kind& kind :
+       {Kind{"timer-4", FilterType::kTimer, 4}, Kind{"timer-8", FilterType::kTimer, 8},
+        Kind{"timer-16", FilterType::kTimer, 16}, Kind{"aging", FilterType::kAging, 8}}) {
+    for (double over : {1.3, 2.0, 4.0}) {
+      FilterConfig c = config_of(kind.type, fpp, 1'000, kind.bits);
+      c.min_bytes = 4096;
+      const Tick window = c.ticks_per_window;
+      FilterConfig sized = c;
+      sized.capacity = per_window;
+      const double need_one =
+          kind.type == FilterType::kTimer
+              ? static_cast<double>((*TimerFilter::create_presized(sized))->presized_bytes())
+              : static_cast<double>(per_window) * choose_aging_shape(fpp).bits_per_element() / 8;
+      kdedup::filter::MemoryBudget::Options o;
+      o.max_bytes = static_cast<std::uint64_t>(kPartitions * need_one / over);
+      o.fpp = fpp;
+      auto budget = std::make_shared<kdedup::filter::MemoryBudget>(o);
+      std::vector<std::unique_ptr<SlidingFilter>> filters;
+      std::vector<std::unique_ptr<kdedup::filter::ExactFilter>> oracles;
+      FilterConfig oc = config_of(FilterType::kExact, fpp, 1'000);
+      oc.ticks_per_window = c.ticks_per_window;
+      for (int p = 0; p < kPartitions; ++p) {
+        filters.push_back(build(c));
+        filters.back()->set_memory_budget(budget);
+        oracles.push_back(std::make_unique<kdedup::filter::ExactFilter>(oc));
+      }
+      std::vector<std::uint64_t> fp(kPartitions, 0), fresh(kPartitions, 0);
+      std::uint64_t fn = 0, id = 0, most = 0;
+      double worst_estimate = 0;  // over the scored windows, any partition
+      const double per_tick = static_cast<double>(per_window) / static_cast<double>(window + 1);
+      double carry = 0;
+      for (Tick t = 0; t < 6 * (window + 1); ++t) {
+        carry += per_tick;
+        const auto n = static_cast<std::uint64_t>(carry);
+        carry -= static_cast<double>(n);
+        const bool scored = t >= 3 * (window + 1);
+        for (int p = 0; p < kPartitions; ++p) {
+          for (std::uint64_t i = 0; i < n; ++i) {
+            const Fingerprint f = kdedup::testing::identity_fingerprint(id++, 31 + p);
+            const bool delivered = oracles[p]->contains(f, t);
+            const Decision d = filters[p]->test_and_insert(f, t);
+            if (d == Decision::kDistinct) {
+              oracles[p]->insert(f, t);
+              fn += delivered ? 1 : 0;
+            }
+            if (scored && !delivered) {
+              ++fresh[p];
+              fp[p] += d == Decision::kDuplicate ? 1 : 0;
+            }
+          }
+        }
+        most = std::max(most, budget->used());
+        if (scored) {
+          for (const auto& f : filters) {
+            worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+          }
+        }
+      }
+      double worst_fp = 0, mean_fp = 0;
+      for (int p = 0; p < kPartitions; ++p) {
+        const double rate = static_cast<double>(fp[p]) / static_cast<double>(fresh[p]);
+        worst_fp = std::max(worst_fp, rate);
+        mean_fp += rate / kPartitions;
+      }
+      std::printf("| %s | 1 / %.1f | %u | %g | %.4f | %.4f | %.4f | %" PRIu64 " | %.2f |\n",
+                  kind.name, over, budget->level(), budget->effective_fpp(), worst_estimate,
+                  worst_fp, mean_fp, fn,
+                  static_cast<double>(most) / static_cast<double>(budget->max_bytes()));
+      std::fflush(stdout);
+    }
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   double scale = 1.0;
-  bool streams = true, compact = true, table2 = true;
+  bool streams = true, compact = true, table2 = true, misset = true, budget = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
       scale = std::atof(argv[++i]);
@@ -425,9 +672,14 @@ int main(int argc, char** argv) {
       compact = false;
     } else if (std::strcmp(argv[i], "--skip-table2") == 0) {
       table2 = false;
+    } else if (std::strcmp(argv[i], "--skip-misset") == 0) {
+      misset = false;
+    } else if (std::strcmp(argv[i], "--skip-budget") == 0) {
+      budget = false;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--scale X] [--skip-streams] [--skip-compact] [--skip-table2]\n",
+                   "usage: %s [--scale X] [--skip-streams] [--skip-compact] [--skip-table2] "
+                   "[--skip-misset] [--skip-budget]\n",
                    argv[0]);
       return 2;
     }
@@ -439,5 +691,7 @@ int main(int argc, char** argv) {
   if (table2) table2_section(scale);
   if (streams) streams_section(scale);
   if (compact) compact_section(scale);
+  if (misset) misset_section(scale);
+  if (budget) budget_section(scale);
   return 0;
 }

@@ -26,8 +26,9 @@
 //    window, and the false-positive rate measured against an exact oracle
 //    (seed 000 Definition 4) in steady state, at fpp 1% and 0.1% for 4-, 8-
 //    and 16-bit timers, plus the exact filter for comparison.
-// 3. Dynamic size. The same stream from a 10x under-sized start: bytes and
-//    sub-filters at steady state against the pre-sized filter.
+// 3. Dynamic size. The same stream from a 10x under-sized capacity hint
+//    (the filter starts at the floor and sizes itself from the rate): bytes
+//    and sub-filters at steady state against the pre-sized filter.
 //
 // Usage: filter_bench [--large] [--rounds N] [--skip-throughput] [--skip-accuracy]
 
@@ -89,13 +90,15 @@ struct CpuClock {
 
 double seconds_since(double start) { return CpuClock::now() - start; }
 
-std::unique_ptr<TimerFilter> make_timer(const FilterConfig& raw) {
+// `presized`: one sub-filter sized for config.capacity from the start (the
+// filters kdedup runs start at the floor and size themselves from the rate).
+std::unique_ptr<TimerFilter> make_timer(const FilterConfig& raw, bool presized = true) {
   auto config = kdedup::filter::normalize(raw);
   if (!config) {
     std::fprintf(stderr, "config: %s\n", config.error().message.c_str());
     std::exit(1);
   }
-  auto f = TimerFilter::create(*config);
+  auto f = presized ? TimerFilter::create_presized(*config) : TimerFilter::create(*config);
   if (!f) {
     std::fprintf(stderr, "filter: %s\n", f.error().message.c_str());
     std::exit(1);
@@ -230,7 +233,7 @@ Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
   // Capacity that makes the initial sub-filter exactly state_bytes.
   {
     auto probe = make_timer(c);
-    const double per_line = static_cast<double>(c.capacity) / (probe->initial_bytes() / 64.0);
+    const double per_line = static_cast<double>(c.capacity) / (probe->presized_bytes() / 64.0);
     c.capacity = static_cast<std::uint64_t>(per_line * (state_bytes / 64.0) * 0.999);
     c.capacity = std::max<std::uint64_t>(c.capacity, 1);
   }
@@ -351,7 +354,7 @@ Accuracy measure_accuracy(FilterType type, std::uint8_t bits, double fpp, std::u
   if (type == FilterType::kExact) {
     f = std::make_unique<ExactFilter>(*kdedup::filter::normalize(c));
   } else {
-    auto t = make_timer(c);
+    auto t = make_timer(c, start_fraction == 1.0);
     out.k = t->k();
     f = std::move(t);
   }

@@ -24,8 +24,19 @@
 // of each is reported, so load from other processes on the machine hits both
 // alike.
 //
+// --idle-partitions P measures memory instead (DESIGN.md "Memory follows
+// load"): one `kdedup run` (filter.capacity: 1000000, the documented default)
+// is assigned P partitions; its resident set (VmRSS, and the peak VmHWM),
+// the sum of kdedup_filter_bytes and kdedup_memory_used_bytes are read once
+// every partition is assigned and nothing was produced, then again after
+// --records distinct keys (all inside the window, spread over the partitions
+// by key) were processed. --baseline-binary PATH runs the same against
+// another kdedup binary (e.g. a build from before this change) first, so
+// both lines come from one run.
+//
 //   pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P]
 //                  [--instances I] [--repeat R]
+//   pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -87,6 +98,8 @@ struct Options {
   int partitions = 8;
   int instances = 1;
   int repeat = 3;
+  int idle_partitions = 0;      ///< > 0: the memory measurement instead
+  std::string baseline_binary;  ///< memory measurement: also run this kdedup
 };
 
 /// One side of a comparison: a name and the --set overrides that make it.
@@ -318,13 +331,144 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   return m;
 }
 
+/// Resident and peak resident memory of a process, from /proc/PID/status.
+struct ProcessMemory {
+  double rss_mib = 0, hwm_mib = 0;
+};
+
+ProcessMemory process_memory(pid_t pid) {
+  ProcessMemory m;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    const auto kib = [&] { return std::strtod(line.c_str() + 6, nullptr) / 1024.0; };
+    if (line.rfind("VmRSS:", 0) == 0) m.rss_mib = kib();
+    if (line.rfind("VmHWM:", 0) == 0) m.hwm_mib = kib();
+  }
+  return m;
+}
+
+struct MemoryFigures {
+  ProcessMemory process;
+  double filter_mib = 0;  ///< sum of kdedup_filter_bytes
+  double used_mib = 0;    ///< kdedup_memory_used_bytes (0 where not exported)
+  double assigned = 0;
+};
+
+kdedup::Result<MemoryFigures> memory_figures(pid_t pid, int port) {
+  auto text = scrape(port);
+  if (!text) return tl::unexpected(text.error());
+  MemoryFigures f;
+  f.process = process_memory(pid);
+  f.filter_mib = sum_samples(*text, "kdedup_filter_bytes") / (1024.0 * 1024.0);
+  f.used_mib = sum_samples(*text, "kdedup_memory_used_bytes") / (1024.0 * 1024.0);
+  f.assigned = sum_samples(*text, "kdedup_consumer_assigned_partitions");
+  return f;
+}
+
+/// One `kdedup run` (binary `binary`) assigned opt.idle_partitions
+/// partitions: memory once idle, then after opt.records distinct keys.
+kdedup::Result<std::pair<MemoryFigures, MemoryFigures>> measure_memory(const Options& opt,
+                                                                       const std::string& work,
+                                                                       const std::string& config,
+                                                                       const std::string& binary) {
+  tb::RigOptions ro;
+  ro.kdedup_binary = binary;
+  ro.config_path = config;
+  ro.work_dir = work;
+  ro.partitions = opt.idle_partitions;
+  ro.instances = 1;
+  ro.group = "kdedup-bench-memory";
+  auto port = tb::free_loopback_port();
+  if (!port) return tl::unexpected(port.error());
+  // No snapshots: a pre-sized baseline would write its whole state at stop.
+  ro.overrides = {"filter.enabled=true", "filter.capacity=1000000",
+                  "state.dir=", fmt::format("metrics.address=127.0.0.1:{}", *port)};
+  auto rig = tb::PipelineRig::start(ro);
+  if (!rig) return tl::unexpected(rig.error());
+  auto& r = **rig;
+  const pid_t pid = r.instance_pid(0);
+  // Every partition assigned (and its filter built) before the first figure.
+  const auto deadline = Clock::now() + std::chrono::seconds(180);
+  for (;;) {
+    if (auto ok = r.check_instances(); !ok) return tl::unexpected(ok.error());
+    auto f = memory_figures(pid, *port);
+    if (f && f->assigned == opt.idle_partitions) break;
+    if (Clock::now() > deadline) {
+      return kdedup::fail("the instance was not assigned every partition in time; logs in " + work);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // a few stats rounds
+  auto idle = memory_figures(pid, *port);
+  if (!idle) return tl::unexpected(idle.error());
+
+  auto producer = tb::RecordProducer::create(r.bootstrap(), {{"linger.ms", "20"}});
+  if (!producer) return tl::unexpected(producer.error());
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (std::uint64_t i = 0; i < opt.records; ++i) {
+    const std::string key = "id-" + std::to_string(i);
+    auto ok = (*producer)->produce(ro.input_topic, -1, key, "v", now_ms);
+    if (!ok) return tl::unexpected(ok.error());
+  }
+  if (auto ok = (*producer)->flush(std::chrono::seconds(120)); !ok) {
+    return tl::unexpected(ok.error());
+  }
+  const auto caught_up_by = Clock::now() + std::chrono::seconds(300);
+  for (;;) {
+    if (auto ok = r.check_instances(); !ok) return tl::unexpected(ok.error());
+    auto p = r.progress();
+    if (p && p->caught_up) break;
+    if (Clock::now() > caught_up_by) {
+      return kdedup::fail("the group did not commit every input offset in time; logs in " + work);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  auto loaded = memory_figures(pid, *port);
+  if (!loaded) return tl::unexpected(loaded.error());
+  producer->reset();
+  if (auto ok = r.stop_instances(); !ok) {
+    std::fprintf(stderr, "note: %s\n", ok.error().message.c_str());
+  }
+  return std::pair{*idle, *loaded};
+}
+
+int memory_main(const Options& opt, const std::string& work, const std::string& config) {
+  std::printf(
+      "memory of one `kdedup run` on the test broker: %d assigned partitions, filter.capacity "
+      "1000000, then %llu distinct keys within the window\n\n",
+      opt.idle_partitions, static_cast<unsigned long long>(opt.records));
+  std::printf(
+      "| binary | state | VmRSS MiB | VmHWM MiB | sum kdedup_filter_bytes MiB | "
+      "kdedup_memory_used_bytes MiB |\n|---|---|---|---|---|---|\n");
+  std::vector<std::pair<std::string, std::string>> binaries;
+  if (!opt.baseline_binary.empty()) binaries.emplace_back("baseline", opt.baseline_binary);
+  binaries.emplace_back("this build", KDEDUP_BINARY);
+  for (std::size_t b = 0; b < binaries.size(); ++b) {
+    auto m = measure_memory(opt, work + "/memory-" + std::to_string(b), config, binaries[b].second);
+    if (!m) {
+      std::fprintf(stderr, "%s: %s\n", binaries[b].first.c_str(), m.error().message.c_str());
+      return 1;
+    }
+    for (const auto& [state, f] : {std::pair{"idle", m->first}, std::pair{"loaded", m->second}}) {
+      std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", binaries[b].first.c_str(), state,
+                  f.process.rss_mib, f.process.hwm_mib, f.filter_mib, f.used_mib);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt;
   const char* usage =
       "usage: pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P] "
-      "[--instances I] [--repeat R]\n";
+      "[--instances I] [--repeat R]\n"
+      "       pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]\n";
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s: missing value\n%s", argv[i], usage);
@@ -345,6 +489,10 @@ int main(int argc, char** argv) {
       opt.instances = std::atoi(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--repeat")) {
       opt.repeat = std::max(1, std::atoi(argv[i + 1]));
+    } else if (!std::strcmp(argv[i], "--idle-partitions")) {
+      opt.idle_partitions = std::max(1, std::atoi(argv[i + 1]));
+    } else if (!std::strcmp(argv[i], "--baseline-binary")) {
+      opt.baseline_binary = argv[i + 1];
     } else {
       std::fprintf(stderr, "unknown option %s\n%s", argv[i], usage);
       return 2;
@@ -357,6 +505,12 @@ int main(int argc, char** argv) {
   const std::string work = tmpl;
   const std::string config = work + "/bench.yaml";
   std::ofstream(config) << kConfig;
+  if (opt.idle_partitions > 0) {
+    const int status = memory_main(opt, work, config);
+    std::error_code ec;
+    std::filesystem::remove_all(work, ec);
+    return status;
+  }
 
   std::printf(
       "pipeline throughput on the test broker (%s): %llu records, %d partitions, %d "

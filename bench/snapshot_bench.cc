@@ -26,6 +26,8 @@
 
 namespace {
 
+constexpr kdedup::filter::TickScale kScale(600'000, 192);
+
 using namespace kdedup;
 using Clock = std::chrono::steady_clock;
 
@@ -123,7 +125,7 @@ int main(int argc, char** argv) {
 
   // --- filter state ---
   const state::PartitionKey fkey{"bench", 0};
-  auto capture = state::capture_snapshot(fkey, f, static_cast<std::int64_t>(records), 0, 1);
+  auto capture = state::capture_snapshot(fkey, f, kScale, static_cast<std::int64_t>(records), 0, 1);
   const std::uint64_t state_bytes = capture.state.size();
   std::printf("-- %s filter, %llu records, state %.1f MiB (filled in %.2f s)\n",
               filter::to_string(f.type()), static_cast<unsigned long long>(records),
@@ -134,15 +136,16 @@ int main(int argc, char** argv) {
 
   const std::uint64_t more = records / 100;
   insert_range(f, records, records + more);
-  auto capture2 = state::capture_snapshot(fkey, f, static_cast<std::int64_t>(records + more), 0, 1);
+  auto capture2 =
+      state::capture_snapshot(fkey, f, kScale, static_cast<std::int64_t>(records + more), 0, 1);
   row("capture after +1% records", secs(capture2.capture_time), "-", "-");
   report_row("incremental write after +1% records", must_write(store, std::move(capture2)));
   insert_range(f, records + more, records + more + 200);
   report_row("incremental write after +200 records",
-             must_write(store, state::capture_snapshot(fkey, f, 0, 0, 1)));
+             must_write(store, state::capture_snapshot(fkey, f, kScale, 0, 0, 1)));
 
   // Restore vs rebuild: the same filter state, from the store vs by replay.
-  const auto expected = state::state_fingerprint(f.config(), 1);
+  const auto expected = state::state_fingerprint(f.config(), kScale, 1);
   t = Clock::now();
   auto read = store.read(fkey, expected);
   const double read_s = seconds_since(t);

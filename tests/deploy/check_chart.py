@@ -180,6 +180,15 @@ def check_manifests(docs, tag, values):
 
     # The rendered config passes kdedup validate with the pod's environment.
     cm = next(c for c in kinds["ConfigMap"] if "kdedup.yaml" in c.get("data", {}))
+    # The filters' memory budget is memoryBudget.percentOfLimit of the memory
+    # limit, unless the config sets memory.max_bytes itself.
+    rendered = yaml.safe_load(cm["data"]["kdedup.yaml"])
+    limit = quantity_bytes(dig(values, ["resources", "limits", "memory"]))
+    percent = dig(values, ["memoryBudget", "percentOfLimit"]) or 0
+    explicit = dig(values, ["config", "memory", "max_bytes"])
+    expect = explicit if explicit is not None else (round(limit * percent / 100) if limit and percent else None)
+    check(dig(rendered, ["memory", "max_bytes"]) == expect,
+          f"{tag}: memory.max_bytes {dig(rendered, ['memory', 'max_bytes'])} is {percent}% of the memory limit ({expect})")
     cfg_path = os.path.join(WORK, tag + "-kdedup.yaml")
     with open(cfg_path, "w") as f:
         f.write(cm["data"]["kdedup.yaml"])
@@ -190,6 +199,16 @@ def check_manifests(docs, tag, values):
     check(res.returncode == 0, f"{tag}: rendered config passes kdedup validate: {res.stderr.strip()}")
     print(f"{tag}: kdedup validate -> {res.stdout.strip()}")
     return cm
+
+
+def quantity_bytes(q):
+    """Bytes of a Kubernetes memory quantity ("2Gi", "1536Mi", "2G"); 0 for none."""
+    if q is None:
+        return 0
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(q).strip())
+    scale = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    return float(m.group(1)) * scale[m.group(2)] if m else 0
 
 
 def merged_values(files):

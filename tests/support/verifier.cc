@@ -1,5 +1,7 @@
 #include "verifier.h"
 
+#include "kdedup/testbroker/dedup_audit.h"
+
 #include <algorithm>
 #include <charconv>
 #include <set>
@@ -49,7 +51,9 @@ std::string VerifyReport::to_string() const {
   o << "verifier: input " << input_records << ", oracle-distinct " << oracle_distinct << ", output "
     << output_records << ", ambiguous (window edge) " << ambiguous << " | lost " << lost
     << ", duplicated " << duplicated << ", out of order " << out_of_order << ", unexpected "
-    << unexpected << (ok() ? " -> OK" : " -> FAILED") << "\n";
+    << unexpected;
+  if (fp_bound > 0) o << ", false positives " << false_positives << " (at most " << fp_bound << ")";
+  o << (ok() ? " -> OK" : " -> FAILED") << "\n";
   auto list = [&o](const char* kind, std::size_t n, const std::vector<std::string>& ex) {
     if (n == 0) return;
     o << "  " << kind << " (" << n << ", first " << ex.size() << "):\n";
@@ -70,6 +74,7 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
   const std::int64_t window = spec.window_ms;
   const std::int64_t tick =
       spec.tick_ms > 0 ? spec.tick_ms : std::max<std::int64_t>(1, window / 64);
+  const bool probabilistic = spec.fpp > 0.0;
 
   // Output in (partition, offset) order: the order a reader of each output
   // partition sees.
@@ -110,7 +115,7 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       Verdict v = Verdict::kDistinct;
       if (auto it = delivered.find(r->identity); it != delivered.end()) {
         const std::int64_t age = clock - it->second;
-        if (age < window - tick) {
+        if (age <= window) {
           v = Verdict::kDuplicate;
         } else if (age <= window + tick) {
           v = Verdict::kAmbiguous;
@@ -119,12 +124,17 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       verdicts[id] = v;
       if (v == Verdict::kAmbiguous) ++report.ambiguous;
       // At the window edge the oracle follows what the output did.
+      // Exact filters: the oracle delivers what it judges distinct. With
+      // false positives, what the output holds is what was delivered.
       const bool oracle_delivers =
-          v == Verdict::kDistinct || (v == Verdict::kAmbiguous && in_output);
+          probabilistic ? in_output
+                        : v == Verdict::kDistinct || (v == Verdict::kAmbiguous && in_output);
       if (oracle_delivers) delivered[r->identity] = clock;
       if (v == Verdict::kDistinct) {
         ++report.oracle_distinct;
-        if (!in_output) {
+        if (!in_output && probabilistic) {
+          ++report.false_positives;
+        } else if (!in_output) {
           note(
               report.lost, report.lost_examples, spec.examples,
               describe(id) + " identity '" + r->identity + "': oracle-distinct, not in the output");
@@ -132,7 +142,7 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       }
       if (in_output) {
         if (auto it = emitted.find(r->identity); it != emitted.end()) {
-          if (clock - it->second < window - tick) reemitted_within_window.insert(id);
+          if (clock - it->second <= window) reemitted_within_window.insert(id);
         }
         emitted[r->identity] = clock;
       }
@@ -192,6 +202,8 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       }
     }
   }
+  if (probabilistic)
+    report.fp_bound = testbroker::false_positive_bound(spec.fpp, report.oracle_distinct);
   return report;
 }
 

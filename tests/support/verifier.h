@@ -8,10 +8,11 @@
 // filter): per input topic-partition, in offset order, the partition clock is
 // the largest record timestamp seen so far; a record is distinct iff no
 // earlier distinct record of the same identity was delivered less than
-// `window` before the clock. Records whose age against that earlier
-// delivery lies within one tick of the window edge are "ambiguous" (the
-// pipeline judges age in ticks); there the oracle follows what the output
-// did, and they are never counted as lost or unexpected.
+// `window` before the clock (an age of exactly `window` is a duplicate).
+// Records whose age against that earlier delivery lies in (window, window +
+// one tick] are "ambiguous" (filter::TickScale: a delivery is forgotten by
+// the end of the tick after the window); there the oracle follows what the
+// output did, and they are never counted as lost or unexpected.
 //
 // What the report counts, separately:
 //   lost        oracle-distinct input records absent from the output
@@ -64,9 +65,18 @@ struct OutputRecord {
 
 struct VerifySpec {
   std::int64_t window_ms = 0;  ///< the configured window (> 0)
-  std::int64_t tick_ms = 0;    ///< window precision; 0 = window / 64
-  bool check_payload = true;   ///< compare output key/value to the source record
-  std::size_t examples = 5;    ///< examples kept per kind
+  /// Window precision: deliveries older than window + tick_ms must be
+  /// forgotten; between window and window + tick_ms either decision is
+  /// right. 0 = window / 64 (coarser than any default tick).
+  std::int64_t tick_ms = 0;
+  /// The filter's target false-positive probability; 0 = an exact filter.
+  /// Above 0 the oracle's "delivered" is what the output holds (seed 000
+  /// Definition 4: a copy of an identity a false positive dropped is new),
+  /// and oracle-distinct records missing from the output are counted as
+  /// false_positives, which may reach fp_bound, not as lost.
+  double fpp = 0.0;
+  bool check_payload = true;  ///< compare output key/value to the source record
+  std::size_t examples = 5;   ///< examples kept per kind
 };
 
 struct VerifyReport {
@@ -78,6 +88,8 @@ struct VerifyReport {
   std::size_t duplicated = 0;
   std::size_t out_of_order = 0;
   std::size_t unexpected = 0;
+  std::size_t false_positives = 0;  ///< spec.fpp > 0: distinct records dropped
+  std::size_t fp_bound = 0;         ///< most false positives accepted for spec.fpp
   std::vector<std::string> lost_examples;
   std::vector<std::string> duplicated_examples;
   std::vector<std::string> out_of_order_examples;
@@ -85,7 +97,8 @@ struct VerifyReport {
 
   /// No loss, no duplicate, nothing out of order, nothing unexpected.
   [[nodiscard]] bool ok() const noexcept {
-    return lost == 0 && duplicated == 0 && out_of_order == 0 && unexpected == 0;
+    return lost == 0 && duplicated == 0 && out_of_order == 0 && unexpected == 0 &&
+           false_positives <= fp_bound;
   }
   /// Figures on one line, then up to `examples` examples of each kind.
   [[nodiscard]] std::string to_string() const;

@@ -35,11 +35,38 @@ app.kubernetes.io/component: dedup
 {{- end -}}
 
 {{/*
+Bytes of a Kubernetes memory quantity ("2Gi", "1536Mi", "2G", "1.5Gi",
+"2147483648"); 0 when empty.
+*/}}
+{{- define "kdedup.quantityBytes" -}}
+{{- $q := toString . | trim -}}
+{{- if or (not $q) (eq $q "<nil>") -}}0{{- else -}}
+{{- $num := regexFind "^[0-9]+([.][0-9]+)?" $q -}}
+{{- $unit := trimPrefix $num $q -}}
+{{- $scale := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- if or (not $num) (not (hasKey $scale $unit)) -}}
+{{- fail (printf "resources.limits.memory: cannot read the quantity %q (use e.g. 2Gi)" $q) -}}
+{{- end -}}
+{{- printf "%.0f" (mulf (float64 $num) (get $scale $unit)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The kdedup config file: .Values.config plus what the chart owns (the state
-volume, the metrics port the probes use, the static member id).
+volume, the metrics port the probes use, the static member id, and the
+filters' memory budget from the memory limit unless config.memory.max_bytes
+is set).
 */}}
 {{- define "kdedup.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
+{{- $memory := default (dict) (get $cfg "memory") -}}
+{{- $limits := default (dict) (get (default (dict) .Values.resources) "limits") -}}
+{{- $limit := include "kdedup.quantityBytes" (get $limits "memory") | float64 -}}
+{{- $percent := float64 (default 0 .Values.memoryBudget.percentOfLimit) -}}
+{{- if and (not (hasKey $memory "max_bytes")) (gt $limit 0.0) (gt $percent 0.0) -}}
+{{- $_ := set $memory "max_bytes" (printf "%.0f" (divf (mulf $limit $percent) 100) | int64) -}}
+{{- $_ := set $cfg "memory" $memory -}}
+{{- end -}}
 {{- $state := merge (dict "dir" .Values.stateDir) (default (dict) (get $cfg "state")) -}}
 {{- $_ := set $state "dir" .Values.stateDir -}}
 {{- $_ := set $cfg "state" $state -}}

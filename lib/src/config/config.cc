@@ -5,14 +5,17 @@
 #include "kdedup/config/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 
+#include <librdkafka/rdkafka.h>
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
 #include <valijson/schema.hpp>
 #include <valijson/schema_parser.hpp>
@@ -20,6 +23,7 @@
 #include <valijson/validator.hpp>
 
 #include "kdedup/common/duration.h"
+#include "kdedup/filter/fingerprint.h"
 #include "schema_embed.h"
 #include "yaml_json.h"
 
@@ -277,6 +281,7 @@ std::string explain(const std::string& description, const KeyPath& path, const J
   if (schema == nullptr || value == nullptr) return description;
   std::string given = value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump();
   if (given.size() > 80) given = given.substr(0, 77) + "...";
+  if (detail::may_hold_secret(path)) given = detail::kHiddenValue;
   if (description.find("enum") != std::string::npos && schema->contains("enum")) {
     std::string allowed;
     for (const auto& e : (*schema)["enum"])
@@ -524,12 +529,6 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
     b.error(kFields.count(field) ? KeyPath{"filter", field} : KeyPath{"filter"}, msg);
   } else {
     f = *normalized;
-    if (c.window.count() > 0 && c.window.count() < static_cast<std::int64_t>(f.ticks_per_window)) {
-      b.error({"filter", "ticks_per_window"},
-              std::to_string(f.ticks_per_window) + " ticks do not fit in a window of " +
-                  format_duration_ms(c.window.count()) +
-                  " (a tick must be at least 1ms): lengthen window or lower ticks_per_window");
-    }
   }
   c.filter = f;
 
@@ -556,6 +555,9 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.state.reconcile_tail_records =
       b.number<std::int64_t>({"state", "reconcile_tail_records"}, c.state.reconcile_tail_records);
   c.state.min_free_bytes = b.bytes({"state", "min_free_bytes"}, c.state.min_free_bytes);
+  c.state.rebuild_lateness =
+      b.duration({"state", "rebuild_lateness"}, c.state.rebuild_lateness, true);
+  c.memory.max_bytes = b.bytes({"memory", "max_bytes"}, c.memory.max_bytes);
   c.metrics.address = b.str({"metrics", "address"}, c.metrics.address);
   c.metrics.per_partition = b.boolean({"metrics", "per_partition"}, true);
   c.metrics.audit_sample =
@@ -594,6 +596,11 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
       if (key == "isolation.level" && c.delivery == Delivery::kTransactional) {
         b.error({map, key}, std::string("cannot be set: ") + kIsolationReason);
       }
+      // Unknown names and invalid values, as the clients of `kdedup run`
+      // would refuse them (b.error keeps one message per key).
+      if (auto checked = check_kafka_property(key, value); !checked) {
+        b.error({map, key}, checked.error().message);
+      }
     }
   }
   // delivery: transactional derives transactional.id = <group_id>-<instance
@@ -629,6 +636,16 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
                              "empty: anyone who knows the hash can craft identities that collide "
                              "with others' and suppress them; set a secret (e.g. ${KDEDUP_SALT})",
                              it == doc.where.end() ? "" : it->second});
+  } else if (c.identity.salt.size() < filter::kMinSaltBytes) {
+    auto it = doc.where.find("/identity/salt");
+    warnings.push_back(Issue{
+        "identity.salt",
+        std::to_string(c.identity.salt.size()) + " bytes, shorter than " +
+            std::to_string(filter::kMinSaltBytes) +
+            ": a short salt can be guessed offline from the check value snapshots store "
+            "(kdedup snapshot inspect shows it), and then colliding identities crafted; use " +
+            std::to_string(filter::kMinSaltBytes) + " or more random bytes",
+        it == doc.where.end() ? "" : it->second});
   }
   for (const auto& w : warnings) c.warnings.push_back(to_string(w));
   return c;
@@ -719,6 +736,40 @@ KafkaProperties producer_properties(const Config& config) {
   return out;
 }
 
+bool is_secret_property(std::string_view name) noexcept {
+  auto has = [&](std::string_view word) {
+    return std::search(name.begin(), name.end(), word.begin(), word.end(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) == b;
+           }) != name.end();
+  };
+  return has("password") || has("secret") || has("key") || has("sasl.oauthbearer.config");
+}
+
+std::string kafka_property_error(const std::string& name, const std::string& value,
+                                 std::string librdkafka_error) {
+  while (!librdkafka_error.empty() && librdkafka_error.back() == '\n') librdkafka_error.pop_back();
+  if (is_secret_property(name) && !value.empty()) {
+    for (auto pos = librdkafka_error.find(value); pos != std::string::npos;
+         pos = librdkafka_error.find(value, pos + std::strlen(detail::kHiddenValue))) {
+      librdkafka_error.replace(pos, value.size(), detail::kHiddenValue);
+    }
+  }
+  return "librdkafka refuses it: " + librdkafka_error;
+}
+
+Status check_kafka_property(const std::string& name, const std::string& value) {
+  // A scratch configuration per call: rd_kafka_conf_set() is librdkafka's
+  // own check of names and values, the one the clients' set() runs.
+  std::unique_ptr<rd_kafka_conf_t, decltype(&rd_kafka_conf_destroy)> conf(rd_kafka_conf_new(),
+                                                                          &rd_kafka_conf_destroy);
+  char err[512] = "";
+  if (rd_kafka_conf_set(conf.get(), name.c_str(), value.c_str(), err, sizeof err) ==
+      RD_KAFKA_CONF_OK) {
+    return {};
+  }
+  return fail(kafka_property_error(name, value, err));
+}
+
 std::string summary(const Config& c) {
   std::string topics;
   for (const auto& t : c.input.topics) topics += (topics.empty() ? "" : ",") + t;
@@ -734,6 +785,12 @@ std::string summary(const Config& c) {
   }
   out += ", on_invalid " + std::string(to_string(c.on_invalid)) + ", delivery " +
          to_string(c.delivery) + ", " + std::to_string(c.threads) + " threads";
+  if (c.memory.max_bytes != 0) {
+    std::ostringstream mib;
+    mib.precision(1);
+    mib << std::fixed << static_cast<double>(c.memory.max_bytes) / (1024.0 * 1024.0);
+    out += ", memory budget " + mib.str() + " MiB";
+  }
   return out;
 }
 

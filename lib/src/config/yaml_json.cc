@@ -335,8 +335,15 @@ bool parse_yaml_document(std::string_view text, const std::string& source, const
   return true;
 }
 
+bool may_hold_secret(const KeyPath& path) {
+  if (path.empty()) return true;
+  if (path[0] == "identity") return path.size() == 1 || path[1] == "salt";
+  if (is_librdkafka_map(path[0])) return path.size() == 1 || is_secret_property(path[1]);
+  return false;
+}
+
 void apply_override(std::string_view assignment, Document& doc, std::vector<Issue>& errors) {
-  const std::string where = "--set " + std::string(assignment);
+  std::string where = "--set " + std::string(assignment);
   auto eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0) {
     errors.push_back(Issue{"", "expected key.path=value", where});
@@ -359,6 +366,8 @@ void apply_override(std::string_view assignment, Document& doc, std::vector<Issu
     if (dot == std::string_view::npos) break;
     start = dot + 1;
   }
+  // The location names the flag; a secret's value stays out of it.
+  if (may_hold_secret(path)) where = "--set " + std::string(key) + "=" + kHiddenValue;
   for (const auto& part : path) {
     if (part.empty()) {
       errors.push_back(Issue{std::string(key), "empty component in key path", where});

@@ -54,6 +54,15 @@ inline constexpr std::size_t kMaxFileBytes = 4u << 20;
 bool parse_yaml_document(std::string_view text, const std::string& source, const EnvLookup& env,
                          Document& doc, std::vector<Issue>& errors);
 
+/// What error messages print instead of a secret's value.
+inline constexpr const char* kHiddenValue = "(value hidden)";
+
+/// True when the value at `path` is, or may contain, a secret whose value no
+/// message may print: identity.salt, a librdkafka property for which
+/// is_secret_property() holds, and the maps above them (the root, identity,
+/// kafka, consumer, producer), whose dump would include them.
+[[nodiscard]] bool may_hold_secret(const KeyPath& path);
+
 /// Applies one "key.path=value" override to `doc`.
 void apply_override(std::string_view assignment, Document& doc, std::vector<Issue>& errors);
 

@@ -51,9 +51,10 @@ double run_probability(const std::vector<double>& fill, std::uint32_t k) {
   return found;
 }
 
-std::uint64_t slice_bits_for(double capacity) {
-  // eq. 8: m = ceil(c / ln 2), rounded up to whole 64-bit words.
-  const double bits = std::ceil(std::max(capacity, 1.0) / kLn2);
+std::uint64_t slice_bits_at(double capacity, double load) {
+  // eq. 8: m = ceil(c / ln 2) (c / load under budget pressure), rounded up
+  // to whole 64-bit words.
+  const double bits = std::ceil(std::max(capacity, 1.0) / load);
   if (!(bits < static_cast<double>(AgingFilter::kMaxSliceBits))) return AgingFilter::kMaxSliceBits;
   const auto rounded = (static_cast<std::uint64_t>(bits) + 63) / 64 * 64;
   return std::clamp(rounded, AgingFilter::kMinSliceBits, AgingFilter::kMaxSliceBits);
@@ -72,6 +73,15 @@ double aging_worst_case_fpp(std::uint32_t k, std::uint32_t l) noexcept {
   fill.reserve(k + l);
   for (std::uint32_t i = 0; i < k; ++i) fill.push_back(1.0 - std::exp2(-(i + 1.0) / k));
   fill.insert(fill.end(), l, 0.5);
+  return run_probability(fill, k);
+}
+
+double aging_worst_case_fpp(std::uint32_t k, std::uint32_t l, double load) noexcept {
+  if (k == 0) return 1.0;
+  std::vector<double> fill;
+  fill.reserve(k + l);
+  for (std::uint32_t i = 0; i < k; ++i) fill.push_back(1.0 - std::exp(-load * (i + 1.0) / k));
+  fill.insert(fill.end(), l, 1.0 - std::exp(-load));
   return run_probability(fill, k);
 }
 
@@ -124,11 +134,14 @@ AgingFilter::AgingFilter(const FilterConfig& config, NoSlices)
 }
 
 AgingFilter::AgingFilter(const FilterConfig& config) : AgingFilter(config, NoSlices{}) {
-  // The first k + l slices share the configured capacity: l generations of
-  // capacity / l identities, each slice holding k generations.
+  // The first k + l slices share the capacity hint (l generations of
+  // capacity / l identities, each slice holding k generations), but together
+  // never more than the floor: the measured rate sizes every later slice.
   const double generation = static_cast<double>(config_.capacity) / shape_.l;
-  const std::uint64_t bits = slice_bits_for(generation * shape_.k);
   const std::uint32_t count = shape_.k + shape_.l;
+  const std::uint64_t floor_bits =
+      std::max<std::uint64_t>(kMinSliceBits, config_.min_bytes * 8 / count / 64 * 64);
+  const std::uint64_t bits = std::min(slice_bits_for(generation * shape_.k), floor_bits);
   slices_.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) slices_.push_back(make_slice(bits, i, 0));
   next_seq_ = count;
@@ -156,7 +169,92 @@ void AgingFilter::move_clock(Tick now) {
   if (now > clock_) {
     clock_ = now;
     tick_base_ = insertions_;
+    observe_budget();
+    publish_demand();
+    if (denied_) {
+      // A shift was refused at the last clock value: ask again at the next
+      // insertion.
+      denied_ = false;
+      remaining_ = 1;
+    }
   }
+}
+
+void AgingFilter::publish_demand() {
+  if (level_load_.empty()) return;
+  // A window of the current rate (eq. 6's t_span is W + 2 ticks here), at
+  // the bits per element of each level's load, or the floor.
+  const double window_ids = insertion_rate() * (config_.ticks_per_window + 2.0);
+  const double floor = static_cast<double>(config_.min_bytes);
+  std::vector<std::uint64_t> bytes(level_load_.size());
+  for (std::size_t l = 0; l < level_load_.size(); ++l) {
+    const double bits_per_id = static_cast<double>(shape_.k + shape_.l) * shape_.k /
+                               (static_cast<double>(shape_.l) * level_load_[l]);
+    bytes[l] = static_cast<std::uint64_t>(std::max(floor, window_ids * bits_per_id / 8));
+  }
+  demand_.publish(bytes);
+}
+
+std::uint64_t AgingFilter::slice_bits_for(double capacity) const {
+  return slice_bits_at(capacity, load_);
+}
+
+double AgingFilter::load_for(double fpp) const {
+  if (aging_worst_case_fpp(shape_.k, shape_.l, kLn2) >= fpp) return kLn2;
+  double lo = kLn2, hi = 32.0 * kLn2;
+  for (int i = 0; i < 48; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (aging_worst_case_fpp(shape_.k, shape_.l, mid) <= fpp ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::uint32_t AgingFilter::budget_vote() const noexcept {
+  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
+  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
+                                                                             : MemoryBudget::kHold;
+}
+
+void AgingFilter::observe_budget() {
+  if (!budget_) return;
+  budget_->settle(budget_vote());  // the load may have fallen
+  const std::uint32_t level = budget_->level();
+  if (level == budget_level_) return;
+  budget_level_ = level;
+  level_since_ = clock_;
+  load_ = load_for(effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+  // The current slices may take more (or less) before the next shift.
+  if (!denied_) remaining_ = generation_size();
+}
+
+bool AgingFilter::reserve(Slice& s, bool required) {
+  if (!budget_) return true;
+  const std::uint64_t bytes = s.bits / 8;
+  if (required) {
+    budget_->charge(bytes);
+  } else if (!budget_->try_reserve(bytes)) {
+    return false;
+  }
+  s.charge = MemoryCharge(budget_, bytes);
+  return true;
+}
+
+void AgingFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
+  budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
+  level_load_.clear();
+  for (std::uint32_t l = 0; l < demand_.levels(); ++l) {
+    level_load_.push_back(
+        load_for(effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(l)))));
+  }
+  for (Slice& s : slices_) {
+    s.charge = MemoryCharge();
+    (void)reserve(s, true);
+  }
+  budget_level_ = 0;
+  level_since_ = clock_;
+  load_ = kLn2;
+  observe_budget();
 }
 
 bool AgingFilter::contains(const Fingerprint& fp, Tick now) const {
@@ -208,15 +306,15 @@ void AgingFilter::write_bits(const Fingerprint& fp) {
   }
   ++at(0).generation;
   ++insertions_;
-  if (--remaining_ == 0) shift();
+  if (--remaining_ == 0) (void)shift();
 }
 
 void AgingFilter::close_stale_generation() {
   Slice& s0 = at(0);
-  if (clock_ - s0.created >= generation_limit_) {
+  if (!denied_ && clock_ - s0.created >= generation_limit_) {
     // An idle generation just restarts: an empty slice would only waste memory.
     if (s0.generation > 0) {
-      shift();
+      (void)shift();
     } else {
       // The slice is empty, so its newest-insertion tick moves with its
       // creation tick (serialized state requires created <= last).
@@ -302,14 +400,14 @@ std::uint64_t AgingFilter::generation_size() const {
   double g = std::numeric_limits<double>::infinity();
   for (std::uint32_t p = 0; p < shape_.k; ++p) {
     const Slice& s = at(p);
-    const double room = std::max(0.0, static_cast<double>(s.bits) * kLn2 - s.inserted);
+    const double room = std::max(0.0, static_cast<double>(s.bits) * load_ - s.inserted);
     g = std::min(g, std::floor(room / (shape_.k - p)));
   }
   // A full slice still advances: shifting is what makes room.
   return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(g));
 }
 
-void AgingFilter::shift() {
+bool AgingFilter::shift() {
   // eq. 6 (with t_span / l = target_interval_): target generation size.
   const double tg = insertion_rate() * target_interval_;
   // eq. 7: after the shift, today's s0..s_{k-2} sit at 1..k-1. The one that
@@ -321,17 +419,35 @@ void AgingFilter::shift() {
   double fewest = std::numeric_limits<double>::infinity();
   for (std::uint32_t i = 1; i < k; ++i) {
     const Slice& s = at(i - 1);
-    const double room = std::max(0.0, static_cast<double>(s.bits) * kLn2 - s.inserted);
+    const double room = std::max(0.0, static_cast<double>(s.bits) * load_ - s.inserted);
     const double updates = std::floor(room / (k - i));
     if (updates < fewest) {
       fewest = updates;
       capacity = std::min(k * tg, room + i * tg);
     }
   }
-  slices_.push_back(make_slice(slice_bits_for(capacity), next_seq_++, clock_));
+  Slice s0 = make_slice(slice_bits_for(capacity), next_seq_, clock_);
+  // The slices this shift retires (beyond k + l with s0, and out of the
+  // window) give their bytes back right after: a new s0 that fits in them is
+  // charged whatever the budget, so a filter at the limit still turns over
+  // (and shrinks when the rate fell) instead of holding its old slices.
+  const std::size_t base = shape_.k + shape_.l;
+  std::uint64_t freed = 0;
+  for (std::size_t i = 0; slices_.size() + 1 - i > base && !in_window(slices_[i], clock_); ++i) {
+    freed += slices_[i].bits / 8;
+  }
+  if (!reserve(s0, s0.bits / 8 <= freed)) {
+    // Over budget: the generation stays open until the next tick.
+    denied_ = true;
+    remaining_ = std::numeric_limits<std::uint64_t>::max();
+    return false;
+  }
+  ++next_seq_;
+  slices_.push_back(std::move(s0));
   slices_.back().tick_base = tick_base_;
   retire_expired();
   remaining_ = generation_size();
+  return true;
 }
 
 FilterStats AgingFilter::stats() const {
@@ -362,7 +478,7 @@ std::string AgingFilter::serialize() const {
   w.put<Tick>(clock_);
   w.put<std::uint64_t>(insertions_);
   w.put<std::uint64_t>(tick_base_);
-  w.put<std::uint64_t>(remaining_);
+  w.put<std::uint64_t>(denied_ ? 1 : remaining_);  // a refused shift is asked for again
   w.put<std::uint64_t>(next_seq_);
   w.put<std::uint64_t>(slices_.size());
   for (const Slice& s : slices_) {  // oldest first

@@ -12,18 +12,47 @@ ExactFilter::ExactFilter(const FilterConfig& config) : config_(config) {}
 
 void ExactFilter::expire(Tick now) {
   const Tick w = config_.ticks_per_window;
+  bool erased = false;
   while (!order_.empty() && now - order_.front().tick > w) {
     const Entry& e = order_.front();
     auto it = last_.find(e.fp);
     // A later re-insertion of the same fingerprint owns the map entry now.
     if (it != last_.end() && it->second == e.tick) last_.erase(it);
     order_.pop_front();
+    erased = true;
+  }
+  // The table's buckets never shrink by themselves: after a burst, give the
+  // bucket array back once it is 4x what the entries need.
+  if (erased && last_.bucket_count() > 4 * std::max<std::size_t>(1024, last_.size())) {
+    last_.rehash(0);
   }
 }
 
 void ExactFilter::advance(Tick now) {
-  if (now > clock_) clock_ = now;
+  if (now > clock_) {
+    clock_ = now;
+    // Once per tick, not per record: the table's bytes into the budget, and
+    // as its demand at every level (an exact set cannot trade accuracy).
+    if (budget_) {
+      const std::uint64_t bytes = stats().bytes;
+      charge_.resize(bytes);
+      if (demand_.levels() != 0) {
+        const std::vector<std::uint64_t> each(demand_.levels(), bytes);
+        demand_.publish(each);
+      }
+    }
+  }
   expire(clock_);
+}
+
+void ExactFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
+  charge_ = MemoryCharge();
+  budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
+  if (!budget_) return;
+  const std::uint64_t bytes = stats().bytes;
+  budget_->charge(bytes);
+  charge_ = MemoryCharge(budget_, bytes);
 }
 
 bool ExactFilter::contains(const Fingerprint& fp, Tick now) const {

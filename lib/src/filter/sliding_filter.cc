@@ -19,6 +19,8 @@ void SlidingFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
   for (std::size_t i = 0; i < fps.size(); ++i) out[i] = test_and_insert(fps[i], ticks[i]);
 }
 
+void SlidingFilter::set_memory_budget(std::shared_ptr<MemoryBudget>) {}
+
 const char* to_string(FilterType type) noexcept {
   switch (type) {
     case FilterType::kTimer:

@@ -53,6 +53,9 @@ void append_number(std::string& out, Number n) {
 
 }  // namespace
 
+static_assert(kMaxJsonDepth == simdjson::DEFAULT_MAX_DEPTH,
+              "the documented nesting limit is the parser's");
+
 struct IdentityExtractor::Json {
   // Left at simdjson's maximum capacity: the parser rounds its allocations
   // up, so options_.max_json_bytes is enforced before parsing instead.
@@ -102,6 +105,12 @@ Extracted<Extraction> IdentityExtractor::extract(const RecordView& record) {
     if (parsed.error() == simdjson::CAPACITY) {
       return failure(Reason::kTooLarge, "value is too large for the JSON parser (" +
                                             std::to_string(value.size()) + " bytes)");
+    }
+    if (parsed.error() == simdjson::DEPTH_ERROR) {
+      return failure(Reason::kNotJson,
+                     "value nests objects and arrays deeper than the JSON limit "
+                     "of " +
+                         std::to_string(kMaxJsonDepth) + " levels");
     }
     if (parsed.error()) {
       return failure(Reason::kNotJson, std::string("value is not valid JSON: ") +

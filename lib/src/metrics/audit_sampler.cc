@@ -29,7 +29,7 @@ Result<AuditSampler> AuditSampler::create(std::uint32_t ticks_per_window, std::u
 }
 
 AuditSampler::AuditSampler(const filter::FilterConfig& config, std::uint32_t one_in)
-    : shadow_(config), one_in_(one_in) {}
+    : shadow_(config), dropped_(config), one_in_(one_in) {}
 
 bool AuditSampler::selects(const filter::Fingerprint& fp) const noexcept {
   return mix64(fp.lo ^ fp.hi) % one_in_ == 0;
@@ -47,31 +47,45 @@ void AuditSampler::observe(const filter::Fingerprint& fp, filter::Decision decis
                            filter::Tick now) {
   if (!selects(fp)) return;
   const bool was_delivered = delivered(fp, now);
-  ++pending_.sampled;
-  ++totals_.sampled;
+  // A later copy of an identity whose trial the filter dropped, still
+  // undelivered: the same trial, not a new one (see the header).
+  const bool same_trial = !was_delivered && dropped_.contains(fp, now);
+  AuditCounts c;
+  c.sampled = 1;
   if (decision == filter::Decision::kDistinct) {
     // The record is delivered now; a false negative is a real second
     // delivery, so the identity's last delivery moves to now either way.
     shadow_.insert(fp, now);
-    if (was_delivered) {
-      ++pending_.false_negatives;
-      ++totals_.false_negatives;
-    } else {
-      ++pending_.truly_new;
-      ++totals_.truly_new;
+    c.false_negatives = was_delivered ? 1 : 0;
+    c.truly_new = !was_delivered && !same_trial ? 1 : 0;
+  } else {
+    shadow_.advance(now);  // keep the shadow's memory bounded
+    if (!was_delivered) {
+      c.false_positive_records = 1;
+      if (!same_trial) {
+        c.truly_new = 1;
+        c.false_positives = 1;
+        dropped_.insert(fp, now);
+      }
     }
-    return;
   }
-  shadow_.advance(now);  // keep the shadow's memory bounded
-  if (!was_delivered) {
-    ++pending_.truly_new;
-    ++totals_.truly_new;
-    ++pending_.false_positives;
-    ++totals_.false_positives;
+  dropped_.advance(now);
+  count(c);
+}
+
+void AuditSampler::count(const AuditCounts& c) noexcept {
+  for (AuditCounts* to : {&pending_, &totals_}) {
+    to->sampled += c.sampled;
+    to->truly_new += c.truly_new;
+    to->false_positives += c.false_positives;
+    to->false_negatives += c.false_negatives;
+    to->false_positive_records += c.false_positive_records;
   }
 }
 
-std::uint64_t AuditSampler::shadow_bytes() const { return shadow_.stats().bytes; }
+std::uint64_t AuditSampler::shadow_bytes() const {
+  return shadow_.stats().bytes + dropped_.stats().bytes;
+}
 
 AuditCounts AuditSampler::drain() noexcept {
   AuditCounts out = pending_;

@@ -76,14 +76,25 @@ struct Metrics::Families {
                                 "Records whose identity could not be extracted, by reason.")),
         records_dlq(
             counter(r, "kdedup_records_dlq_total", "Records routed to the dead-letter topic.")),
+        clock_capped(counter(r, "kdedup_clock_capped_records_total",
+                             "Records whose timestamp was beyond wall clock + max_future_skew, "
+                             "read by the partition clock as wall clock + max_future_skew.")),
+        missing_timestamp(counter(r, "kdedup_clock_missing_timestamp_records_total",
+                                  "Records without a usable timestamp (none, zero or negative), "
+                                  "judged at the partition clock.")),
         audit_sampled(counter(r, "kdedup_audit_sampled_total",
                               "Decisions on records in the audited 1/N of the identity space.")),
         audit_truly_new(counter(r, "kdedup_audit_truly_new_total",
-                                "Audited records the exact shadow set says were never delivered "
-                                "within the window.")),
+                                "Audited identities not delivered within the window, once per "
+                                "identity (its first such record): the trials of the observed "
+                                "false-positive rate.")),
         audit_false_positives(counter(r, "kdedup_audit_false_positives_total",
-                                      "Audited records the filter dropped as duplicates although "
-                                      "never delivered within the window.")),
+                                      "Audited identities whose first record not delivered within "
+                                      "the window the filter dropped as a duplicate.")),
+        audit_false_positive_records(
+            counter(r, "kdedup_audit_false_positive_records_total",
+                    "Audited records dropped as duplicates although never delivered within the "
+                    "window, later copies of a wrongly dropped identity included.")),
         audit_false_negatives(counter(r, "kdedup_audit_false_negatives_total",
                                       "Audited records the filter emitted although already "
                                       "delivered within the window.")),
@@ -142,6 +153,19 @@ struct Metrics::Families {
         fpp_target(
             gauge(r, "kdedup_filter_fpp_target", "Configured target false-positive probability.")
                 .Add({})),
+        fpp_effective_target(gauge(r, "kdedup_filter_fpp_effective_target",
+                                   "The false-positive target the filters size for now: "
+                                   "filter.fpp, raised evenly while the partitions' filters "
+                                   "need more than memory.max_bytes.")
+                                 .Add({})),
+        memory_budget(gauge(r, "kdedup_memory_budget_bytes",
+                            "memory.max_bytes: filter state all partitions may hold together; "
+                            "0 = no budget.")
+                          .Add({})),
+        memory_used(gauge(r, "kdedup_memory_used_bytes",
+                          "Filter state reserved by all partitions of this instance (counted "
+                          "against memory.max_bytes).")
+                        .Add({})),
         build_info(gauge(r, "kdedup_build_info", "Build version and source revision; always 1.")) {}
 
   static Family<Counter>& counter(prometheus::Registry& r, const char* name, const char* help) {
@@ -159,9 +183,12 @@ struct Metrics::Families {
   Family<Counter>& records_duplicate;
   Family<Counter>& records_invalid;
   Family<Counter>& records_dlq;
+  Family<Counter>& clock_capped;
+  Family<Counter>& missing_timestamp;
   Family<Counter>& audit_sampled;
   Family<Counter>& audit_truly_new;
   Family<Counter>& audit_false_positives;
+  Family<Counter>& audit_false_positive_records;
   Family<Counter>& audit_false_negatives;
   Family<Histogram>& batch_seconds;
   Family<Histogram>& emit_age;
@@ -189,6 +216,9 @@ struct Metrics::Families {
   Gauge& producer_queue_messages;
   Gauge& producer_queue_bytes;
   Gauge& fpp_target;
+  Gauge& fpp_effective_target;
+  Gauge& memory_budget;
+  Gauge& memory_used;
   Family<Gauge>& build_info;
 };
 
@@ -197,7 +227,8 @@ struct PartitionMetrics::Gauges {
   std::string topic;
   std::int32_t partition = 0;
   std::atomic<double> fpp{0.0};
-  std::atomic<double> clock_lag{0.0};
+  std::atomic<double> clock_lag{0.0};      // >= 0
+  std::atomic<double> clock_ahead{0.0};    // >= 0
   std::atomic<double> last_snapshot{0.0};  // unix seconds; assignment time until the first
   std::atomic<std::uint64_t> cells{0};
   std::atomic<std::uint64_t> live_cells{0};
@@ -239,6 +270,8 @@ PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32
   distinct_ = &f.records_distinct.Add(labels);
   duplicate_ = &f.records_duplicate.Add(labels);
   dlq_ = &f.records_dlq.Add(labels);
+  clock_capped_ = &f.clock_capped.Add(labels);
+  no_timestamp_ = &f.missing_timestamp.Add(labels);
   for (std::size_t i = 0; i < owner.reasons_.size(); ++i) {
     Labels with_reason = labels;
     with_reason.emplace("reason", owner.reasons_[i]);
@@ -247,6 +280,7 @@ PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32
   audit_sampled_ = &f.audit_sampled.Add(labels);
   audit_truly_new_ = &f.audit_truly_new.Add(labels);
   audit_fp_ = &f.audit_false_positives.Add(labels);
+  audit_fp_records_ = &f.audit_false_positive_records.Add(labels);
   audit_fn_ = &f.audit_false_negatives.Add(labels);
   batch_seconds_ = &f.batch_seconds.Add(topic_labels, kBatchBounds);
   emit_age_ = &f.emit_age.Add(topic_labels, kAgeBounds);
@@ -273,6 +307,8 @@ void PartitionMetrics::add_batch(const BatchCounts& c) {
   add_nonzero(distinct_, c.distinct);
   add_nonzero(duplicate_, c.duplicate);
   add_nonzero(dlq_, c.dlq);
+  add_nonzero(clock_capped_, c.clock_capped);
+  add_nonzero(no_timestamp_, c.no_timestamp);
   for (std::size_t i = 0; i < owner_.reasons_.size(); ++i) add_nonzero(invalid_[i], c.invalid[i]);
   gauges_->records_in.fetch_add(c.in, std::memory_order_relaxed);
 }
@@ -292,7 +328,8 @@ void PartitionMetrics::set_filter(const filter::FilterStats& s, double clock_lag
   gauges_->live_cells.store(s.live_cells, r);
   gauges_->subfilters.store(s.subfilters, r);
   gauges_->bytes.store(s.bytes, r);
-  gauges_->clock_lag.store(clock_lag_seconds, r);
+  gauges_->clock_lag.store(std::max(0.0, clock_lag_seconds), r);
+  gauges_->clock_ahead.store(std::max(0.0, -clock_lag_seconds), r);
 }
 
 void PartitionMetrics::set_queue_depth(std::uint64_t records) noexcept {
@@ -303,6 +340,7 @@ void PartitionMetrics::add_audit(const AuditCounts& c) {
   add_nonzero(audit_sampled_, c.sampled);
   add_nonzero(audit_truly_new_, c.truly_new);
   add_nonzero(audit_fp_, c.false_positives);
+  add_nonzero(audit_fp_records_, c.false_positive_records);
   add_nonzero(audit_fn_, c.false_negatives);
 }
 
@@ -376,6 +414,7 @@ Metrics::Metrics(MetricsOptions options, std::vector<std::string> reasons)
       health_(options_.heartbeat_timeout),
       load_window_start_(std::chrono::steady_clock::now()) {
   families_->fpp_target.Set(options_.fpp_target);
+  families_->fpp_effective_target.Set(options_.fpp_target);
   families_->build_info.Add({{"version", version()}, {"revision", revision()}}).Set(1.0);
 }
 
@@ -434,6 +473,13 @@ void Metrics::set_assigned_partitions(std::int64_t n) {
 
 void Metrics::set_workers(std::int64_t n) { families_->workers.Set(static_cast<double>(n)); }
 
+void Metrics::set_memory(std::uint64_t budget_bytes, std::uint64_t used_bytes,
+                         double effective_fpp) {
+  families_->memory_budget.Set(static_cast<double>(budget_bytes));
+  families_->memory_used.Set(static_cast<double>(used_bytes));
+  if (effective_fpp > 0.0) families_->fpp_effective_target.Set(effective_fpp);
+}
+
 void Metrics::add_busy_seconds(double seconds) {
   if (seconds > 0.0) families_->busy_seconds.Increment(seconds);
 }
@@ -468,6 +514,7 @@ struct GaugeAggregate {
   std::uint64_t subfilters = 0;
   std::uint64_t bytes = 0;
   double clock_lag = 0.0;
+  double clock_ahead = 0.0;
   std::uint64_t queue_depth = 0;
   double last_snapshot = std::numeric_limits<double>::infinity();
 };
@@ -497,6 +544,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
       a.subfilters += g->subfilters.load(r);
       a.bytes += g->bytes.load(r);
       a.clock_lag = std::max(a.clock_lag, g->clock_lag.load(r));
+      a.clock_ahead = std::max(a.clock_ahead, g->clock_ahead.load(r));
       a.queue_depth += g->queue_depth.load(r);
       a.last_snapshot = std::min(a.last_snapshot, g->last_snapshot.load(r));
     }
@@ -533,7 +581,11 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
       "Sub-filters (timer filter), slices (aging filter) or tables (compact filter) alive.");
   auto bytes = gauge_family("kdedup_filter_bytes", "Memory held by filter state.");
   auto clock_lag = gauge_family("kdedup_filter_clock_lag_seconds",
-                                "Wall clock minus the partition's window clock.");
+                                "Wall clock minus the partition's window clock; 0 when the "
+                                "clock is ahead (max over partitions when aggregated).");
+  auto clock_ahead = gauge_family("kdedup_filter_clock_ahead_seconds",
+                                  "The partition's window clock minus wall clock; 0 when the "
+                                  "clock trails (max over partitions when aggregated).");
   auto queue = gauge_family("kdedup_queue_depth", "Records waiting in the partition's queue.");
   auto snapshot = gauge_family("kdedup_snapshot_last_success_timestamp_seconds",
                                "Unix time of the last successful snapshot (assignment time "
@@ -547,6 +599,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
     subfilters.metric.push_back(gauge_sample(l, static_cast<double>(a.subfilters)));
     bytes.metric.push_back(gauge_sample(l, static_cast<double>(a.bytes)));
     clock_lag.metric.push_back(gauge_sample(l, a.clock_lag));
+    clock_ahead.metric.push_back(gauge_sample(l, a.clock_ahead));
     queue.metric.push_back(gauge_sample(l, static_cast<double>(a.queue_depth)));
     snapshot.metric.push_back(gauge_sample(l, a.last_snapshot));
   }
@@ -572,8 +625,8 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
   heartbeat.metric.push_back(gauge_sample({}, health_.heartbeat_age_seconds()));
 
   std::vector<prometheus::MetricFamily> out;
-  for (auto* f : {&fpp, &fill, &subfilters, &bytes, &clock_lag, &queue, &snapshot, &lag, &fairness,
-                  &share, &ready, &heartbeat}) {
+  for (auto* f : {&fpp, &fill, &subfilters, &bytes, &clock_lag, &clock_ahead, &queue, &snapshot,
+                  &lag, &fairness, &share, &ready, &heartbeat}) {
     out.push_back(std::move(*f));
   }
   return out;

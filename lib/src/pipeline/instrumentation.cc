@@ -312,6 +312,7 @@ void StatsBridge::publish() {
                      delta(t.records_aborted, transactions_.records_aborted));
   transactions_ = t;
   m.set_assigned_partitions(static_cast<std::int64_t>(s.assigned_partitions));
+  m.set_memory(s.memory.max_bytes, s.memory.used_bytes, s.memory.effective_fpp);
   m.set_workers(static_cast<std::int64_t>(s.worker_busy_nanos.size()));
   busy_nanos_.resize(s.worker_busy_nanos.size(), 0);
   std::uint64_t busy = 0;
@@ -342,6 +343,8 @@ void StatsBridge::publish() {
     c.distinct = delta(p.distinct, before.distinct);
     c.duplicate = delta(p.duplicates, before.duplicates);
     c.dlq = delta(p.dead_lettered, before.dead_lettered);
+    c.clock_capped = delta(p.clock_capped, before.clock_capped);
+    c.no_timestamp = delta(p.no_timestamp, before.no_timestamp);
     for (const auto& [reason, n] : p.invalid_reasons) {
       auto it = before.invalid_reasons.find(reason);
       c.invalid[m.reason_index(reason)] +=
@@ -356,17 +359,18 @@ void StatsBridge::publish() {
     delivery_errors += delta(p.delivery_errors, before.delivery_errors);
     entry.metrics->add_replayed(delta(p.replayed, before.replayed));
 
-    // Clock lag is wall clock minus the partition clock; before the first
-    // record there is no clock to trail, so report 0 rather than ~56 years.
+    // Clock lag is wall clock minus the partition clock, negative when the
+    // clock is ahead (records stamped up to max_future_skew in the future);
+    // before the first record there is no clock, so 0 rather than ~56 years.
     const double lag = p.clock_ms > 0 ? static_cast<double>(wall - p.clock_ms) / 1e3 : 0.0;
     if (entry.probe && entry.probe->published.load(std::memory_order_acquire)) {
-      entry.metrics->set_filter(entry.probe->read(), std::max(0.0, lag));
+      entry.metrics->set_filter(entry.probe->read(), lag);
     } else {
       filter::FilterStats fs;  // passthrough: no filter state
       fs.bytes = p.filter_bytes;
       fs.subfilters = p.filter_subfilters;
       fs.fpp_estimate = p.filter_fpp_estimate;
-      entry.metrics->set_filter(fs, std::max(0.0, lag));
+      entry.metrics->set_filter(fs, lag);
     }
     entry.metrics->set_queue_depth(p.queued);
     seen.last = p;

@@ -1,6 +1,9 @@
 #include "kafka_errors.h"
 
 #include <librdkafka/rdkafka.h>
+#include <spdlog/spdlog.h>
+
+#include "kdedup/common/kafka_log.h"
 
 namespace kdedup::pipeline {
 
@@ -59,6 +62,14 @@ std::string describe_kafka_error(RdKafka::ErrorCode code) {
                      rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(code)) + ")";
   if (const char* h = hint(code)) text += ": " + std::string(h);
   return text;
+}
+
+void ClientLog::event_cb(RdKafka::Event& event) {
+  if (event.type() == RdKafka::Event::EVENT_LOG) {
+    log_librdkafka(client_, event.severity(), event.fac(), event.str());
+  } else if (event.type() == RdKafka::Event::EVENT_ERROR) {
+    spdlog::warn("{}: {} ({})", client_, describe_kafka_error(event.err()), event.str());
+  }
 }
 
 }  // namespace kdedup::pipeline

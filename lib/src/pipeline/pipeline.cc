@@ -35,12 +35,16 @@
 #include <fmt/format.h>
 
 #include "kafka_errors.h"
+#include "kdedup/common/kafka_log.h"
+#include "kdedup/common/partitions.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
+#include "kdedup/pipeline/partition_processor.h"
 #include "kdedup/pipeline/reconcile.h"
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/pipeline/transaction.h"
 #include "kdedup/state/snapshot_store.h"
+#include "message_view.h"
 
 namespace kdedup::pipeline {
 
@@ -72,13 +76,41 @@ std::int64_t wall_ns() {
       .count();
 }
 
+/// "in[0-255]" (or "(none)"): a partition list that stays one short line.
 std::string join_partitions(const std::vector<PartitionId>& ids) {
-  std::string out;
-  for (const auto& id : ids) {
-    if (!out.empty()) out += ", ";
-    out += id.str();
-  }
+  std::vector<std::pair<std::string, std::int32_t>> parts;
+  parts.reserve(ids.size());
+  for (const auto& id : ids) parts.emplace_back(id.topic, id.partition);
+  std::string out = summarize_partitions(std::move(parts));
   return out.empty() ? "(none)" : out;
+}
+
+/// Final positions for a log line: each one while there are few, else the
+/// partitions as ranges and the span of the offsets (every position is in
+/// the debug log).
+std::string describe_positions(const std::map<PartitionId, std::int64_t>& positions) {
+  constexpr std::size_t kListed = 8;
+  std::string out;
+  if (positions.size() <= kListed) {
+    for (const auto& [id, offset] : positions) {
+      out += (out.empty() ? "" : ", ") + id.str() + "@" + std::to_string(offset);
+    }
+    return out;
+  }
+  std::vector<PartitionId> ids;
+  std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const auto& [id, offset] : positions) {
+    ids.push_back(id);
+    lo = std::min(lo, offset);
+    hi = std::max(hi, offset);
+  }
+  std::string all;
+  for (const auto& [id, offset] : positions) {
+    all += (all.empty() ? "" : ", ") + id.str() + "@" + std::to_string(offset);
+  }
+  spdlog::debug("positions: {}", all);
+  return fmt::format("{} partitions {} at offsets {}..{}", positions.size(), join_partitions(ids),
+                     lo, hi);
 }
 
 /// Applies librdkafka properties; the error names the property.
@@ -87,7 +119,8 @@ Status apply_properties(RdKafka::Conf& conf, const config::KafkaProperties& prop
   for (const auto& [key, value] : props) {
     std::string err;
     if (conf.set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(std::string(section) + " property '" + key + "': " + err);
+      return fail(std::string(section) + " property '" + key +
+                  "': " + config::kafka_property_error(key, value, err));
     }
   }
   return {};
@@ -261,13 +294,7 @@ class ClientEvents final : public RdKafka::EventCb {
 
  private:
   void log_line(const RdKafka::Event& event) const {
-    // Debug lines only exist when the operator turned on librdkafka `debug`
-    // contexts, so they are shown at info rather than hidden by log_level.
-    const auto sev = event.severity();
-    const auto level = sev <= RdKafka::Event::EVENT_SEVERITY_ERROR     ? spdlog::level::err
-                       : sev == RdKafka::Event::EVENT_SEVERITY_WARNING ? spdlog::level::warn
-                                                                       : spdlog::level::info;
-    spdlog::log(level, "librdkafka {} {}: {}", client_, event.fac(), event.str());
+    log_librdkafka(client_, event.severity(), event.fac(), event.str());
   }
 
   FatalError& fatal_;
@@ -300,6 +327,7 @@ struct Shared {
   SliceHooks& hooks;
   Snapshotter* snapshotter = nullptr;  // null: no snapshots
   OpenTransaction* txn = nullptr;      // set with delivery: transactional
+  std::uint64_t salt_check = 0;        // filter::salt_check(), only with snapshots
 };
 
 /// One worker thread and its queue. The queue is the only thing shared with
@@ -307,7 +335,10 @@ struct Shared {
 class Worker {
  public:
   Worker(std::uint32_t index, Shared& shared, identity::IdentityExtractor extractor)
-      : index_(index), shared_(shared), extractor_(std::move(extractor)) {}
+      : index_(index),
+        shared_(shared),
+        processor_(ProcessorOptions::of(shared.config), std::move(extractor),
+                   shared.fingerprinter) {}
 
   void start() {
     thread_ = std::thread([this] { loop(); });
@@ -475,206 +506,81 @@ class Worker {
     schedule.last_offset = next;
     // serialize() of the AuditedFilter is the inner filter's state.
     state::SnapshotCapture c = state::capture_snapshot(
-        state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), next,
-        slice.clock().now_ms(), shared_.fingerprinter.salt_digest());
+        state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), slice.scale(),
+        next, slice.clock().now_ms(), shared_.salt_check);
     spdlog::debug("captured {} at offset {} ({} bytes in {:.3f} ms)", slice.id().str(), next,
                   c.state.size(), static_cast<double>(c.capture_time.count()) / 1e6);
     shared_.snapshotter->offer(std::move(c));
   }
 
-  enum class Action : std::uint8_t { kOutput, kDuplicate, kDeadLetter, kDrop };
+  /// The producer as the processor's sinks, for one batch of one partition.
+  class ProducerSinks final : public RecordSinks {
+   public:
+    ProducerSinks(Worker& worker, Slice& slice, std::span<MessagePtr> records)
+        : worker_(worker), slice_(slice), records_(records) {}
+    void output(std::size_t i) override {
+      const auto& cfg = worker_.shared_.config;
+      const std::int32_t partition = cfg.output.partitioning == config::Partitioning::kInput
+                                         ? records_[i]->partition()
+                                         : RdKafka::Topic::PARTITION_UA;
+      if (worker_.produce(slice_, *records_[i], cfg.output.topic, partition, "output", nullptr)) {
+        worker_.observe_emit_age(*records_[i]);
+      }
+    }
+    void duplicate(std::size_t i) override {
+      worker_.produce(slice_, *records_[i], worker_.shared_.config.duplicates_topic,
+                      RdKafka::Topic::PARTITION_UA, "duplicates", nullptr);
+    }
+    void dead_letter(std::size_t i, const identity::ExtractError& error) override {
+      worker_.produce(slice_, *records_[i], worker_.shared_.config.dlq_topic,
+                      RdKafka::Topic::PARTITION_UA, "dead-letter", &error);
+    }
+    bool stopped() const override { return worker_.shared_.fatal.raised(); }
+
+   private:
+    Worker& worker_;
+    Slice& slice_;
+    std::span<MessagePtr> records_;
+  };
 
   void process_partition(Slice& slice, std::span<MessagePtr> records) {
     auto started = Clock::now();
-    const auto& cfg = shared_.config;
     auto& counters = *slice.counters();
-    const std::int64_t now_wall = wall_ms();
-    const std::size_t n = records.size();
-
-    actions_.assign(n, Action::kOutput);
-    reasons_.assign(n, {});
     emit_ages_ = {};
-    // Replayed records (recovery): decided like the others so the filter
-    // learns them, but nothing is produced and they are not input.
-    const ReplayRule& rule = slice.replay();
-    const bool any_replay = n > 0 && records.front()->offset() < rule.end();
-    replayed_.assign(n, 0);
-    fps_.clear();
-    ticks_.clear();
-    valid_index_.clear();
-    std::size_t stop_at = n;  // first record not processed (on_invalid: fail)
-    std::string fail_message;
-
-    for (std::size_t i = 0; i < n; ++i) {
-      RdKafka::Message& m = *records[i];
-      if (any_replay && rule.replays(m.offset())) {
-        replayed_[i] = 1;
-        actions_[i] = Action::kDrop;
-      }
-      auto ts = m.timestamp();
-      const std::int64_t ts_ms =
-          ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
-      const filter::Tick tick = slice.observe(ts_ms, now_wall);
-
-      // Header values are only viewed; names are copied because librdkafka's
-      // C++ Header returns them by value.
-      header_copies_.clear();
-      header_names_.clear();
-      header_views_.clear();
-      if (const RdKafka::Headers* hs = m.headers(); hs != nullptr && hs->size() > 0) {
-        header_copies_ = hs->get_all();
-        for (const auto& h : header_copies_) header_names_.push_back(h.key());
-        for (std::size_t h = 0; h < header_copies_.size(); ++h) {
-          identity::RecordHeader rh{};
-          rh.name = header_names_[h];
-          if (header_copies_[h].value() != nullptr) {
-            rh.value = std::string_view(static_cast<const char*>(header_copies_[h].value()),
-                                        header_copies_[h].value_size());
-          }
-          header_views_.push_back(rh);
-        }
-      }
-      identity::RecordView view;
-      if (m.key_pointer() != nullptr) {
-        view.key = std::string_view(static_cast<const char*>(m.key_pointer()), m.key_len());
-      }
-      if (m.payload() != nullptr) {
-        view.value = std::string_view(static_cast<const char*>(m.payload()), m.len());
-      }
-      view.headers = header_views_;
-      auto extracted = extractor_.extract(view);
-      if (extracted) {
-        if (cfg.filter_enabled) {
-          fps_.push_back(shared_.fingerprinter(extracted->identity));
-          ticks_.push_back(tick);
-          valid_index_.push_back(i);
-        }
-        continue;
-      }
-      // An invalid record already handled by the previous owner: nothing to
-      // route again (and on_invalid: fail must not stop on it).
-      if (replayed_[i]) continue;
-      counters.invalid.fetch_add(1, std::memory_order_relaxed);
-      counters.count_invalid_reason(identity::to_string(extracted.error().reason));
-      reasons_[i] = std::move(extracted.error());
-      switch (cfg.on_invalid) {
-        case config::OnInvalid::kDlq:
-          actions_[i] = Action::kDeadLetter;
-          break;
-        case config::OnInvalid::kPass:
-          counters.invalid_passed.fetch_add(1, std::memory_order_relaxed);
-          actions_[i] = Action::kOutput;  // distinct, never inserted in the filter
-          break;
-        case config::OnInvalid::kDrop:
-          counters.invalid_dropped.fetch_add(1, std::memory_order_relaxed);
-          actions_[i] = Action::kDrop;
-          break;
-        case config::OnInvalid::kFail:
-          // Raised after the records before it went out, so they commit.
-          fail_message = "on_invalid is 'fail' and the record at " + slice.id().str() + "@" +
-                         std::to_string(m.offset()) + " has no identity: " + reasons_[i]->message +
-                         " (" + identity::to_string(reasons_[i]->reason) +
-                         "); its offset is not committed. Fix the record or choose "
-                         "on_invalid: dlq | pass | drop";
-          failed_ = true;
-          stop_at = i;
-          break;
-      }
-      if (stop_at != n) break;
-    }
-
-    if (cfg.filter_enabled && !fps_.empty()) {
-      // Fingerprints of records after a fail stop were never collected, so
-      // the filter only learns records that are processed.
-      decisions_.resize(fps_.size());
-      slice.decide(fps_, ticks_, decisions_);
-      for (std::size_t v = 0; v < valid_index_.size(); ++v) {
-        if (decisions_[v] == filter::Decision::kDuplicate && !replayed_[valid_index_[v]])
-          actions_[valid_index_[v]] = Action::kDuplicate;
-      }
-    }
-
-    // Register every processed record before producing anything.
-    processed_.clear();
-    const bool route_duplicates = !cfg.duplicates_topic.empty();
-    std::uint64_t distinct = 0, duplicates = 0, dead = 0, replayed = 0;
-    for (std::size_t i = 0; i < stop_at; ++i) {
-      std::uint32_t outputs = 0;
-      if (replayed_[i]) {
-        ++replayed;
-        processed_.push_back({records[i]->offset(), 0});
-        continue;
-      }
-      switch (actions_[i]) {
-        case Action::kOutput:
-          outputs = 1;
-          if (!reasons_[i]) ++distinct;
-          break;
-        case Action::kDuplicate:
-          ++duplicates;
-          outputs = route_duplicates ? 1 : 0;
-          break;
-        case Action::kDeadLetter:
-          ++dead;
-          outputs = 1;
-          break;
-        case Action::kDrop:
-          break;
-      }
-      processed_.push_back({records[i]->offset(), outputs});
-    }
-    counters.records_in.fetch_add(stop_at - replayed, std::memory_order_relaxed);
-    if (replayed != 0) counters.replayed.fetch_add(replayed, std::memory_order_relaxed);
-    counters.distinct.fetch_add(distinct, std::memory_order_relaxed);
-    counters.duplicates.fetch_add(duplicates, std::memory_order_relaxed);
-    counters.dead_lettered.fetch_add(dead, std::memory_order_relaxed);
-    if (!slice.tracker()->add(processed_)) {
+    ProducerSinks sinks(*this, slice, records);
+    const BatchResult r = processor_.process(slice, batch_view_.of(records), wall_ms(), sinks);
+    if (r.offsets_rejected) {
       shared_.fatal.set("internal error: offsets of " + slice.id().str() +
                         " went backwards; stopping without committing them");
       failed_ = true;
       return;
     }
-    if (stop_at > 0) slice.set_processed(records[stop_at - 1]->offset());
-
-    for (std::size_t i = 0; i < stop_at && !shared_.fatal.raised(); ++i) {
-      switch (actions_[i]) {
-        case Action::kOutput: {
-          const std::int32_t partition = cfg.output.partitioning == config::Partitioning::kInput
-                                             ? records[i]->partition()
-                                             : RdKafka::Topic::PARTITION_UA;
-          if (produce(slice, *records[i], cfg.output.topic, partition, "output", nullptr)) {
-            observe_emit_age(*records[i]);
-          }
-          break;
-        }
-        case Action::kDuplicate:
-          if (route_duplicates) {
-            produce(slice, *records[i], cfg.duplicates_topic, RdKafka::Topic::PARTITION_UA,
-                    "duplicates", nullptr);
-          }
-          break;
-        case Action::kDeadLetter:
-          produce(slice, *records[i], cfg.dlq_topic, RdKafka::Topic::PARTITION_UA, "dead-letter",
-                  &*reasons_[i]);
-          break;
-        case Action::kDrop:
-          break;
-      }
+    if (r.fail_message) {
+      failed_ = true;
+      shared_.fatal.set(*r.fail_message);
     }
-
-    if (!fail_message.empty()) shared_.fatal.set(std::move(fail_message));
-
-    if (const auto* f = slice.filter()) {
-      auto fs = f->stats();
-      counters.filter_bytes.store(fs.bytes, std::memory_order_relaxed);
-      counters.filter_subfilters.store(fs.subfilters, std::memory_order_relaxed);
-      counters.filter_fpp_estimate.store(fs.fpp_estimate, std::memory_order_relaxed);
-    }
+    publish_filter_stats(slice);
     // Latency histograms: a handful of relaxed adds per batch, never per
     // record (the StatsBridge turns them into Prometheus observations).
     counters.emit_ages.add(emit_ages_);
     counters.batch_times.observe(static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count()));
+  }
+
+  /// The filter's size and fpp estimate into the partition's counters, at
+  /// most once a second per partition (stats() walks the sub-filters).
+  void publish_filter_stats(Slice& slice) {
+    const auto* f = slice.filter();
+    if (f == nullptr) return;
+    auto& schedule = slice.captures();
+    const auto now = Clock::now();
+    if (now - schedule.last_stats < std::chrono::seconds(1)) return;
+    schedule.last_stats = now;
+    auto& counters = *slice.counters();
+    const auto fs = f->stats();
+    counters.filter_bytes.store(fs.bytes, std::memory_order_relaxed);
+    counters.filter_subfilters.store(fs.subfilters, std::memory_order_relaxed);
+    counters.filter_fpp_estimate.store(fs.fpp_estimate, std::memory_order_relaxed);
   }
 
   /// Adds the age at emit of an output record just handed to the producer
@@ -760,7 +666,6 @@ class Worker {
 
   std::uint32_t index_;
   Shared& shared_;
-  identity::IdentityExtractor extractor_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -771,19 +676,36 @@ class Worker {
 
   // Worker-thread state, only touched by loop().
   std::map<PartitionId, std::unique_ptr<Slice>> slices_;
-  std::vector<Action> actions_;
-  std::vector<char> replayed_;
-  std::vector<std::optional<identity::ExtractError>> reasons_;
-  std::vector<filter::Fingerprint> fps_;
-  std::vector<filter::Tick> ticks_;
-  std::vector<filter::Decision> decisions_;
-  std::vector<std::size_t> valid_index_;
-  std::vector<OffsetTracker::Processed> processed_;
-  std::vector<RdKafka::Headers::Header> header_copies_;
-  std::vector<std::string> header_names_;
-  std::vector<identity::RecordHeader> header_views_;
+  PartitionProcessor processor_;
+  BatchView batch_view_;
   metrics::EmitAgeCounts emit_ages_;  // this batch's output records
 };
+
+}  // namespace
+
+namespace {
+
+bool plan_restores(const RecoveryPlan& plan) {
+  return plan.filter == RecoveryPlan::FilterSource::kRestored;
+}
+
+/// Inserts deliveries found only in the output into a new slice's filter,
+/// oldest first (the filter's clock only moves forward); returns how many.
+std::size_t learn_in_tick_order(Slice& slice,
+                                std::vector<std::pair<filter::Tick, filter::Fingerprint>>& found) {
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<filter::Fingerprint> fps;
+  std::vector<filter::Tick> ticks;
+  for (const auto& [tick, fp] : found) {
+    ticks.push_back(tick);
+    fps.push_back(fp);
+  }
+  std::vector<filter::Decision> out(fps.size());
+  const std::vector<std::uint8_t> learn(fps.size(), 1);
+  slice.decide(fps, ticks, out, learn);
+  return fps.size();
+}
 
 }  // namespace
 
@@ -825,6 +747,9 @@ struct Pipeline::Impl final : public RdKafka::RebalanceCb,
   std::unique_ptr<RdKafka::Producer> producer;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
   std::unique_ptr<Shared> shared;
+  // The consumer thread's extractor: recovery learns identities from output
+  // records whose input was deleted by retention.
+  std::optional<identity::IdentityExtractor> recovery_extractor;
   state::SnapshotStore* store = nullptr;     // null: no snapshots
   std::unique_ptr<Snapshotter> snapshotter;  // set when store is
   std::int32_t output_partitions = -1;       // from check_topics(); -1 = ask on first use
@@ -937,6 +862,7 @@ SliceOptions slice_options(const config::Config& config) {
   o.max_future_skew_ms = config.max_future_skew.count();
   o.filter_enabled = config.filter_enabled;
   o.filter = config.filter;
+  o.memory = make_memory_budget(config);
   return o;
 }
 
@@ -1003,9 +929,21 @@ Status Pipeline::Impl::build_clients() {
   shared = std::make_unique<Shared>(
       Shared{config, output_producer(), fatal, filter::Fingerprinter(config.identity.salt), hooks});
   if (transactional()) shared->txn = &open_txn;
+  if (store != nullptr && config.filter_enabled) {
+    // Slow on purpose (Argon2id): once per process, not per snapshot.
+    const auto t0 = Clock::now();
+    auto check = filter::salt_check(config.identity.salt);
+    if (!check) return fail("state.dir: " + check.error().message);
+    shared->salt_check = *check;
+    spdlog::debug("salt check value for snapshots derived in {} ms",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  }
   const std::uint32_t threads = std::max<std::uint32_t>(1, config.threads);
   for (std::uint32_t i = 0; i < threads; ++i) {
     auto extractor = identity::IdentityExtractor::create(config.identity.extractor);
+    if (extractor && !recovery_extractor) {
+      recovery_extractor = identity::IdentityExtractor::create(config.identity.extractor).value();
+    }
     if (!extractor) return fail("identity.extractor: " + extractor.error().message);
     workers.push_back(std::make_unique<Worker>(i, *shared, std::move(*extractor)));
   }
@@ -1187,15 +1125,19 @@ void Pipeline::Impl::store_offsets(const std::vector<PartitionId>& ids) {
   }
   if (offsets.empty()) return;
   RdKafka::ErrorCode err = consumer->offsets_store(offsets);
+  std::map<std::string, std::map<PartitionId, std::int64_t>> failed;  // by reason
   for (std::size_t i = 0; i < offsets.size(); ++i) {
     auto* tp = offsets[i];
     if (err == RdKafka::ERR_NO_ERROR && tp->err() == RdKafka::ERR_NO_ERROR) {
       updates[i].first->stored = updates[i].second;
     } else {
-      spdlog::warn("cannot hand offset {} of {}[{}] to the committer: {}; it will be retried",
-                   updates[i].second, tp->topic(), tp->partition(),
-                   describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err()));
+      failed[describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err())]
+            [PartitionId{tp->topic(), tp->partition()}] = updates[i].second;
     }
+  }
+  for (const auto& [reason, positions] : failed) {
+    spdlog::warn("cannot hand {} to the committer: {}; it will be retried",
+                 describe_positions(positions), reason);
   }
   RdKafka::TopicPartition::destroy(offsets);
 }
@@ -1203,7 +1145,8 @@ void Pipeline::Impl::store_offsets(const std::vector<PartitionId>& ids) {
 void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
                                       std::vector<RdKafka::TopicPartition*>& offsets) {
   if (err == RdKafka::ERR__NO_OFFSET) return;  // nothing new to commit
-  std::string released;
+  std::map<PartitionId, std::int64_t> released;
+  std::map<std::string, std::map<PartitionId, std::int64_t>> failed;  // by reason
   for (auto* tp : offsets) {
     PartitionId id{tp->topic(), tp->partition()};
     const RdKafka::ErrorCode e = err != RdKafka::ERR_NO_ERROR ? err : tp->err();
@@ -1215,10 +1158,7 @@ void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
       continue;
     }
     if (e != RdKafka::ERR_NO_ERROR) {
-      spdlog::warn(
-          "commit of {} at offset {} failed: {}; records after the last commit will be read "
-          "again",
-          id.str(), tp->offset(), describe_kafka_error(e));
+      failed[describe_kafka_error(e)][id] = tp->offset();
       // A released partition's final capture waited for this commit.
       if (snapshotter && !assigned.count(id)) snapshotter->drop(id);
       continue;
@@ -1228,11 +1168,13 @@ void Pipeline::Impl::offset_commit_cb(RdKafka::ErrorCode err,
     auto it = assigned.find(id);
     // Final commits (of partitions already handed back, or at shutdown) are
     // what an operator checks after a rebalance; the periodic ones are noise.
-    if (it == assigned.end() || shutting_down) {
-      released += (released.empty() ? "" : ", ") + id.str() + "@" + std::to_string(tp->offset());
-    }
+    if (it == assigned.end() || shutting_down) released[id] = tp->offset();
   }
-  if (!released.empty()) spdlog::info("committed {}", released);
+  for (const auto& [reason, positions] : failed) {
+    spdlog::warn("commit of {} failed: {}; records after the last commit will be read again",
+                 describe_positions(positions), reason);
+  }
+  if (!released.empty()) spdlog::info("committed {}", describe_positions(released));
 }
 
 // The one place that learns "offset X of partition P is committed": the
@@ -1411,34 +1353,7 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
   }
   const auto t_offsets = Clock::now();
 
-  // 2. Output reconciliation: what a previous owner already emitted.
-  ReconcileReport tail;
-  if (config.delivery == config::Delivery::kIdempotent) {
-    const ReconcileOptions opts = reader_options();
-    if (output_partitions < 0) {
-      auto n = output_partition_count(opts, config.output.topic);
-      if (!n) return tl::unexpected(n.error());
-      output_partitions = *n;
-    }
-    std::set<std::int32_t> read;
-    for (const auto& id : ids) {
-      for (std::int32_t p :
-           output_partitions_to_read(config.output.partitioning, id.partition, output_partitions)) {
-        read.insert(p);
-      }
-    }
-    auto r = read_output_tail(opts, config.output.topic,
-                              std::vector<std::int32_t>(read.begin(), read.end()));
-    if (!r) {
-      return fail(r.error().message +
-                  "; not starting these partitions: without it records a previous owner "
-                  "already emitted would be emitted again");
-    }
-    tail = std::move(*r);
-  }
-  const auto t_tail = Clock::now();
-
-  // 3. Snapshots.
+  // 2. Snapshots.
   struct Loaded {
     SnapshotOffer offer;
     std::unique_ptr<filter::SlidingFilter> filter;
@@ -1446,7 +1361,7 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
   };
   std::map<PartitionId, Loaded> loaded;
   const state::StateFingerprint fingerprint =
-      state::state_fingerprint(config.filter, shared->fingerprinter.salt_digest());
+      state::state_fingerprint(config.filter, config.tick_scale(), shared->salt_check);
   for (const auto& id : ids) {
     Loaded& l = loaded[id];
     if (store == nullptr || !config.filter_enabled) continue;  // kMissing
@@ -1459,22 +1374,87 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
   }
   const auto t_snapshots = Clock::now();
 
-  // 4. Where a rebuild without a usable snapshot starts: one window before C.
-  std::map<PartitionId, std::int64_t> need;
+  // 3. The committed positions: the timestamp of the record before C bounds
+  //    how old the deliveries after C can be; without a usable snapshot,
+  //    also where the rebuild starts: one window (and the tick after it)
+  //    before C.
+  std::map<PartitionId, std::int64_t> positions;
+  std::set<PartitionId> rebuild;
   for (const auto& id : ids) {
     const auto& c = committed[id];
     const auto [low, high] = marks[id];
+    if (!c || *c <= low || *c - 1 >= high) continue;
+    positions[id] = *c;
     const auto& snap = loaded[id].offer.snapshot;
-    const bool usable = snap && c && snap->next_offset <= *c && snap->next_offset >= low;
-    if (!usable && config.filter_enabled && c && *c > low && *c - 1 < high) need[id] = *c;
+    const bool usable = snap && snap->next_offset <= *c && snap->next_offset >= low;
+    if (!usable && config.filter_enabled) rebuild.insert(id);
   }
-  std::map<PartitionId, std::int64_t> starts;
-  if (!need.empty()) {
-    auto r = find_window_starts(reader_options(), need, config.window_ms());
-    if (!r) return tl::unexpected(r.error());
-    starts = std::move(*r);
-  }
+  const filter::TickScale scale = config.tick_scale();
+  auto points = find_commit_points(reader_options(), positions, rebuild,
+                                   scale.window_ms() + scale.tick_ms_ceil());
+  if (!points) return tl::unexpected(points.error());
   const auto t_windows = Clock::now();
+
+  // 4. The output: what was delivered. Its tail for reconciliation
+  //    (idempotent mode: what was emitted past C), back to the window start
+  //    for a rebuild (less state.rebuild_lateness for records that came
+  //    late), and further back where a partition's uncommitted output
+  //    outgrew the tail (read_output).
+  ReconcileReport tail;
+  std::map<PartitionId, std::vector<std::pair<filter::Tick, filter::Fingerprint>>> learned;
+  const bool reconcile = config.delivery == config::Delivery::kIdempotent;
+  const std::int64_t lateness = config.state.rebuild_lateness.count();
+  if (reconcile || !rebuild.empty()) {
+    const ReconcileOptions opts = reader_options();
+    if (output_partitions < 0) {
+      auto n = output_partition_count(opts, config.output.topic);
+      if (!n) return tl::unexpected(n.error());
+      output_partitions = *n;
+    }
+    std::set<std::int32_t> read;
+    std::map<std::int32_t, std::int64_t> since;
+    std::map<PartitionId, Coverage> cover;
+    std::map<PartitionId, std::int64_t> gone;  // rebuilds: input below this was deleted
+    for (const auto& id : ids) {
+      const auto point = points->find(id);
+      const bool rebuilt = point != points->end() && point->second.window_offset;
+      if (!reconcile && !rebuilt) continue;
+      Coverage& c = cover[id];
+      c.from_offset = committed[id].value_or(0);
+      if (rebuilt && marks[id].first > 0) gone[id] = marks[id].first;
+      if (point != points->end()) c.since_ms = point->second.timestamp_ms - lateness;
+      for (std::int32_t p :
+           output_partitions_to_read(config.output.partitioning, id.partition, output_partitions)) {
+        read.insert(p);
+        if (!rebuilt) continue;
+        const std::int64_t from = point->second.since_ms - lateness;
+        auto [it, added] = since.try_emplace(p, from);
+        if (!added) it->second = std::min(it->second, from);
+      }
+    }
+    // Deliveries whose input record is gone cannot be replayed: their
+    // identities are learned from the output record itself, at the tick of
+    // its timestamp (its partition clock was at least that).
+    const filter::Fingerprinter& fingerprinter = shared->fingerprinter;
+    auto learn_gone = [&](const Provenance& p, const identity::RecordView& record,
+                          std::int64_t ts) {
+      auto g = gone.find(p.source);
+      if (g == gone.end() || p.offset >= g->second || !recovery_extractor) return;
+      if (auto id = recovery_extractor->extract(record)) {
+        learned[p.source].emplace_back(scale.tick(ts), fingerprinter(id->identity));
+      }
+    };
+    auto r =
+        read_output(opts, config.output.topic, std::vector<std::int32_t>(read.begin(), read.end()),
+                    since, cover, gone.empty() ? DeliveryVisitor() : DeliveryVisitor(learn_gone));
+    if (!r) {
+      return fail(r.error().message +
+                  "; not starting these partitions: without it records a previous owner "
+                  "already emitted would be emitted again, or the filter could not be rebuilt");
+    }
+    tail = std::move(*r);
+  }
+  const auto t_tail = Clock::now();
 
   // 5. Plan, build the Slice, hand it to a worker.
   for (const auto& id : ids) {
@@ -1483,9 +1463,13 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     in.partition = id;
     in.snapshot = loaded[id].offer;
     in.committed = committed[id];
-    in.highest_emitted = tail.highest(id);
+    // delivery: transactional reconciles nothing: aborted output is not
+    // visible to read_committed readers and committed output matches C.
+    if (reconcile) in.highest_emitted = tail.highest(id);
     in.window_ms = std::max<std::int64_t>(1, config.window_ms());
-    if (auto it = starts.find(id); it != starts.end()) in.window_start_offset = it->second;
+    if (auto it = points->find(id); it != points->end()) {
+      in.window_start_offset = it->second.window_offset;
+    }
     in.low_watermark = low;
     auto plan = plan_recovery(in);
     if (!plan) return tl::unexpected(plan.error());
@@ -1501,18 +1485,18 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     auto slice = hooks.make_slice ? hooks.make_slice(id, options, std::move(start))
                                   : Slice::create(id, options, std::move(start));
     if (!slice) return fail("cannot set up partition " + id.str() + ": " + slice.error().message);
+    std::size_t learned_from_output = 0;
+    if (auto l = learned.find(id); l != learned.end() && !plan_restores(*plan)) {
+      learned_from_output = learn_in_tick_order(**slice, l->second);
+    }
 
     std::vector<std::int64_t> emitted = tail.emitted(id);
-    if (!tail.truncated.empty() && !emitted.empty() && emitted.front() > plan->committed_until &&
-        in.committed) {
-      spdlog::warn(
-          "{}: the output tail read ({} records per output partition) reaches back only to "
-          "source offset {}, the committed offset is {}: a record in between that a previous "
-          "owner emitted may be emitted again; raise state.reconcile_tail_records",
-          id.str(), config.state.reconcile_tail_records, emitted.front(), plan->committed_until);
-    }
-    (*slice)->set_replay(
-        ReplayRule(plan->committed_until, plan->rebuild_until, std::move(emitted)));
+    const bool restored = plan_restores(*plan);
+    ReplayRule rule(restored ? ReplayRule::Below::kSnapshot : ReplayRule::Below::kDelivered,
+                    plan->committed_until, plan->rebuild_until, std::move(emitted),
+                    config.output.partitioning == config::Partitioning::kInput);
+    const std::size_t delivered = rule.delivered();
+    (*slice)->set_replay(std::move(rule));
 
     Assigned a;
     a.worker = choose_worker(slices_per_worker);
@@ -1536,7 +1520,15 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
 
     const bool unusable =
         plan->snapshot_refusal && *plan->snapshot_refusal != SnapshotRefusal::kMissing;
-    spdlog::log(unusable ? spdlog::level::warn : spdlog::level::info, "{}", plan->explanation);
+    spdlog::log(unusable ? spdlog::level::warn : spdlog::level::info, "{}{}", plan->explanation,
+                plan->reason == RecoveryReason::kRebuildFromWindow
+                    ? fmt::format("; {} delivered records found in the output{}", delivered,
+                                  learned_from_output == 0
+                                      ? std::string()
+                                      : fmt::format(", {} of them learned from the output "
+                                                    "itself (their input is gone)",
+                                                    learned_from_output))
+                    : std::string());
 
     Work work;
     work.kind = Work::Kind::kAdopt;
@@ -1550,11 +1542,16 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     fetch[id] = plan->fetch_from.value_or(RdKafka::Topic::OFFSET_INVALID);
   }
   spdlog::info(
-      "recovery of {} partition(s) planned in {:.0f} ms (offsets {:.0f} ms, output tail {:.0f} "
-      "ms for {} records, snapshots {:.0f} ms, window starts {:.0f} ms)",
+      "recovery of {} partition(s) planned in {:.0f} ms (offsets {:.0f} ms, snapshots {:.0f} ms, "
+      "window starts {:.0f} ms, output {:.0f} ms for {} records{})",
       ids.size(), ms_between(t0, Clock::now()), ms_between(t0, t_offsets),
-      ms_between(t_offsets, t_tail), tail.records_read, ms_between(t_tail, t_snapshots),
-      ms_between(t_snapshots, t_windows));
+      ms_between(t_offsets, t_snapshots), ms_between(t_snapshots, t_windows),
+      ms_between(t_windows, t_tail), tail.records_read,
+      tail.extended == 0
+          ? std::string()
+          : fmt::format(", {} output partition(s) read back to the committed offsets: their "
+                        "uncommitted output outgrew state.reconcile_tail_records",
+                        tail.extended));
   return fetch;
 }
 
@@ -1617,8 +1614,8 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   //    partitions are already lost: another member owns them and a commit
   //    would be refused. delivery: transactional commits (or, lost, aborts)
   //    the open transaction instead.
-  std::string final_positions;
-  std::vector<PartitionId> capture;  // final snapshot at the final position
+  std::map<PartitionId, std::int64_t> final_positions;  // -1: nothing processed
+  std::vector<PartitionId> capture;                     // final snapshot at the final position
   bool keep_state = true;
   if (transactional()) {
     keep_state = revoke_transactional(ids, lost, capture);
@@ -1627,9 +1624,7 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
     store_offsets(ids);
     for (const auto& id : ids) {
       const auto& a = assigned.at(id);
-      final_positions +=
-          (final_positions.empty() ? "" : ", ") + id.str() + "@" +
-          (a.stored < 0 ? std::string("(nothing processed)") : std::to_string(a.stored));
+      final_positions[id] = a.stored;
       // Not after a fatal error: a snapshot write error is one, and the
       // service is stopping anyway.
       if (!fatal.raised() && a.stored >= 0 &&
@@ -1656,9 +1651,10 @@ void Pipeline::Impl::revoke(std::vector<RdKafka::TopicPartition*>& partitions) {
   } else {
     consumer->unassign();
   }
-  spdlog::info("{} {} partition(s): {} (now {} in total){}", lost ? "lost" : "revoked", ids.size(),
-               join_partitions(ids), assigned.size(),
-               final_positions.empty() ? "" : "; committing " + final_positions);
+  spdlog::info(
+      "{} {} partition(s): {} (now {} in total){}", lost ? "lost" : "revoked", ids.size(),
+      join_partitions(ids), assigned.size(),
+      final_positions.empty() ? "" : "; committing " + describe_positions(final_positions));
 }
 
 Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
@@ -1874,15 +1870,14 @@ bool Pipeline::Impl::revoke_transactional(const std::vector<PartitionId>& ids, b
                               : txn_loop->commit(leaving);
   handle_round(round);
   if (round.ending == TxnLoop::Ending::kCommitted) {
-    std::string positions;
+    std::map<PartitionId, std::int64_t> positions;
     for (const auto& o : round.offsets) {
-      if (std::find(ids.begin(), ids.end(), PartitionId{o.topic, o.partition}) == ids.end()) {
-        continue;
-      }
-      positions +=
-          fmt::format("{}{}[{}]@{}", positions.empty() ? "" : ", ", o.topic, o.partition, o.offset);
+      PartitionId id{o.topic, o.partition};
+      if (std::find(ids.begin(), ids.end(), id) != ids.end()) positions[id] = o.offset;
     }
-    if (!positions.empty()) spdlog::info("committed in the transaction: {}", positions);
+    if (!positions.empty()) {
+      spdlog::info("committed in the transaction: {}", describe_positions(positions));
+    }
   }
   // After an abort the revoked partitions' state covers uncommitted records:
   // it must not be kept (no snapshot); the next owner starts from the
@@ -2025,6 +2020,11 @@ PipelineStats Pipeline::stats() const {
   if (const std::int64_t beat = impl_->loop_beat_ns.load(std::memory_order_relaxed); beat >= 0) {
     const std::int64_t now = steady_ns();
     s.consumer_loop_age_ms = std::max<std::int64_t>(0, (now - beat) / 1'000'000);
+  }
+  if (const auto& m = impl_->options.memory) {
+    s.memory.max_bytes = m->max_bytes();
+    s.memory.used_bytes = m->used();
+    s.memory.effective_fpp = m->effective_fpp();
   }
   std::lock_guard lock(impl_->registry_mu);
   s.assigned_partitions = impl_->assigned.size();

@@ -11,6 +11,7 @@
 
 #include "kafka_errors.h"
 #include "kdedup/pipeline/recovery.h"
+#include "message_view.h"
 
 namespace kdedup::pipeline {
 
@@ -104,9 +105,14 @@ Result<std::unique_ptr<RdKafka::Consumer>> make_consumer(const ReconcileOptions&
   props["enable.partition.eof"] = "true";
   props["enable.auto.commit"] = "false";
   props["enable.auto.offset.store"] = "false";
+  static ClientLog log("recovery consumer");  // its log lines into kdedup's log
+  if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(&log), err) != RdKafka::Conf::CONF_OK) {
+    return fail("output reconciliation: " + err);
+  }
   for (const auto& [key, value] : props) {
     if (conf->set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(fmt::format("output reconciliation: consumer property '{}': {}", key, err));
+      return fail(fmt::format("output reconciliation: consumer property '{}': {}", key,
+                              config::kafka_property_error(key, value, err)));
     }
   }
   std::unique_ptr<RdKafka::Consumer> consumer(RdKafka::Consumer::create(conf.get(), err));
@@ -147,145 +153,6 @@ struct Started {
   ~Started() { consumer->stop(topic, partition); }
 };
 
-}  // namespace
-
-Result<std::int32_t> output_partition_count(const ReconcileOptions& options,
-                                            const std::string& output_topic) {
-  auto consumer = make_consumer(options);
-  if (!consumer) return tl::unexpected(consumer.error());
-  return partition_count(**consumer, output_topic, Clock::now() + options.timeout);
-}
-
-Result<ReconcileReport> read_output_tail(const ReconcileOptions& options,
-                                         const std::string& output_topic,
-                                         const std::vector<std::int32_t>& output_partitions) {
-  if (options.tail_records <= 0) {
-    return fail(fmt::format("output reconciliation: tail_records must be positive, got {}",
-                            options.tail_records));
-  }
-  const auto deadline = Clock::now() + options.timeout;
-  auto made = make_consumer(options);
-  if (!made) return tl::unexpected(made.error());
-  RdKafka::Consumer& consumer = **made;
-
-  auto count = partition_count(consumer, output_topic, deadline);
-  if (!count) return tl::unexpected(count.error());
-  for (std::int32_t p : output_partitions) {
-    if (p < 0 || p >= *count) {
-      return fail(fmt::format(
-          "output reconciliation: output topic '{}' has {} partitions, partition {} does not "
-          "exist",
-          output_topic, *count, p));
-    }
-  }
-
-  std::string err;
-  std::unique_ptr<RdKafka::Topic> topic(
-      RdKafka::Topic::create(&consumer, output_topic, nullptr, err));
-  if (!topic) return fail(fmt::format("output reconciliation: topic '{}': {}", output_topic, err));
-  std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
-
-  // Per partition: the end captured now (records produced later are not
-  // ours to account for: the partitions being reconciled are paused).
-  std::map<std::int32_t, std::int64_t> end_of;
-  std::map<std::int32_t, std::int64_t> position;
-  std::vector<std::unique_ptr<Started>> started;
-  ReconcileReport report;
-  for (std::int32_t p :
-       std::set<std::int32_t>(output_partitions.begin(), output_partitions.end())) {
-    std::int64_t low = 0;
-    std::int64_t high = 0;
-    RdKafka::ErrorCode code = consumer.query_watermark_offsets(output_topic, p, &low, &high,
-                                                               std::max(1, remaining_ms(deadline)));
-    if (code != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("output reconciliation: watermarks of '{}' partition {}: {}",
-                              output_topic, p, describe_kafka_error(code)));
-    }
-    if (high <= low) continue;  // empty partition: nothing emitted (or all expired)
-    const std::int64_t from = std::max(low, high - options.tail_records);
-    if (from > low) report.truncated.push_back(p);
-    code = consumer.start(topic.get(), p, from, queue.get());
-    if (code != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("output reconciliation: cannot read '{}' partition {} from {}: {}",
-                              output_topic, p, from, describe_kafka_error(code)));
-    }
-    // Built in place: a temporary Started would stop the fetch at once.
-    started.push_back(std::unique_ptr<Started>(new Started{&consumer, topic.get(), p}));
-    end_of[p] = high;
-    position[p] = from;
-  }
-
-  std::set<std::int32_t> pending;
-  for (const auto& [p, high] : end_of) pending.insert(p);
-  while (!pending.empty()) {
-    const int wait = remaining_ms(deadline);
-    if (wait <= 0) {
-      std::string where;
-      for (std::int32_t p : pending) {
-        where += fmt::format("{}partition {} at offset {} of {}", where.empty() ? "" : ", ", p,
-                             position[p], end_of[p]);
-      }
-      return fail(fmt::format(
-          "output reconciliation: reading the tail of output topic '{}' timed out after {} ms "
-          "({}); check the brokers, or raise the reconciliation timeout",
-          output_topic, options.timeout.count(), where));
-    }
-    std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
-    if (!m) continue;
-    const std::int32_t p = m->partition();
-    if (m->err() == RdKafka::ERR__TIMED_OUT) continue;
-    if (m->err() == RdKafka::ERR__PARTITION_EOF) {
-      pending.erase(p);
-      continue;
-    }
-    if (m->err() != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("output reconciliation: reading '{}' partition {}: {}", output_topic,
-                              p, describe_kafka_error(m->err())));
-    }
-    position[p] = m->offset() + 1;
-    if (m->offset() + 1 >= end_of[p]) pending.erase(p);
-    ++report.records_read;
-
-    ProvenanceHeaders found;
-    std::vector<RdKafka::Headers::Header> all;
-    if (const RdKafka::Headers* hs = m->headers(); hs != nullptr) all = hs->get_all();
-    for (const auto& h : all) {
-      const std::string name = h.key();  // returned by value
-      const std::string_view value(static_cast<const char*>(h.value()),
-                                   h.value() ? h.value_size() : 0);
-      if (name == kProvenanceTopicHeader && !found.topic) found.topic = value;
-      if (name == kProvenancePartitionHeader && !found.partition) found.partition = value;
-      if (name == kProvenanceOffsetHeader && !found.offset) found.offset = value;
-    }
-    const ProvenanceParse parsed = parse_provenance(found);
-    if (parsed.malformed) {
-      ++report.malformed;
-      std::string msg = fmt::format("output record '{}' partition {} offset {}: {}; skipped",
-                                    output_topic, p, m->offset(), *parsed.malformed);
-      spdlog::warn("{}", msg);
-      if (report.malformed_examples.size() < kMalformedExamples) {
-        report.malformed_examples.push_back(std::move(msg));
-      }
-      continue;
-    }
-    if (!parsed.provenance) {
-      ++report.without_provenance;
-      continue;
-    }
-    auto [it, inserted] =
-        report.highest_by_source.try_emplace(parsed.provenance->source, parsed.provenance->offset);
-    if (!inserted) it->second = std::max(it->second, parsed.provenance->offset);
-    report.emitted_by_source[parsed.provenance->source].push_back(parsed.provenance->offset);
-  }
-  for (auto& [source, offsets] : report.emitted_by_source) {
-    std::sort(offsets.begin(), offsets.end());
-    offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
-  }
-  return report;
-}
-
-namespace {
-
 /// The offset and timestamp (<= 0: none) of the first record at or after
 /// `offset`; none at the end of the partition.
 Result<std::optional<std::pair<std::int64_t, std::int64_t>>> read_at(RdKafka::Consumer& consumer,
@@ -296,22 +163,22 @@ Result<std::optional<std::pair<std::int64_t, std::int64_t>>> read_at(RdKafka::Co
   std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
   if (RdKafka::ErrorCode code = consumer.start(&topic, partition, offset, queue.get());
       code != RdKafka::ERR_NO_ERROR) {
-    return fail(fmt::format("window start: cannot read {}[{}] at offset {}: {}", topic.name(),
-                            partition, offset, describe_kafka_error(code)));
+    return fail(fmt::format("cannot read {}[{}] at offset {}: {}", topic.name(), partition, offset,
+                            describe_kafka_error(code)));
   }
   Started started{&consumer, &topic, partition};
   for (;;) {
     const int wait = remaining_ms(deadline);
     if (wait <= 0) {
-      return fail(fmt::format("window start: reading {}[{}] at offset {} timed out", topic.name(),
-                              partition, offset));
+      return fail(
+          fmt::format("reading {}[{}] at offset {} timed out", topic.name(), partition, offset));
     }
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
     if (!m || m->err() == RdKafka::ERR__TIMED_OUT) continue;
     if (m->err() == RdKafka::ERR__PARTITION_EOF) return std::nullopt;
     if (m->err() != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("window start: reading {}[{}] at offset {}: {}", topic.name(),
-                              partition, offset, describe_kafka_error(m->err())));
+      return fail(fmt::format("reading {}[{}] at offset {}: {}", topic.name(), partition, offset,
+                              describe_kafka_error(m->err())));
     }
     const auto ts = m->timestamp();
     const std::int64_t t =
@@ -344,13 +211,303 @@ Result<std::int64_t> search_offset_for_time(RdKafka::Consumer& consumer, RdKafka
   return lo;
 }
 
+/// One partition of offsets_at_or_after(): the record at `last` has a
+/// timestamp at or after `target_ms` (the caller read it).
+struct TimeQuery {
+  std::int64_t target_ms = 0;
+  std::int64_t low = 0;
+  std::int64_t last = 0;
+};
+
+/// For each partition of `topic`, the first offset whose record's timestamp
+/// is >= its target: offsetsForTimes for all of them in one call, and a
+/// bisection (search_offset_for_time) where the broker does not answer
+/// (librdkafka 2.0.2's mock cluster answers -1 to every timestamp query).
+Result<std::map<std::int32_t, std::int64_t>> offsets_at_or_after(
+    RdKafka::Consumer& consumer, RdKafka::Topic& topic,
+    const std::map<std::int32_t, TimeQuery>& queries, Clock::time_point deadline) {
+  std::map<std::int32_t, std::int64_t> found;
+  if (queries.empty()) return found;
+  std::vector<RdKafka::TopicPartition*> tps;
+  for (const auto& [p, q] : queries) {
+    tps.push_back(RdKafka::TopicPartition::create(topic.name(), p, q.target_ms));
+  }
+  struct Destroy {
+    std::vector<RdKafka::TopicPartition*>& v;
+    ~Destroy() { RdKafka::TopicPartition::destroy(v); }
+  } destroy{tps};
+  if (RdKafka::ErrorCode code = consumer.offsetsForTimes(tps, std::max(1, remaining_ms(deadline)));
+      code != RdKafka::ERR_NO_ERROR) {
+    return fail(
+        fmt::format("offsets for times of '{}': {}", topic.name(), describe_kafka_error(code)));
+  }
+  for (auto* tp : tps) {
+    const TimeQuery& q = queries.at(tp->partition());
+    if (tp->err() != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("offsets for times of {}[{}]: {}", topic.name(), tp->partition(),
+                              describe_kafka_error(tp->err())));
+    }
+    if (tp->offset() >= 0) {
+      found[tp->partition()] = tp->offset();
+      continue;
+    }
+    // No answer although the record at `last` qualifies: search the offsets.
+    auto at = search_offset_for_time(consumer, topic, tp->partition(), q.low, q.last, q.target_ms,
+                                     deadline);
+    if (!at) return tl::unexpected(at.error());
+    found[tp->partition()] = *at;
+  }
+  return found;
+}
+
 }  // namespace
 
-Result<std::map<PartitionId, std::int64_t>> find_window_starts(
+Result<std::int32_t> output_partition_count(const ReconcileOptions& options,
+                                            const std::string& output_topic) {
+  auto consumer = make_consumer(options);
+  if (!consumer) return tl::unexpected(consumer.error());
+  return partition_count(**consumer, output_topic, Clock::now() + options.timeout);
+}
+
+namespace {
+
+/// Reads the ranges [from, to) of partitions of the output topic into
+/// `report`, keeping provenance of the sources in `cover` only (all when it
+/// is empty); `lowest` gets, per output partition and source, the lowest
+/// source offset read.
+Status read_ranges(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
+                   const std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>>& ranges,
+                   const std::map<PartitionId, Coverage>& cover, const DeliveryVisitor& on_delivery,
+                   const ReconcileOptions& options, Clock::time_point deadline,
+                   ReconcileReport& report,
+                   std::map<std::pair<std::int32_t, PartitionId>, std::int64_t>& lowest) {
+  MessageView view;
+  std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
+  std::map<std::int32_t, std::int64_t> position;
+  std::vector<std::unique_ptr<Started>> started;
+  std::set<std::int32_t> pending;
+  for (const auto& [p, range] : ranges) {
+    const auto [from, to] = range;
+    if (from >= to) continue;
+    RdKafka::ErrorCode code = consumer.start(&topic, p, from, queue.get());
+    if (code != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("output reconciliation: cannot read '{}' partition {} from {}: {}",
+                              topic.name(), p, from, describe_kafka_error(code)));
+    }
+    // Built in place: a temporary Started would stop the fetch at once.
+    started.push_back(std::unique_ptr<Started>(new Started{&consumer, &topic, p}));
+    position[p] = from;
+    pending.insert(p);
+  }
+  // The whole read may take longer than the timeout (a long window's
+  // deliveries through a slow link): it fails only when no record has
+  // arrived for the timeout, and never before `deadline`.
+  auto stalled_at = std::max(deadline, Clock::now() + options.timeout);
+  while (!pending.empty()) {
+    const int wait = remaining_ms(stalled_at);
+    if (wait <= 0) {
+      std::string where;
+      for (std::int32_t p : pending) {
+        where += fmt::format("{}partition {} at offset {} of {}", where.empty() ? "" : ", ", p,
+                             position[p], ranges.at(p).second);
+      }
+      return fail(fmt::format(
+          "output reconciliation: reading output topic '{}' stalled: nothing arrived for {} ms "
+          "({}); check the brokers",
+          topic.name(), options.timeout.count(), where));
+    }
+    std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
+    if (!m) continue;
+    if (m->err() != RdKafka::ERR__TIMED_OUT) stalled_at = Clock::now() + options.timeout;
+    const std::int32_t p = m->partition();
+    if (m->err() == RdKafka::ERR__TIMED_OUT || !pending.count(p)) continue;
+    if (m->err() == RdKafka::ERR__PARTITION_EOF) {
+      pending.erase(p);
+      continue;
+    }
+    if (m->err() != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("output reconciliation: reading '{}' partition {}: {}", topic.name(),
+                              p, describe_kafka_error(m->err())));
+    }
+    if (m->offset() >= ranges.at(p).second) {
+      pending.erase(p);  // read past the range (a second pass ends where the first began)
+      continue;
+    }
+    position[p] = m->offset() + 1;
+    if (m->offset() + 1 >= ranges.at(p).second) pending.erase(p);
+    ++report.records_read;
+
+    ProvenanceHeaders found;
+    std::vector<RdKafka::Headers::Header> all;
+    if (const RdKafka::Headers* hs = m->headers(); hs != nullptr) all = hs->get_all();
+    for (const auto& h : all) {
+      const std::string name = h.key();  // returned by value
+      const std::string_view value(static_cast<const char*>(h.value()),
+                                   h.value() ? h.value_size() : 0);
+      if (name == kProvenanceTopicHeader && !found.topic) found.topic = value;
+      if (name == kProvenancePartitionHeader && !found.partition) found.partition = value;
+      if (name == kProvenanceOffsetHeader && !found.offset) found.offset = value;
+    }
+    const ProvenanceParse parsed = parse_provenance(found);
+    if (parsed.malformed) {
+      ++report.malformed;
+      std::string msg = fmt::format("output record '{}' partition {} offset {}: {}; skipped",
+                                    topic.name(), p, m->offset(), *parsed.malformed);
+      spdlog::warn("{}", msg);
+      if (report.malformed_examples.size() < kMalformedExamples) {
+        report.malformed_examples.push_back(std::move(msg));
+      }
+      continue;
+    }
+    if (!parsed.provenance) {
+      ++report.without_provenance;
+      continue;
+    }
+    const Provenance& prov = *parsed.provenance;
+    if (!cover.empty() && !cover.count(prov.source)) continue;
+    auto [it, inserted] = report.highest_by_source.try_emplace(prov.source, prov.offset);
+    if (!inserted) it->second = std::max(it->second, prov.offset);
+    report.emitted_by_source[prov.source].push_back(prov.offset);
+    auto [low, first] = lowest.try_emplace({p, prov.source}, prov.offset);
+    if (!first) low->second = std::min(low->second, prov.offset);
+    if (on_delivery) on_delivery(prov, view.of(*m), timestamp_ms(*m));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<ReconcileReport> read_output(const ReconcileOptions& options,
+                                    const std::string& output_topic,
+                                    const std::vector<std::int32_t>& output_partitions,
+                                    const std::map<std::int32_t, std::int64_t>& since_ms,
+                                    const std::map<PartitionId, Coverage>& cover,
+                                    const DeliveryVisitor& on_delivery) {
+  if (options.tail_records <= 0) {
+    return fail(fmt::format("output reconciliation: tail_records must be positive, got {}",
+                            options.tail_records));
+  }
+  const auto deadline = Clock::now() + options.timeout;
+  auto made = make_consumer(options);
+  if (!made) return tl::unexpected(made.error());
+  RdKafka::Consumer& consumer = **made;
+
+  auto count = partition_count(consumer, output_topic, deadline);
+  if (!count) return tl::unexpected(count.error());
+  for (std::int32_t p : output_partitions) {
+    if (p < 0 || p >= *count) {
+      return fail(fmt::format(
+          "output reconciliation: output topic '{}' has {} partitions, partition {} does not "
+          "exist",
+          output_topic, *count, p));
+    }
+  }
+  std::string err;
+  std::unique_ptr<RdKafka::Topic> topic(
+      RdKafka::Topic::create(&consumer, output_topic, nullptr, err));
+  if (!topic) return fail(fmt::format("output reconciliation: topic '{}': {}", output_topic, err));
+
+  // Where each partition's read starts: the first record at or after
+  // `since` (time), searched in [low, last]; `last` = the newest stored.
+  auto start_at_time = [&](std::int32_t p, std::int64_t low, std::int64_t last,
+                           std::int64_t since) -> Result<std::int64_t> {
+    // Deliveries at or after `since` exist (before `last`) only if the
+    // record at `last` is one.
+    auto newest = read_at(consumer, *topic, p, last, deadline);
+    if (!newest) return fail("output reconciliation: " + newest.error().message);
+    if (!*newest || (*newest)->second < since) return last + 1;
+    auto at = offsets_at_or_after(consumer, *topic, {{p, TimeQuery{since, low, (*newest)->first}}},
+                                  deadline);
+    if (!at) return fail("output reconciliation: " + at.error().message);
+    return at->at(p);
+  };
+
+  // 1. The tail of each partition, and back to since_ms where given. The
+  //    end is captured now: records produced later are not ours to account
+  //    for (the partitions being recovered are paused).
+  std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> marks;   // low, high
+  std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> ranges;  // [from, high)
+  for (std::int32_t p :
+       std::set<std::int32_t>(output_partitions.begin(), output_partitions.end())) {
+    std::int64_t low = 0;
+    std::int64_t high = 0;
+    RdKafka::ErrorCode code = consumer.query_watermark_offsets(output_topic, p, &low, &high,
+                                                               std::max(1, remaining_ms(deadline)));
+    if (code != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("output reconciliation: watermarks of '{}' partition {}: {}",
+                              output_topic, p, describe_kafka_error(code)));
+    }
+    if (high <= low) continue;  // empty partition: nothing emitted (or all expired)
+    marks[p] = {low, high};
+    std::int64_t from = std::max(low, high - options.tail_records);
+    if (auto since = since_ms.find(p); since != since_ms.end()) {
+      auto at = start_at_time(p, low, high - 1, since->second);
+      if (!at) return tl::unexpected(at.error());
+      from = std::min(from, *at);
+    }
+    ranges[p] = {from, high};
+  }
+  ReconcileReport report;
+  std::map<std::pair<std::int32_t, PartitionId>, std::int64_t> lowest;
+  if (auto s = read_ranges(consumer, *topic, ranges, cover, on_delivery, options, deadline, report,
+                           lowest);
+      !s) {
+    return tl::unexpected(s.error());
+  }
+
+  // 2. Further back where a source's records in a partition all lie at or
+  //    past its committed offset: the read may have started inside its
+  //    uncommitted output (per output partition and source, source offsets
+  //    grow with output offsets, so a record below C proves the rest lies
+  //    after it).
+  std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> back;
+  for (const auto& [p, range] : ranges) {
+    const std::int64_t low = marks.at(p).first;
+    const std::int64_t from = range.first;
+    if (from <= low) continue;
+    bool needed = false;
+    std::optional<std::int64_t> since;  // none: from the partition's start
+    bool to_start = false;
+    for (const auto& [source, c] : cover) {
+      auto it = lowest.find({p, source});
+      if (it == lowest.end() || it->second < c.from_offset) continue;
+      needed = true;
+      if (!c.since_ms) to_start = true;
+      if (c.since_ms) since = since ? std::min(*since, *c.since_ms) : *c.since_ms;
+    }
+    if (!needed) continue;
+    std::int64_t to = low;
+    if (!to_start) {
+      auto at = start_at_time(p, low, from - 1, *since);
+      if (!at) return tl::unexpected(at.error());
+      to = *at;
+    }
+    if (to < from) back[p] = {to, from};
+  }
+  if (!back.empty()) {
+    if (auto s = read_ranges(consumer, *topic, back, cover, on_delivery, options, deadline, report,
+                             lowest);
+        !s) {
+      return tl::unexpected(s.error());
+    }
+    for (const auto& [p, range] : back) ranges[p].first = range.first;
+    report.extended = back.size();
+  }
+  for (const auto& [p, range] : ranges) {
+    if (range.first > marks.at(p).first) report.truncated.push_back(p);
+  }
+  for (auto& [source, offsets] : report.emitted_by_source) {
+    std::sort(offsets.begin(), offsets.end());
+    offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
+  }
+  return report;
+}
+
+Result<std::map<PartitionId, CommitPoint>> find_commit_points(
     const ReconcileOptions& options, const std::map<PartitionId, std::int64_t>& committed,
-    std::int64_t window_ms) {
-  std::map<PartitionId, std::int64_t> starts;
-  if (committed.empty()) return starts;
+    const std::set<PartitionId>& rebuild, std::int64_t rewind_ms) {
+  std::map<PartitionId, CommitPoint> points;
+  if (committed.empty()) return points;
   const auto deadline = Clock::now() + options.timeout;
   auto made = make_consumer(options);
   if (!made) return tl::unexpected(made.error());
@@ -367,31 +524,35 @@ Result<std::map<PartitionId, std::int64_t>> find_window_starts(
     auto& topic = topics[id.topic];
     if (!topic) {
       topic.reset(RdKafka::Topic::create(&consumer, id.topic, nullptr, err));
-      if (!topic) return fail(fmt::format("window start: topic '{}': {}", id.topic, err));
+      if (!topic) return fail(fmt::format("recovery: topic '{}': {}", id.topic, err));
     }
     if (RdKafka::ErrorCode code = consumer.start(topic.get(), id.partition, c - 1, queue.get());
         code != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("window start: cannot read {} at offset {}: {}", id.str(), c - 1,
+      return fail(fmt::format("recovery: cannot read {} at offset {}: {}", id.str(), c - 1,
                               describe_kafka_error(code)));
     }
     started.push_back(std::unique_ptr<Started>(new Started{&consumer, topic.get(), id.partition}));
     pending.insert(id);
   }
   std::map<PartitionId, std::int64_t> timestamps;
+  // Many partitions through a slow link may take longer than the timeout
+  // as a whole: the read fails only when nothing has arrived for it.
+  auto stalled_at = std::max(deadline, Clock::now() + options.timeout);
   while (!pending.empty()) {
-    const int wait = remaining_ms(deadline);
+    const int wait = remaining_ms(stalled_at);
     if (wait <= 0) {
       std::string where;
       for (const auto& id : pending) where += (where.empty() ? "" : ", ") + id.str();
       return fail(fmt::format(
-          "window start: reading the record before the committed offset of {} timed out after "
-          "{} ms; check the brokers",
+          "recovery: reading the record before the committed offset of {} stalled: nothing "
+          "arrived for {} ms; check the brokers",
           where, options.timeout.count()));
     }
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
     if (!m || m->err() == RdKafka::ERR__TIMED_OUT) continue;
+    stalled_at = Clock::now() + options.timeout;
     PartitionId id{m->topic_name(), m->partition()};
-    spdlog::debug("window start: {} offset {}: {}", id.str(), m->offset(),
+    spdlog::debug("recovery: {} offset {}: {}", id.str(), m->offset(),
                   describe_kafka_error(m->err()));
     if (!pending.count(id)) continue;
     if (m->err() == RdKafka::ERR__PARTITION_EOF) {
@@ -400,7 +561,7 @@ Result<std::map<PartitionId, std::int64_t>> find_window_starts(
     }
     if (m->err() != RdKafka::ERR_NO_ERROR) {
       return fail(
-          fmt::format("window start: reading {}: {}", id.str(), describe_kafka_error(m->err())));
+          fmt::format("recovery: reading {}: {}", id.str(), describe_kafka_error(m->err())));
     }
     pending.erase(id);
     const auto ts = m->timestamp();
@@ -409,35 +570,13 @@ Result<std::map<PartitionId, std::int64_t>> find_window_starts(
     }
   }
   started.clear();
-  if (timestamps.empty()) return starts;
+  for (const auto& [id, ts] : timestamps) points[id].timestamp_ms = ts;
 
-  // 2. offsetsForTimes of (timestamp - window), all partitions in one call.
-  std::vector<RdKafka::TopicPartition*> tps;
+  // 2. The first offset at or after (timestamp - rewind), per topic in one
+  //    call (or by bisection: the record at C - 1 qualifies).
+  std::map<std::string, std::map<std::int32_t, TimeQuery>> queries;
   for (const auto& [id, ts] : timestamps) {
-    tps.push_back(
-        RdKafka::TopicPartition::create(id.topic, id.partition, rewind_target_ms(ts, window_ms)));
-  }
-  struct Destroy {
-    std::vector<RdKafka::TopicPartition*>& v;
-    ~Destroy() { RdKafka::TopicPartition::destroy(v); }
-  } destroy{tps};
-  if (RdKafka::ErrorCode code = consumer.offsetsForTimes(tps, std::max(1, remaining_ms(deadline)));
-      code != RdKafka::ERR_NO_ERROR) {
-    return fail(fmt::format("window start: offsets for times: {}", describe_kafka_error(code)));
-  }
-  for (auto* tp : tps) {
-    PartitionId id{tp->topic(), tp->partition()};
-    if (tp->err() != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("window start: offsets for times of {}: {}", id.str(),
-                              describe_kafka_error(tp->err())));
-    }
-    if (tp->offset() >= 0) {
-      starts[id] = tp->offset();
-      continue;
-    }
-    // No answer although the record at C - 1 is at or after the target: the
-    // broker does not look offsets up by time (librdkafka 2.0.2's mock
-    // cluster answers -1 to every timestamp query). Search the offsets.
+    if (!rebuild.count(id)) continue;
     std::int64_t low = 0, high = 0;
     if (RdKafka::ErrorCode code = consumer.query_watermark_offsets(
             id.topic, id.partition, &low, &high, std::max(1, remaining_ms(deadline)));
@@ -445,13 +584,19 @@ Result<std::map<PartitionId, std::int64_t>> find_window_starts(
       return fail(
           fmt::format("window start: offsets of {}: {}", id.str(), describe_kafka_error(code)));
     }
-    auto found = search_offset_for_time(consumer, *topics.at(id.topic), id.partition, low,
-                                        committed.at(id) - 1,
-                                        rewind_target_ms(timestamps.at(id), window_ms), deadline);
-    if (!found) return tl::unexpected(found.error());
-    starts[id] = *found;
+    queries[id.topic][id.partition] =
+        TimeQuery{rewind_target_ms(ts, rewind_ms), low, committed.at(id) - 1};
   }
-  return starts;
+  for (const auto& [name, by_partition] : queries) {
+    auto found = offsets_at_or_after(consumer, *topics.at(name), by_partition, deadline);
+    if (!found) return fail("window start: " + found.error().message);
+    for (const auto& [p, offset] : *found) {
+      CommitPoint& point = points[PartitionId{name, p}];
+      point.window_offset = offset;
+      point.since_ms = by_partition.at(p).target_ms;
+    }
+  }
+  return points;
 }
 
 }  // namespace kdedup::pipeline

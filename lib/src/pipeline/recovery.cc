@@ -41,8 +41,8 @@ const char* to_string(RecoveryReason reason) noexcept {
 }
 
 std::int64_t rewind_target_ms(std::int64_t committed_timestamp_ms,
-                              std::int64_t window_ms) noexcept {
-  return std::max<std::int64_t>(0, committed_timestamp_ms - window_ms);
+                              std::int64_t rewind_ms) noexcept {
+  return std::max<std::int64_t>(0, committed_timestamp_ms - rewind_ms);
 }
 
 namespace {
@@ -155,14 +155,15 @@ Result<RecoveryPlan> plan_recovery(const RecoveryInputs& in) {
     plan.window_past_retention = low > 0 && *plan.fetch_from == low;
     plan.reason = RecoveryReason::kRebuildFromWindow;
     plan.explanation = fmt::format(
-        "{}: {}; rebuilding from offset {} (one window of {} ms before committed {}), replaying "
-        "[{}, {}) in rebuild mode{}{}",
+        "{}: {}; rebuilding from offset {} (one window of {} ms before committed {}) from what "
+        "was delivered, replaying [{}, {}) in rebuild mode{}{}",
         where, refusal, *plan.fetch_from, in.window_ms, *in.committed, *plan.fetch_from,
         plan.rebuild_until, reconciled,
         plan.window_past_retention
             ? fmt::format(
                   "; the window may reach back past the input's retention (oldest stored offset "
-                  "{}): identities delivered before it cannot be known, a duplicate of one can "
+                  "{}): deliveries before it are learned from the output records themselves; "
+                  "those the output no longer holds cannot be known, a duplicate of one can "
                   "pass once",
                   low)
             : "");

@@ -40,20 +40,37 @@ Result<std::unique_ptr<Slice>> Slice::create(PartitionId id, const SliceOptions&
                                  start.next_offset);
 }
 
-ReplayRule::ReplayRule(std::int64_t committed, std::int64_t rebuild_until,
-                       std::vector<std::int64_t> emitted)
-    : committed_(committed), rebuild_until_(std::max(committed, rebuild_until)) {
-  std::erase_if(emitted, [&](std::int64_t o) { return o < committed_ || o >= rebuild_until_; });
+ReplayRule::ReplayRule(Below below, std::int64_t committed, std::int64_t rebuild_until,
+                       std::vector<std::int64_t> emitted, bool ordered_output)
+    : below_(below),
+      ordered_output_(ordered_output),
+      committed_(committed),
+      rebuild_until_(std::max(committed, rebuild_until)) {
+  const std::int64_t from = below == Below::kSnapshot ? committed_ : INT64_MIN;
+  std::erase_if(emitted, [&](std::int64_t o) { return o < from || o >= rebuild_until_; });
   std::sort(emitted.begin(), emitted.end());
   emitted.erase(std::unique(emitted.begin(), emitted.end()), emitted.end());
   emitted_ = std::move(emitted);
 }
 
-bool ReplayRule::replays(std::int64_t offset) const noexcept {
-  if (offset < committed_) return true;
-  if (offset >= rebuild_until_) return false;
-  return std::binary_search(emitted_.begin(), emitted_.end(), offset);
+ReplayRule::Action ReplayRule::action(std::int64_t offset) const noexcept {
+  if (offset >= rebuild_until_) return Action::kProcess;
+  if (offset < committed_ && below_ == Below::kSnapshot) return Action::kDecide;
+  if (std::binary_search(emitted_.begin(), emitted_.end(), offset)) return Action::kLearn;
+  if (offset < committed_) return Action::kSkip;
+  return ordered_output_ ? Action::kDropped : Action::kProcess;
 }
+
+namespace {
+
+// The filter's ticks_per_window over the configured window; passthrough
+// (no filter) never asks for ticks, any valid scale does.
+filter::TickScale slice_scale(const SliceOptions& options, const filter::SlidingFilter* f) {
+  const std::uint32_t ticks = f != nullptr ? f->config().ticks_per_window : 1;
+  return filter::TickScale(std::max<std::int64_t>(1, options.window_ms), std::max(1U, ticks));
+}
+
+}  // namespace
 
 Slice::Slice(PartitionId id, const SliceOptions& options,
              std::unique_ptr<filter::SlidingFilter> filter, std::int64_t clock_ms,
@@ -61,12 +78,9 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
     : id_(std::move(id)),
       filter_(std::move(filter)),
       clock_(options.max_future_skew_ms, clock_ms),
-      tick_ms_(1),
+      scale_(slice_scale(options, filter_.get())),
       next_offset_(next_offset) {
-  const std::uint32_t ticks = filter_ ? filter_->config().ticks_per_window : 0;
-  if (ticks > 0 && options.window_ms >= static_cast<std::int64_t>(ticks)) {
-    tick_ms_ = options.window_ms / ticks;
-  }
+  if (filter_ && options.memory) filter_->set_memory_budget(options.memory);
   counters_->clock_ms.store(clock_ms, std::memory_order_relaxed);
   counters_->next_offset.store(next_offset, std::memory_order_relaxed);
   captures_.last_offset = next_offset;
@@ -84,16 +98,33 @@ filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noe
       break;
   }
   counters_->clock_ms.store(clock_.now_ms(), std::memory_order_relaxed);
-  return static_cast<filter::Tick>(clock_.now_ms() / tick_ms_);
+  return scale_.tick(clock_.now_ms());
 }
 
 void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const filter::Tick> ticks,
-                   std::span<filter::Decision> out) {
+                   std::span<filter::Decision> out, std::span<const std::uint8_t> learn) {
   if (!filter_) {
     std::fill(out.begin(), out.end(), filter::Decision::kDistinct);
     return;
   }
-  filter_->test_and_insert_batch(fps, ticks, out);
+  if (learn.empty()) {
+    filter_->test_and_insert_batch(fps, ticks, out);
+    return;
+  }
+  // Runs of decided records in one batch call, learned ones one by one.
+  std::size_t i = 0;
+  while (i < fps.size()) {
+    std::size_t j = i;
+    while (j < fps.size() && learn[j] == 0) ++j;
+    if (j > i)
+      filter_->test_and_insert_batch(fps.subspan(i, j - i), ticks.subspan(i, j - i),
+                                     out.subspan(i, j - i));
+    for (; j < fps.size() && learn[j] != 0; ++j) {
+      filter_->insert(fps[j], ticks[j]);
+      out[j] = filter::Decision::kDistinct;
+    }
+    i = j;
+  }
 }
 
 void Slice::set_processed(std::int64_t offset) noexcept {

@@ -1,5 +1,7 @@
 #include "kdedup/pipeline/transaction.h"
 
+#include "kdedup/common/partitions.h"
+
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -9,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kafka_errors.h"
+#include "kdedup/config/config.h"
 
 namespace kdedup::pipeline {
 
@@ -254,7 +257,8 @@ Result<std::unique_ptr<TransactionalProducer>> TransactionalProducer::create(Opt
   props["transactional.id"] = options.transactional_id;
   for (const auto& [key, value] : props) {
     if (conf->set(key, value, err) != RdKafka::Conf::CONF_OK) {
-      return fail(fmt::format("transactional producer: property '{}': {}", key, err));
+      return fail(fmt::format("transactional producer: property '{}': {}", key,
+                              config::kafka_property_error(key, value, err)));
     }
   }
   std::unique_ptr<RdKafka::Producer> producer(RdKafka::Producer::create(conf.get(), err));
@@ -522,12 +526,19 @@ TxnLoop::Round TxnLoop::abort_and_roll_back(const std::string& why,
     if (last && *last >= p.offset) continue;  // nothing of it was in the transaction
     back.push_back(TxnRollback{p.topic, p.partition, last, p.offset});
   }
+  // Each partition while there are few; with many, their ranges (one line
+  // per event, whatever the partition count).
+  constexpr std::size_t kListed = 8;
   std::string targets;
+  std::vector<std::pair<std::string, std::int32_t>> parts;
   for (const auto& b : back) {
+    parts.emplace_back(b.topic, b.partition);
+    if (back.size() > kListed) continue;
     targets += fmt::format("{}{}[{}] {} -> {}", targets.empty() ? "" : ", ", b.topic, b.partition,
                            b.reached,
                            b.committed ? std::to_string(*b.committed) : "its starting position");
   }
+  if (back.size() > kListed) targets = summarize_partitions(std::move(parts));
   spdlog::warn(
       "transaction aborted ({} output record(s) discarded): {}; rolling back {} partition(s) to "
       "their last committed state: {}",

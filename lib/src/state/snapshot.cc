@@ -3,23 +3,35 @@
 
 #include "kdedup/state/snapshot.h"
 
+#include <algorithm>
+
+#include "kdedup/common/partitions.h"
+
 namespace kdedup::state {
 
 std::string PartitionKey::to_string() const { return topic + "/" + std::to_string(partition); }
 
-StateFingerprint state_fingerprint(const filter::FilterConfig& config, std::uint64_t salt_digest) {
-  return StateFingerprint{filter::config_fingerprint(config), salt_digest};
+std::string summarize(std::vector<PartitionKey> keys) {
+  std::vector<std::pair<std::string, std::int32_t>> parts;
+  parts.reserve(keys.size());
+  for (auto& k : keys) parts.emplace_back(std::move(k.topic), k.partition);
+  return summarize_partitions(std::move(parts));
+}
+
+StateFingerprint state_fingerprint(const filter::FilterConfig& config,
+                                   const filter::TickScale& scale, std::uint64_t salt_check) {
+  return StateFingerprint{filter::config_fingerprint(config), salt_check, scale.fingerprint()};
 }
 
 SnapshotCapture capture_snapshot(PartitionKey key, const filter::SlidingFilter& filter,
-                                 std::int64_t next_offset, std::int64_t clock_ms,
-                                 std::uint64_t salt_digest) {
+                                 const filter::TickScale& scale, std::int64_t next_offset,
+                                 std::int64_t clock_ms, std::uint64_t salt_check) {
   const auto start = std::chrono::steady_clock::now();
   SnapshotCapture c;
   c.key = std::move(key);
   c.next_offset = next_offset;
   c.clock_ms = clock_ms;
-  c.fingerprint = state_fingerprint(filter.config(), salt_digest);
+  c.fingerprint = state_fingerprint(filter.config(), scale, salt_check);
   c.filter_type = filter.type();
   // The only work on the worker: everything else (hashing, diffing, writing)
   // happens on the store's writer thread.

@@ -87,7 +87,8 @@ std::string encode_manifest(const Manifest& m) {
   w.put<std::int64_t>(i.next_offset);
   w.put<std::int64_t>(i.clock_ms);
   w.put<std::uint64_t>(i.fingerprint.config);
-  w.put<std::uint64_t>(i.fingerprint.salt_digest);
+  w.put<std::uint64_t>(i.fingerprint.salt_check);
+  w.put<std::uint64_t>(i.fingerprint.tick_scale);
   w.put<std::uint8_t>(static_cast<std::uint8_t>(i.filter_type));
   w.put<std::int64_t>(i.created_ms);
   w.put<std::uint64_t>(i.logical_bytes);
@@ -98,7 +99,7 @@ std::string encode_manifest(const Manifest& m) {
     w.put<std::uint64_t>(id.lo);
     w.put<std::uint64_t>(id.hi);
   }
-  return seal_envelope(kManifestKind, kVersion, payload);
+  return seal_envelope(kManifestKind, kManifestVersion, payload);
 }
 
 LoadResult<Manifest> decode_manifest(std::string_view value, const PartitionKey& stored_under) {
@@ -108,12 +109,12 @@ LoadResult<Manifest> decode_manifest(std::string_view value, const PartitionKey&
     return tl::unexpected(
         corrupt(stored_under, "manifest record has kind " + std::to_string(env->kind)));
   }
-  if (env->version != kVersion) {
-    return tl::unexpected(LoadError{LoadFailure::kFormatUnknown,
-                                    "snapshot of " + stored_under.to_string() +
-                                        " has format version " + std::to_string(env->version) +
-                                        "; this kdedup reads version " + std::to_string(kVersion) +
-                                        " (written by another kdedup release)"});
+  if (env->version != 1 && env->version != kManifestVersion) {
+    return tl::unexpected(
+        LoadError{LoadFailure::kFormatUnknown,
+                  "snapshot of " + stored_under.to_string() + " has format version " +
+                      std::to_string(env->version) + "; this kdedup reads versions 1 and " +
+                      std::to_string(kManifestVersion) + " (written by another kdedup release)"});
   }
   ByteReader r(env->payload);
   Manifest m;
@@ -124,15 +125,18 @@ LoadResult<Manifest> decode_manifest(std::string_view value, const PartitionKey&
   auto next_offset = r.get<std::int64_t>("manifest.next_offset");
   auto clock = r.get<std::int64_t>("manifest.clock_ms");
   auto config = r.get<std::uint64_t>("manifest.config_fingerprint");
-  auto salt = r.get<std::uint64_t>("manifest.salt_digest");
+  auto salt = r.get<std::uint64_t>("manifest.salt_check");
+  // Version 1: the old time -> tick mapping, which no scale matches.
+  Result<std::uint64_t> scale = std::uint64_t{0};
+  if (env->version >= 2) scale = r.get<std::uint64_t>("manifest.tick_scale");
   auto type = r.get<std::uint8_t>("manifest.filter_type");
   auto created = r.get<std::int64_t>("manifest.created_ms");
   auto logical = r.get<std::uint64_t>("manifest.logical_bytes");
   auto state_hash = r.get<std::uint64_t>("manifest.state_hash");
   auto chunk_size = r.get<std::uint32_t>("manifest.chunk_size");
   auto count = r.get<std::uint32_t>("manifest.chunk_count");
-  if (!topic || !partition || !next_offset || !clock || !config || !salt || !type || !created ||
-      !logical || !state_hash || !chunk_size || !count) {
+  if (!topic || !partition || !next_offset || !clock || !config || !salt || !scale || !type ||
+      !created || !logical || !state_hash || !chunk_size || !count) {
     return tl::unexpected(corrupt(stored_under, "manifest truncated"));
   }
   i.key = PartitionKey{std::string(*topic), *partition};
@@ -141,7 +145,7 @@ LoadResult<Manifest> decode_manifest(std::string_view value, const PartitionKey&
   }
   i.next_offset = *next_offset;
   i.clock_ms = *clock;
-  i.fingerprint = StateFingerprint{*config, *salt};
+  i.fingerprint = StateFingerprint{*config, *salt, *scale};
   i.filter_type = static_cast<filter::FilterType>(*type);
   i.created_ms = *created;
   i.logical_bytes = *logical;

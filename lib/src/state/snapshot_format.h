@@ -15,7 +15,10 @@ namespace kdedup::state::format {
 inline constexpr std::uint16_t kManifestKind = 0x4D46;  // "MF"
 inline constexpr std::uint16_t kChunkKind = 0x4348;     // "CH"
 /// Snapshot format this build writes and reads.
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 1;  ///< chunks
+/// Manifests: 2 adds the tick scale fingerprint; 1 is still read (its
+/// snapshots are refused as config_changed: ticks of the old mapping).
+inline constexpr std::uint16_t kManifestVersion = 2;
 
 inline constexpr char kManifestTag = 'm';
 inline constexpr char kChunkTag = 'c';

@@ -18,6 +18,7 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +26,7 @@
 
 #include "kdedup/common/bytes.h"
 #include "snapshot_format.h"
+#include "snapshot_ledger.h"
 
 namespace kdedup::state {
 namespace fs = std::filesystem;
@@ -156,11 +158,22 @@ class SnapshotStore::Impl {
     o.keep_log_file_num = 4;
     o.max_log_file_size = 8 << 20;
     o.max_background_jobs = 2;
+    // Point-in-time recovery: a crash can leave a torn last record in the
+    // write-ahead log, and only this mode (or skipping records) opens after
+    // it. It also silently drops every write after a damaged record, which
+    // the ledger detects (snapshot_ledger.h). Checksums are verified on open
+    // and on every read.
+    o.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+    o.paranoid_checks = true;
+    // The ledger before the database: a running owner writes the database
+    // first, so a reader never sees a ledger ahead of the database it opens.
+    auto ledger = ledger::read(dir_);
     rocksdb::DB* raw = nullptr;
     const rocksdb::Status s =
         read_only_ ? rocksdb::DB::OpenForReadOnly(o, dir_, &raw) : rocksdb::DB::Open(o, dir_, &raw);
     db_.reset(raw);  // owned from here on, even if null
     if (!s.ok()) return fail(open_error(s, dir_, read_only_));
+    if (auto checked = check_ledger(ledger); !checked) return checked;
     if (!read_only_) writer_ = std::thread([this] { run_writer(); });
     return {};
   }
@@ -185,6 +198,7 @@ class SnapshotStore::Impl {
   LoadResult<Snapshot> read(const PartitionKey& key,
                             std::optional<StateFingerprint> expected) const;
   Result<std::vector<ListedSnapshot>> list() const;
+  std::vector<LostSnapshot> lost() const;
 
   const std::string dir_;
   const StoreOptions options_;
@@ -235,7 +249,23 @@ class SnapshotStore::Impl {
                 " MiB); free space or enlarge the volume, then restart kdedup");
   }
 
+  /// Compares the ledger read before the open with what RocksDB recovered,
+  /// marks the partitions whose last snapshot is gone, and (read-write)
+  /// writes the result back before anything else is written.
+  Status check_ledger(const Result<std::optional<ledger::Entries>>& stored);
+  /// After a write or erase of `key` on the writer thread: records it (entry
+  /// set, or removed when `erased`) and replaces the ledger file.
+  Status record(const PartitionKey& key, bool erased);
+  /// The refusal of a partition whose last snapshot was lost, if it was.
+  std::optional<LoadError> lost_error(const PartitionKey& key) const;
+
   std::unique_ptr<rocksdb::DB> db_;
+
+  // Per partition, the sequence number of its last snapshot write and
+  // whether the database lost it (snapshot_ledger.h). Changed by open() and
+  // the writer thread, read by any reader.
+  mutable std::mutex ledger_mu_;
+  ledger::Entries ledger_;
 
   // Writer queue.
   std::mutex queue_mu_;
@@ -339,13 +369,16 @@ Result<WriteReport> SnapshotStore::Impl::write_capture(const SnapshotCapture& c)
     wo.sync = options_.sync;
     s = db_->Write(wo, &batch);
   }
-  std::lock_guard lock(known_mu_);
-  ++generation_;
-  if (!s.ok()) {
-    known_.erase(mkey);  // unknown outcome: next write of this partition is full
-    return fail(write_error(s, key));
+  {
+    std::lock_guard lock(known_mu_);
+    ++generation_;
+    if (!s.ok()) {
+      known_.erase(mkey);  // unknown outcome: next write of this partition is full
+      return fail(write_error(s, key));
+    }
+    known_[mkey] = std::move(ids);
   }
-  known_[mkey] = std::move(ids);
+  if (auto recorded = record(key, false); !recorded) return tl::unexpected(recorded.error());
   report.write_time = Clock::now() - start;
   return report;
 }
@@ -360,11 +393,105 @@ Status SnapshotStore::Impl::erase(const PartitionKey& key) {
     wo.sync = options_.sync;
     s = db_->Write(wo, &batch);
   }
-  std::lock_guard lock(known_mu_);
-  ++generation_;
-  known_.erase(format::manifest_key(key));
-  if (!s.ok()) return fail(write_error(s, key));
+  {
+    std::lock_guard lock(known_mu_);
+    ++generation_;
+    known_.erase(format::manifest_key(key));
+    if (!s.ok()) return fail(write_error(s, key));
+  }
+  return record(key, true);
+}
+
+Status SnapshotStore::Impl::check_ledger(const Result<std::optional<ledger::Entries>>& stored) {
+  const std::uint64_t recovered = db_->GetLatestSequenceNumber();
+  // The partitions that have a manifest now.
+  std::vector<PartitionKey> present;
+  {
+    ReadView view(*db_);
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(view.options()));
+    const std::string first(1, format::kManifestTag);
+    const std::string last = format::prefix_end(first);
+    for (it->Seek(first); it->Valid() && it->key().compare(last) < 0; it->Next()) {
+      if (auto key = format::parse_manifest_key(it->key().ToStringView())) {
+        present.push_back(std::move(*key));
+      }
+    }
+    if (!it->status().ok()) {
+      return fail("cannot list snapshots in state dir " + dir_ + ": " + it->status().ToString());
+    }
+  }
+  ledger::Entries entries;
+  if (!stored) {
+    // Nothing can be vouched for: every stored snapshot is refused once.
+    for (const auto& key : present) {
+      entries[ledger::slot(key)] = {recovered, ledger::Loss::kLedgerDamaged, recovered};
+    }
+  } else if (*stored) {
+    std::set<std::pair<std::string, std::int32_t>> present_slots;
+    for (const auto& key : present) present_slots.insert(ledger::slot(key));
+    for (const auto& [slot, e] : **stored) {
+      if (e.loss != ledger::Loss::kNone) {
+        entries[slot] = e;  // found lost before; stays so until written again
+      } else if (e.sequence > recovered) {
+        entries[slot] = {e.sequence, ledger::Loss::kWriteAheadLog, recovered};
+      } else if (present_slots.count(slot)) {
+        entries[slot] = e;
+      }
+      // else: erased, and the process stopped before the ledger said so.
+    }
+  }
+  // Snapshots the ledger does not know (written before it existed, or just
+  // before a crash, or it was damaged) were written at or before `recovered`.
+  for (const auto& key : present) entries.try_emplace(ledger::slot(key), ledger::Entry{recovered});
+  // Written back before the writer thread starts: RocksDB reuses the dropped
+  // sequence numbers for new writes, so the loss must be recorded first.
+  if (!read_only_) {
+    if (auto written = ledger::write(dir_, entries, options_.sync); !written) {
+      return fail("cannot open state dir " + dir_ + ": " + written.error().message);
+    }
+  }
+  std::lock_guard lock(ledger_mu_);
+  ledger_ = std::move(entries);
   return {};
+}
+
+Status SnapshotStore::Impl::record(const PartitionKey& key, bool erased) {
+  ledger::Entries copy;
+  {
+    std::lock_guard lock(ledger_mu_);
+    if (erased) {
+      ledger_.erase(ledger::slot(key));
+    } else {
+      // The writer thread is the only writer: the last sequence is this write's.
+      ledger_[ledger::slot(key)] = ledger::Entry{db_->GetLatestSequenceNumber()};
+    }
+    copy = ledger_;
+  }
+  // Outside the lock (readers need not wait for the fsync); only this thread
+  // writes the file, so the last copy written is the newest.
+  if (auto written = ledger::write(dir_, copy, options_.sync); !written) {
+    return fail("snapshot of " + key.to_string() + " not recorded: " + written.error().message +
+                "; stop kdedup cleanly and check the volume");
+  }
+  return {};
+}
+
+std::optional<LoadError> SnapshotStore::Impl::lost_error(const PartitionKey& key) const {
+  std::lock_guard lock(ledger_mu_);
+  auto it = ledger_.find(ledger::slot(key));
+  if (it == ledger_.end() || it->second.loss == ledger::Loss::kNone) return std::nullopt;
+  return LoadError{LoadFailure::kCorrupt, ledger::lost_message(key, it->second, dir_)};
+}
+
+std::vector<LostSnapshot> SnapshotStore::Impl::lost() const {
+  std::vector<LostSnapshot> out;
+  std::lock_guard lock(ledger_mu_);
+  for (const auto& [slot, e] : ledger_) {
+    if (e.loss == ledger::Loss::kNone) continue;
+    PartitionKey key{slot.first, slot.second};
+    out.push_back({key, ledger::lost_message(key, e, dir_)});
+  }
+  return out;
 }
 
 LoadResult<Snapshot> SnapshotStore::Impl::read(const PartitionKey& key,
@@ -374,6 +501,7 @@ LoadResult<Snapshot> SnapshotStore::Impl::read(const PartitionKey& key,
     std::lock_guard lock(known_mu_);
     generation = generation_;
   }
+  if (auto lost = lost_error(key)) return tl::unexpected(std::move(*lost));
   ReadView view(*db_);
   const std::string mkey = format::manifest_key(key);
   std::string value;
@@ -387,14 +515,21 @@ LoadResult<Snapshot> SnapshotStore::Impl::read(const PartitionKey& key,
   if (!manifest) return tl::unexpected(manifest.error());
   const SnapshotInfo& info = manifest->info;
   if (expected && !(info.fingerprint == *expected)) {
-    const bool config = info.fingerprint.config != expected->config;
-    const bool salt = info.fingerprint.salt_digest != expected->salt_digest;
+    std::vector<std::string> changed;
+    if (info.fingerprint.config != expected->config) changed.push_back("filter configuration");
+    if (info.fingerprint.tick_scale != expected->tick_scale) {
+      changed.push_back(info.fingerprint.tick_scale == 0
+                            ? "time -> tick mapping (before it was made exact)"
+                            : "window or ticks_per_window");
+    }
+    if (info.fingerprint.salt_check != expected->salt_check) changed.push_back("salt");
+    std::string what;
+    for (std::size_t n = 0; n < changed.size(); ++n) {
+      what += (n == 0 ? "" : n + 1 == changed.size() ? " and " : ", ") + changed[n];
+    }
     return tl::unexpected(
         LoadError{LoadFailure::kConfigChanged,
-                  "snapshot of " + key.to_string() + " was taken with another " +
-                      (config && salt ? "filter configuration and salt"
-                       : config       ? "filter configuration"
-                                      : "salt") +
+                  "snapshot of " + key.to_string() + " was taken with another " + what +
                       "; it cannot be used and the partition is rebuilt from Kafka"});
   }
 
@@ -470,6 +605,18 @@ Result<std::vector<ListedSnapshot>> SnapshotStore::Impl::list() const {
   }
   if (!it->status().ok()) {
     return fail("cannot list snapshots in state dir " + dir_ + ": " + it->status().ToString());
+  }
+  // A partition whose last snapshot was lost shows as corrupt, whether an
+  // older manifest is left or none at all.
+  for (auto& entry : out) {
+    if (auto lost = lost_error(entry.key)) entry.info = tl::unexpected(std::move(*lost));
+  }
+  for (const auto& gone : lost()) {
+    const bool listed = std::any_of(out.begin(), out.end(),
+                                    [&](const ListedSnapshot& e) { return e.key == gone.key; });
+    if (!listed) {
+      out.push_back({gone.key, tl::unexpected(LoadError{LoadFailure::kCorrupt, gone.message})});
+    }
   }
   std::sort(out.begin(), out.end(), [](const ListedSnapshot& a, const ListedSnapshot& b) {
     return a.key.topic != b.key.topic ? a.key.topic < b.key.topic
@@ -600,6 +747,8 @@ Status SnapshotStore::erase(const PartitionKey& key) {
 }
 
 Result<std::vector<ListedSnapshot>> SnapshotStore::list() const { return impl_->list(); }
+
+std::vector<LostSnapshot> SnapshotStore::lost() const { return impl_->lost(); }
 
 void SnapshotStore::drain() {
   if (!impl_->read_only_) impl_->drain();

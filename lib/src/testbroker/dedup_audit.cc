@@ -82,7 +82,7 @@ AuditReport audit_dedup(std::vector<AuditInput> inputs, const std::vector<AuditO
   });
   filter::FilterConfig fc;
   fc.type = filter::FilterType::kExact;
-  fc.ticks_per_window = rules.ticks_per_window;
+  fc.ticks_per_window = rules.scale.ticks_per_window();
   auto normalized = filter::normalize(fc);
   if (!normalized) {
     report.unknown_outputs = report.outputs;  // cannot judge: fail loudly
@@ -90,7 +90,6 @@ AuditReport audit_dedup(std::vector<AuditInput> inputs, const std::vector<AuditO
     return report;
   }
   const filter::Fingerprinter fingerprint("kdedup-audit");
-  const std::int64_t tick_ms = std::max<std::int64_t>(rules.tick_ms, 1);
   std::map<std::int32_t, PartitionReplay> partitions;
   for (const auto& in : inputs) {
     auto& p = partitions[in.partition];
@@ -101,7 +100,7 @@ AuditReport audit_dedup(std::vector<AuditInput> inputs, const std::vector<AuditO
     // Same clock rule as the pipeline's partition clock: max timestamp seen;
     // records without a timestamp are judged at the current clock.
     if (in.timestamp_ms > 0) p.clock_ms = std::max(p.clock_ms, in.timestamp_ms);
-    const auto tick = static_cast<filter::Tick>(p.clock_ms / tick_ms);
+    const filter::Tick tick = rules.scale.tick(p.clock_ms);
     const auto fp = fingerprint(in.identity);
 
     if (p.pure->test_and_insert(fp, tick) == filter::Decision::kDistinct) ++report.exact_distinct;
@@ -127,15 +126,19 @@ AuditReport audit_dedup(std::vector<AuditInput> inputs, const std::vector<AuditO
     report.observed_fpp =
         static_cast<double>(report.false_positives) / static_cast<double>(report.new_candidates);
   }
-  // Binomial upper bound: mean + 4 standard deviations, plus a little slack
-  // for small streams.
-  const double mean = rules.fpp * static_cast<double>(report.new_candidates);
-  report.fp_bound = static_cast<std::uint64_t>(std::ceil(mean + 4.0 * std::sqrt(mean) + 5.0));
+  report.fp_bound = false_positive_bound(rules.fpp, report.new_candidates);
   if (report.false_positives > report.fp_bound) {
     problem(fmt::format("{} false positives exceed the bound {} for fpp {} over {} new records",
                         report.false_positives, report.fp_bound, rules.fpp, report.new_candidates));
   }
   return report;
+}
+
+std::uint64_t false_positive_bound(double fpp, std::uint64_t new_records) {
+  // Binomial upper bound: mean + 4 standard deviations, plus a little slack
+  // for small streams.
+  const double mean = fpp * static_cast<double>(new_records);
+  return static_cast<std::uint64_t>(std::ceil(mean + 4.0 * std::sqrt(mean) + 5.0));
 }
 
 }  // namespace kdedup::testbroker

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "kdedup/common/kafka_log.h"
+
 namespace kdedup::testbroker {
 
 std::optional<std::string> KafkaRecord::header(std::string_view name) const {
@@ -20,10 +22,28 @@ std::optional<std::string> KafkaRecord::header(std::string_view name) const {
 
 namespace {
 
+/// The test clients' log lines and errors, into the process's log (never
+/// librdkafka's raw stderr lines). Stateless: one instance serves them all.
+class ClientLog final : public RdKafka::EventCb {
+ public:
+  void event_cb(RdKafka::Event& event) override {
+    if (event.type() == RdKafka::Event::EVENT_LOG) {
+      log_librdkafka("test client", event.severity(), event.fac(), event.str());
+    } else if (event.type() == RdKafka::Event::EVENT_ERROR) {
+      log_librdkafka("test client", RdKafka::Event::EVENT_SEVERITY_ERROR,
+                     RdKafka::err2str(event.err()), event.str());
+    }
+  }
+};
+
 Result<std::unique_ptr<RdKafka::Conf>> make_conf(const std::string& bootstrap,
                                                  const KafkaProperties& props) {
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   std::string err;
+  static ClientLog log;
+  if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(&log), err) != RdKafka::Conf::CONF_OK) {
+    return fail("event_cb: " + err);
+  }
   if (conf->set("bootstrap.servers", bootstrap, err) != RdKafka::Conf::CONF_OK) {
     return fail("bootstrap.servers: " + err);
   }

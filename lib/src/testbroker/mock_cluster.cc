@@ -5,9 +5,17 @@
 
 #include <fmt/format.h>
 
+#include "kdedup/common/kafka_log.h"
+
 namespace kdedup::testbroker {
 
 namespace {
+
+/// The hosting client's log lines (and the mock brokers') into the process's
+/// log instead of librdkafka's raw stderr lines.
+void log_line(const rd_kafka_t* /*rk*/, int level, const char* fac, const char* buf) {
+  log_librdkafka("test broker", level, fac, buf);
+}
 
 struct KafkaDeleter {
   void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
@@ -45,6 +53,7 @@ Result<std::unique_ptr<MockCluster>> MockCluster::start(int brokers) {
   if (rd_kafka_conf_set(conf.get(), "log_level", "3", err, sizeof err) != RD_KAFKA_CONF_OK) {
     return fail(std::string("mock cluster: ") + err);
   }
+  rd_kafka_conf_set_log_cb(conf.get(), log_line);
   auto handles = std::make_unique<Handles>();
   handles->client.reset(rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof err));
   if (!handles->client) return fail(std::string("mock cluster: cannot create client: ") + err);

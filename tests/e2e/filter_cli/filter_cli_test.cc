@@ -102,6 +102,32 @@ TEST(FilterCli, JsonKeyRoutesInvalidLinesWithLineNumbers) {
       << r.err;
 }
 
+/// A JSON object whose containers nest `levels` deep (the outer object is
+/// level 1), with "id" at the top.
+std::string nested_json(const std::string& id, std::size_t levels) {
+  return R"({"id":")" + id + R"(","deep":)" + std::string(levels - 1, '[') +
+         std::string(levels - 1, ']') + "}";
+}
+
+// The nesting limit (identity::kMaxJsonDepth, README "Hostile records") at
+// its boundary: 1,024 levels are an identity, 1,025 are not_json, saying so.
+TEST(FilterCli, JsonNestedUpToTheLimitIsReadAndDeeperIsNotJson) {
+  TempDir dir;
+  const std::vector<std::string> lines{nested_json("a", 1023), nested_json("b", 1024),
+                                       nested_json("c", 1025), nested_json("d", 5000)};
+  auto r = run_kdedup(
+      base_args({"--key", "json:/id", "--window", "1h", "--invalid", dir.file("invalid.txt")}),
+      join_lines(lines));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({lines[0], lines[1]}));
+  EXPECT_EQ(read_file(dir.file("invalid.txt")), join_lines({lines[2], lines[3]}));
+  EXPECT_NE(r.err.find("line 3: not_json: value nests objects and arrays deeper than the JSON "
+                       "limit of 1024 levels"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("line 4: not_json"), std::string::npos) << r.err;
+}
+
 TEST(FilterCli, InvalidLineReportsAreCappedButAllCounted) {
   std::string input;
   for (int i = 0; i < 50; ++i) input += "bad " + std::to_string(i) + "\n";

@@ -9,6 +9,7 @@
 #include <simdjson.h>
 
 #include "http_get.h"
+#include "kdedup/common/duration.h"
 #include "kdedup/testbroker/kafka_io.h"
 #include "metrics_doc.h"
 #include "streams.h"
@@ -255,8 +256,15 @@ bool wait_committed_to_end(TestBroker& broker, const std::string& group, const s
   }
 }
 
+Result<VerifyReport> verify_topics(TestBroker& broker, const RunSettings& settings) {
+  auto window = parse_duration_ms(settings.window);
+  if (!window) return fail("window '" + settings.window + "': " + window.error().message);
+  const double fpp = settings.filter == "exact" ? 0.0 : settings.fpp.value_or(0.01);
+  return verify_topics(broker, settings.input, settings.output, *window, fpp);
+}
+
 Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
-                                   const std::string& output, std::int64_t window_ms) {
+                                   const std::string& output, std::int64_t window_ms, double fpp) {
   auto marks = broker.watermarks(input);
   if (!marks) return fail(marks.error().message);
   for (const auto& m : *marks) {
@@ -273,7 +281,7 @@ Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
   auto inputs = to_input_records(*in, "key");
   if (!inputs) return fail(inputs.error().message);
   VerifyReport report = verify_output(*inputs, to_output_records(*out),
-                                      VerifySpec{.window_ms = window_ms, .tick_ms = 0});
+                                      VerifySpec{.window_ms = window_ms, .tick_ms = 0, .fpp = fpp});
   std::cout << report.to_string() << std::flush;
   return report;
 }

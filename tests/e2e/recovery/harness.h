@@ -150,10 +150,16 @@ bool wait_committed_to_end(TestBroker& broker, const std::string& group, const s
                            std::chrono::milliseconds timeout);
 
 /// Reads `input` and `output` completely and runs the verifier (identity:
-/// the key). Prints the report. Fails when a topic cannot be read or the
-/// input was truncated by the broker (low watermark > 0).
+/// the key; `fpp` 0 for the exact filter, else the filter's target: false
+/// positives are counted and bounded, see VerifySpec). Prints the report.
+/// Fails when a topic cannot be read or the input was truncated by the
+/// broker (low watermark > 0).
 Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
-                                   const std::string& output, std::int64_t window_ms);
+                                   const std::string& output, std::int64_t window_ms,
+                                   double fpp = 0.0);
+/// The same with the window and filter of `settings` (the exact filter:
+/// fpp 0; others: settings.fpp, default 0.01).
+Result<VerifyReport> verify_topics(TestBroker& broker, const RunSettings& settings);
 
 /// Starts `instance`, feeds `feed.limit` records, waits until its group
 /// committed the whole input and stops it with SIGTERM (exit 0 expected):

@@ -94,8 +94,9 @@ TEST(RecoveryE2E, SnapshotBehindTheInputRetentionIsRefused) {
   EXPECT_EQ(third.stop(), 0) << third.log_tail();
 
   // Exactly the first occurrence of each fresh key was emitted after the
-  // bulk; the repeats of the delivered key (known from the replay of what
-  // is still stored) were not, and nothing of the bulk was.
+  // bulk; the repeats of the delivered key were not (its delivery, whose
+  // input record retention deleted, is learned from the output record
+  // itself), and nothing of the bulk was.
   std::set<std::int64_t> want, got;
   for (int i = 0; i < 50; ++i) want.insert(bulk_end + 5 + i);
   auto out = b.read_topic("out");

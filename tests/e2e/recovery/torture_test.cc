@@ -3,7 +3,13 @@
 // 20 times a random instance is SIGKILLed at a random moment and restarted.
 // Then the feeder stops, the group drains, both stop gracefully, and the
 // verifier compares the whole output with the exact oracle of the whole
-// input: nothing lost, nothing duplicated, nothing out of order.
+// input: nothing lost, nothing duplicated, nothing out of order (with the
+// timer filter: false positives counted and within fpp).
+//
+// Each runs with a window of 1 h (nothing expires during the test) and of
+// 5 s: the stream lasts many windows, so identities expire and repeat
+// across every kill, and a partition rebuilt without its snapshot must
+// reproduce the decisions of its previous owner at the window's edge.
 //
 // The seed is printed; KDEDUP_TORTURE_SEED=<n> replays the same schedule.
 
@@ -27,7 +33,8 @@ std::uint64_t torture_seed() {
 
 /// Two instances in group `group`, `cycles` random SIGKILL + restart
 /// cycles while the feeder runs, then drain, graceful stop and the verifier.
-void torture(const std::string& group, int cycles, const std::string& partitioning) {
+void torture(const std::string& group, int cycles, const std::string& partitioning,
+             const std::string& window = "1h", const std::string& filter = "exact") {
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t seed = torture_seed();
   std::cout << "torture seed " << seed << " (KDEDUP_TORTURE_SEED=" << seed << " to replay)"
@@ -41,6 +48,9 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
   RunSettings s;
   s.group = group;
   s.partitioning = partitioning;
+  s.window = window;
+  s.filter = filter;
+  if (filter != "exact") s.fpp = 0.001;
   s.snapshot_interval = "1s";
   s.session_timeout_ms = 3000;
   std::vector<std::unique_ptr<Instance>> instances;
@@ -85,13 +95,14 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
               << std::endl;
     EXPECT_EQ(i->stop(), 0) << i->log_tail();
   }
-  auto report = verify_topics(b, "in", "out", 3'600'000);
+  auto report = verify_topics(b, s);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->input_records, feeder.produced());
   EXPECT_EQ(report->lost, 0u);
   EXPECT_EQ(report->duplicated, 0u);
   EXPECT_EQ(report->out_of_order, 0u);
   EXPECT_EQ(report->unexpected, 0u);
+  EXPECT_LE(report->false_positives, report->fp_bound);
   EXPECT_GT(report->oracle_distinct, 0u);
   EXPECT_LT(report->oracle_distinct, report->input_records) << "the stream must hold duplicates";
   std::cout << "torture seed " << seed << " done in " << seconds_since(t0) << " s" << std::endl;
@@ -102,6 +113,16 @@ TEST(RecoveryE2E, KillNineTorture) { torture("torture", 20, "input"); }
 // Output partitioned by key: every input partition writes every output
 // partition, so reconciliation must read all output tails.
 TEST(RecoveryE2E, KillNineTortureKeyPartitionedOutput) { torture("torture-key", 10, "key"); }
+
+// Windows far shorter than the test (10 cycles: about 40 s of traffic, 8
+// windows).
+TEST(RecoveryE2E, KillNineTortureShortWindow) { torture("torture-5s", 10, "input", "5s"); }
+TEST(RecoveryE2E, KillNineTortureShortWindowTimerFilter) {
+  torture("torture-5s-timer", 10, "input", "5s", "timer");
+}
+TEST(RecoveryE2E, KillNineTortureShortWindowKeyPartitionedOutput) {
+  torture("torture-5s-key", 8, "key", "5s");
+}
 
 }  // namespace
 }  // namespace kdedup::testing

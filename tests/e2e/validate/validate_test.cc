@@ -119,6 +119,68 @@ TEST_F(Validate, ProtectedKeyIsRejectedWithTheReason) {
   EXPECT_THAT(by_flag.err, HasSubstr("--set producer.enable.idempotence=false"));
 }
 
+// librdkafka's own check, as `kdedup run` applies the properties to its
+// clients: an unknown name or an invalid value is an error at its key path.
+TEST_F(Validate, LibrdkafkaRefusesUnknownPropertiesAndInvalidValues) {
+  const std::string path = write(std::string(kGood) +
+                                 "  no.such.property: 1\n"
+                                 "consumer:\n  socket.timeout.ms: soon\n"
+                                 "producer:\n  linger.ms: 5\n");
+  auto r = validate({"--config", path});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("error: kafka.no.such.property: librdkafka refuses it: No such "
+                               "configuration property"));
+  EXPECT_THAT(r.err, HasSubstr("kdedup.yaml:12:"));
+  EXPECT_THAT(r.err,
+              HasSubstr("error: consumer.socket.timeout.ms: librdkafka refuses it: Invalid value"));
+  EXPECT_THAT(r.err, HasSubstr("2 errors")) << r.err;
+  // `kdedup run` stops on the same errors, with the same words, before it
+  // touches a state dir or connects to anything.
+  auto run = run_process(
+      {KDEDUP_BINARY, "run", "--config", path, "--set", "state.dir=", "--set", "metrics.address="});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("error: kafka.no.such.property: librdkafka refuses it"));
+  EXPECT_THAT(run.err, HasSubstr("error: consumer.socket.timeout.ms: librdkafka refuses it"));
+  auto by_flag = validate({"--config", write(kGood), "--set", "producer.acks=sometimes"});
+  EXPECT_EQ(by_flag.exit_code, 2);
+  EXPECT_THAT(by_flag.err, HasSubstr("error: producer.acks: librdkafka refuses it"));
+  EXPECT_THAT(by_flag.err, HasSubstr("--set producer.acks=sometimes"));
+}
+
+// A secret given with the wrong type, by file or by --set, is named by its
+// key path but its value never appears (salt, passwords, keys, secrets).
+TEST_F(Validate, SecretValuesAreNeverPrinted) {
+  std::string yaml = kGood;
+  yaml.replace(yaml.find("salt: s"), 7, "salt: [salt-in-a-list]");
+  yaml +=
+      "  sasl.password: [password-in-a-list]\n"
+      "  ssl.key.pem: {pem: key-in-a-map}\n"
+      "consumer:\n  sasl.oauthbearer.client.secret: [client-secret-in-a-list]\n";
+  const std::string path = write(yaml);
+  const std::vector<std::string> secrets = {"salt-in-a-list", "password-in-a-list",
+                                            "key-in-a-map",   "client-secret-in-a-list",
+                                            "flag-salt",      "flag-password"};
+  for (const std::string command : {"validate", "run"}) {
+    auto r = run_process({KDEDUP_BINARY, command, "--config", path, "--set",
+                          "identity={salt: [flag-salt]}", "--set",
+                          "producer.ssl.key.password=[flag-password]", "--set",
+                          "state.dir=", "--set", "metrics.address="});
+    EXPECT_EQ(r.exit_code, 2) << command;
+    for (const char* key :
+         {"identity.salt:", "kafka.sasl.password:", "kafka.ssl.key.pem:",
+          "consumer.sasl.oauthbearer.client.secret:", "producer.ssl.key.password:"}) {
+      EXPECT_THAT(r.err, HasSubstr(key)) << command << "\n" << r.err;
+    }
+    EXPECT_THAT(r.err, HasSubstr("(value hidden)")) << r.err;
+    for (const auto& secret : secrets) {
+      EXPECT_EQ(r.err.find(secret), std::string::npos)
+          << command << " printed '" << secret << "':\n"
+          << r.err;
+      EXPECT_EQ(r.out.find(secret), std::string::npos) << command << r.out;
+    }
+  }
+}
+
 TEST_F(Validate, SemanticErrors) {
   auto r = validate({"--config", write(kGood), "--set", "output.topic=in", "--set", "dlq_topic="});
   EXPECT_EQ(r.exit_code, 2);

@@ -2,7 +2,7 @@
 // metrics on loopback: a healthy one (pod kdedup-0) and a sick one (pod
 // kdedup-1: false positives above target, lag growing, dead letters,
 // delivery errors, failing snapshots, rebuild loop, refused snapshots,
-// aborting transactions, not ready). Then every
+// aborting transactions, memory budget exceeded, not ready). Then every
 // Grafana panel query and template variable must evaluate and return data,
 // every alert expression must be valid, fire for the sick pod only, and load
 // as a rule without evaluation errors; promtool accepts the rules file and
@@ -175,6 +175,7 @@ class PrometheusIntegration : public ::testing::Test {
     orders0.snapshot_failed();
     orders0.rebuilt(1000);
     orders0.snapshot_refused("corrupt");
+    sick_->set_memory(16u << 20, 16u << 20, 0.04);  // over budget: fpp raised 4x
     sick_->add_delivery_errors("orders-dedup", 3);
     sick_->add_transactions(1, 1, 100, 10);
     auto stats = parse_statistics(
@@ -280,7 +281,7 @@ TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
       }
     }
   }
-  EXPECT_EQ(alerts.size(), 12u);
+  EXPECT_EQ(alerts.size(), 13u);
   // Each runbook anchor is the GitHub slug of a heading in docs/metrics.md.
   std::set<std::string> anchors;
   std::istringstream docs(kdedup::testing::read_file(source_path("docs/metrics.md")));
@@ -329,7 +330,7 @@ TEST_F(PrometheusIntegration, DashboardAlertsAndPromtool) {
         }
       }
     }
-    all_ok = total == 12 && ok == total;
+    all_ok = total == 13 && ok == total;
     if (!all_ok) std::this_thread::sleep_for(250ms);
   }
   EXPECT_TRUE(all_ok) << rules_body;

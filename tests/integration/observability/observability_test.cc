@@ -66,15 +66,16 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   // except every 50th, stamped 10 minutes in the future (age at emit 0).
   std::vector<TestRecord> records;
   std::set<std::string> seen;
-  std::uint64_t distinct = 0, duplicate = 0, invalid = 0, emitted_future = 0;
+  std::uint64_t distinct = 0, duplicate = 0, invalid = 0, emitted_future = 0, future = 0;
   const std::int64_t t0 = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
   for (int i = 0; i < 620; ++i) {
     TestRecord r;
     r.value = "v" + std::to_string(i);
-    const bool future = i % 50 == 49;
-    r.timestamp_ms = future ? t0 + 600'000 : t0 - 100'000;
+    const bool in_future = i % 50 == 49;
+    future += in_future;
+    r.timestamp_ms = in_future ? t0 + 600'000 : t0 - 100'000;
     if (i % 31 == 30) {
       ++invalid;
       r.partition = i % 3;
@@ -83,7 +84,7 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
       // Same key, same partition: the first in produce order is emitted.
       if (seen.insert(*r.key).second) {
         ++distinct;
-        emitted_future += future;
+        emitted_future += in_future;
       } else {
         ++duplicate;
       }
@@ -171,6 +172,12 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   EXPECT_GE(sum_samples(text, "kdedup_consumer_rebalances_total"), 1);
   EXPECT_EQ(sum_samples(text, "kdedup_workers"), 2);
   EXPECT_GT(sum_samples(text, "kdedup_filter_bytes"), 0);
+  // The records stamped 10 minutes ahead were capped at wall clock + 1 m
+  // (max_future_skew): counted, and the partitions' clocks now run ahead.
+  EXPECT_EQ(sum_samples(text, "kdedup_clock_capped_records_total"), static_cast<double>(future));
+  EXPECT_EQ(sum_samples(text, "kdedup_clock_missing_timestamp_records_total"), 0);
+  EXPECT_EQ(count_series(text, "kdedup_filter_clock_ahead_seconds"), 3u);
+  EXPECT_GT(sum_samples(text, "kdedup_filter_clock_ahead_seconds"), 20);
 
   // Latency histograms. Age at emit: one observation per record in the
   // output topic, in the bucket of its age (about 100 s; 0 for the records

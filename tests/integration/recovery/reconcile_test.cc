@@ -52,7 +52,7 @@ TEST_F(ReconcileTest, FindsHighestSourceOffsetPerInputPartition) {
   records.push_back(emitted("other", 0, 99, 0));  // another input topic, same partition
   ASSERT_TRUE(broker_->produce("out", records));
 
-  auto report = read_output_tail(options_, "out", {0});
+  auto report = read_output(options_, "out", {0});
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->records_read, 7u);
   EXPECT_EQ(report->highest({"in", 0}), 5);
@@ -63,8 +63,8 @@ TEST_F(ReconcileTest, FindsHighestSourceOffsetPerInputPartition) {
   auto count = output_partition_count(options_, "out");
   ASSERT_TRUE(count) << count.error().message;
   ASSERT_EQ(*count, 3);
-  report = read_output_tail(options_, "out",
-                            output_partitions_to_read(config::Partitioning::kKey, 1, *count));
+  report = read_output(options_, "out",
+                       output_partitions_to_read(config::Partitioning::kKey, 1, *count));
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->records_read, 10u);
   EXPECT_EQ(report->highest({"in", 1}), 12);
@@ -76,7 +76,7 @@ TEST_F(ReconcileTest, ReadsOnlyTheTail) {
   for (std::int64_t o = 0; o < 50; ++o) records.push_back(emitted("in", 0, 1000 - o, 0));
   ASSERT_TRUE(broker_->produce("out", records));
   options_.tail_records = 10;
-  auto report = read_output_tail(options_, "out", {0});
+  auto report = read_output(options_, "out", {0});
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->records_read, 10u);
   // The tail holds source offsets 960..951; the maximum of the whole
@@ -84,8 +84,80 @@ TEST_F(ReconcileTest, ReadsOnlyTheTail) {
   EXPECT_EQ(report->highest({"in", 0}), 960);
 }
 
+// A rebuild needs every delivery since its window start: the output is read
+// back to the first record at or after a timestamp (the test broker cannot
+// look offsets up by time: bisection), beyond the tail; offsets of other
+// input partitions are not kept.
+TEST_F(ReconcileTest, ReadsBackToATimeAndKeepsOnlyTheWantedSources) {
+  constexpr std::int64_t kT0 = 1'700'000'000'000;
+  std::vector<TestRecord> records;
+  for (std::int64_t o = 0; o < 300; ++o) {
+    TestRecord r = emitted("in", o % 3 == 0 ? 1 : 0, o, 0);
+    r.timestamp_ms = kT0 + o * 10;
+    records.push_back(r);
+  }
+  ASSERT_TRUE(broker_->produce("out", records));
+  options_.tail_records = 10;
+  // C = 150: the read holds a record below it, so nothing more is needed.
+  auto report = read_output(options_, "out", {0}, {{0, kT0 + 1'000}},
+                            {{PartitionId{"in", 0}, Coverage{.from_offset = 150}}});
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->records_read, 200u) << "from the record at t0 + 1 s on";
+  const auto offsets = report->emitted({"in", 0});
+  ASSERT_FALSE(offsets.empty());
+  EXPECT_EQ(offsets.front(), 100);
+  EXPECT_EQ(offsets.back(), 299);
+  EXPECT_FALSE(report->highest({"in", 1})) << "not a wanted source";
+
+  // A time after the newest record: only the tail.
+  report = read_output(options_, "out", {0}, {{0, kT0 + 10'000}});
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->records_read, 10u);
+  // A time before the oldest: everything.
+  report = read_output(options_, "out", {0}, {{0, kT0 - 5}});
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->records_read, 300u);
+}
+
+// Commits stalled (the group kept rebalancing) while a source emitted far
+// more than the tail holds: everything its tail shows lies past C, so the
+// read goes back to the time bound (or the partition's start) to find every
+// offset emitted since C.
+TEST_F(ReconcileTest, ExtendsBackWhenTheUncommittedOutputOutgrewTheTail) {
+  constexpr std::int64_t kT0 = 1'700'000'000'000;
+  std::vector<TestRecord> records;
+  for (std::int64_t o = 0; o < 300; ++o) {
+    TestRecord r = emitted("in", 0, o, 0);
+    r.timestamp_ms = kT0 + o * 10;
+    records.push_back(r);
+  }
+  ASSERT_TRUE(broker_->produce("out", records));
+  options_.tail_records = 10;
+  auto report =
+      read_output(options_, "out", {0}, {},
+                  {{PartitionId{"in", 0}, Coverage{.from_offset = 200, .since_ms = kT0 + 1'000}}});
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->records_read, 200u) << "the tail, then back to t0 + 1 s";
+  EXPECT_EQ(report->extended, 1u);
+  EXPECT_EQ(report->emitted({"in", 0}).front(), 100);
+  EXPECT_EQ(report->emitted({"in", 0}).size(), 200u);
+
+  // Unknown time bound: back to the partition's start.
+  report =
+      read_output(options_, "out", {0}, {}, {{PartitionId{"in", 0}, Coverage{.from_offset = 200}}});
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->records_read, 300u);
+
+  // The tail reaches below C: the tail is enough.
+  report = read_output(options_, "out", {0}, {},
+                       {{PartitionId{"in", 0}, Coverage{.from_offset = 295, .since_ms = kT0}}});
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->records_read, 10u);
+  EXPECT_EQ(report->extended, 0u);
+}
+
 TEST_F(ReconcileTest, EmptyTopicFindsNothing) {
-  auto report = read_output_tail(options_, "empty", {0, 1});
+  auto report = read_output(options_, "empty", {0, 1});
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->records_read, 0u);
   EXPECT_TRUE(report->highest_by_source.empty());
@@ -117,7 +189,7 @@ TEST_F(ReconcileTest, SkipsRecordsWithoutHeadersAndCountsMalformed) {
                                 "kdedup-source-partition=2", "-H", "kdedup-source-offset=8"});
   ASSERT_EQ(kcat.exit_code, 0) << kcat.err;
 
-  auto report = read_output_tail(options_, "out", {2});
+  auto report = read_output(options_, "out", {2});
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->records_read, 6u);
   EXPECT_EQ(report->without_provenance, 1u);
@@ -132,7 +204,7 @@ TEST_F(ReconcileTest, SkipsRecordsWithoutHeadersAndCountsMalformed) {
 
 TEST_F(ReconcileTest, MissingPartitionIsAnError) {
   options_.timeout = 3s;
-  auto report = read_output_tail(options_, "out", {3});
+  auto report = read_output(options_, "out", {3});
   ASSERT_FALSE(report);
   EXPECT_NE(report.error().message.find("partition 3 does not exist"), std::string::npos)
       << report.error().message;
@@ -146,16 +218,40 @@ TEST_F(ReconcileTest, UnreachableBrokerTimesOut) {
   ASSERT_TRUE(broker_->control("broker 1 down"));
   options_.timeout = 2s;
   const auto started = std::chrono::steady_clock::now();
-  auto report = read_output_tail(options_, "out", {0});
+  auto report = read_output(options_, "out", {0});
   ASSERT_FALSE(report);
   EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
   EXPECT_NE(report.error().message.find("output reconciliation"), std::string::npos)
       << report.error().message;
   ASSERT_TRUE(broker_->control("broker 1 up"));
   options_.timeout = 15s;
-  report = read_output_tail(options_, "out", {0});
+  report = read_output(options_, "out", {0});
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->highest({"in", 0}), 1);
+}
+
+// The timeout bounds a stall, not the whole read: 12 record batches
+// through small fetches at 250 ms round trips take seconds, longer than a
+// 1 s timeout, and are read whole.
+TEST_F(ReconcileTest, ASlowReadLongerThanTheTimeoutFinishesWhileRecordsArrive) {
+  for (std::int64_t batch = 0; batch < 12; ++batch) {
+    std::vector<TestRecord> records;
+    for (std::int64_t o = batch * 250; o < (batch + 1) * 250; ++o) {
+      records.push_back(emitted("in", 0, o, 0));
+    }
+    ASSERT_TRUE(broker_->produce("out", records));  // one record batch each
+  }
+  ASSERT_TRUE(broker_->control("rtt 1 250"));
+  options_.properties["max.partition.fetch.bytes"] = "2048";
+  options_.timeout = 1s;
+  const auto started = std::chrono::steady_clock::now();
+  auto report = read_output(options_, "out", {0});
+  const auto took = std::chrono::steady_clock::now() - started;
+  ASSERT_TRUE(broker_->control("rtt 1 0"));
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->records_read, 3000u);
+  EXPECT_EQ(report->highest({"in", 0}), 2999);
+  EXPECT_GT(took, 1s) << "the read must outlast the timeout for this test to mean anything";
 }
 
 }  // namespace

@@ -6,12 +6,17 @@
 #include <rocksdb/db.h>
 #include <simdjson.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "kdedup/state/snapshot_store.h"
 #include "process.h"
 #include "snapshot_format.h"  // to corrupt one chunk on purpose
 
 namespace kdedup::state {
 namespace {
+
+constexpr filter::TickScale kScale(60'000, 1000);
 
 using kdedup::testing::run_kdedup;
 using kdedup::testing::TempDir;
@@ -36,9 +41,12 @@ class SnapshotCli : public ::testing::Test {
     store_ = std::move(*s);
     auto small = exact_filter(100);
     auto large = exact_filter(5000);  // ~120 KB state: 30 chunks
-    ASSERT_TRUE(store_->write(capture_snapshot({"orders", 0}, *small, 100, 1'700'000'000'000, 7)));
-    ASSERT_TRUE(store_->write(capture_snapshot({"orders", 1}, *large, 5000, 1'700'000'050'000, 7)));
-    ASSERT_TRUE(store_->write(capture_snapshot({"clicks", 3}, *small, 42, 1'700'000'000'500, 7)));
+    ASSERT_TRUE(
+        store_->write(capture_snapshot({"orders", 0}, *small, kScale, 100, 1'700'000'000'000, 7)));
+    ASSERT_TRUE(
+        store_->write(capture_snapshot({"orders", 1}, *large, kScale, 5000, 1'700'000'050'000, 7)));
+    ASSERT_TRUE(
+        store_->write(capture_snapshot({"clicks", 3}, *small, kScale, 42, 1'700'000'000'500, 7)));
   }
   TempDir tmp_;
   const std::string dir_ = tmp_.file("state");
@@ -85,7 +93,7 @@ TEST_F(SnapshotCli, InspectJsonCarriesEveryField) {
   EXPECT_GE(second["age_ms"].get_int64().value(), 0);
   const auto config = std::string(second["config_fingerprint"].get_string().value());
   EXPECT_EQ(config.size(), 16u);
-  EXPECT_EQ(std::string_view(second["salt_digest"].get_string().value()), "0000000000000007");
+  EXPECT_EQ(std::string_view(second["salt_check"].get_string().value()), "0000000000000007");
 }
 
 TEST_F(SnapshotCli, VerifyReportsACorruptChunkAndExitsNonZero) {
@@ -109,6 +117,51 @@ TEST_F(SnapshotCli, VerifyReportsACorruptChunkAndExitsNonZero) {
   EXPECT_NE(r.out.find("orders/1: snapshot of orders/1 is corrupt: chunk 3"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("corrupt"), std::string::npos);
+}
+
+// RocksDB's point-in-time recovery drops every write after a damaged
+// write-ahead log record without an error; inspect must still find the
+// partitions whose last snapshot went with them (the ledger says which).
+TEST_F(SnapshotCli, VerifyFindsSnapshotsLostToADamagedWriteAheadLog) {
+  auto more = exact_filter(300);
+  ASSERT_TRUE(
+      store_->write(capture_snapshot({"clicks", 4}, *more, kScale, 300, 1'700'000'000'900, 7)));
+  ASSERT_TRUE(
+      store_->write(capture_snapshot({"orders", 0}, *more, kScale, 300, 1'700'000'000'900, 7)));
+  store_.reset();  // the writes live in the write-ahead log only
+  std::filesystem::path wal;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    if (e.path().extension() == ".log") wal = e.path();
+  }
+  ASSERT_FALSE(wal.empty());
+  std::string bytes;
+  {
+    std::ifstream in(wal, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // Damage the write of clicks/4: it and the later orders/0 write are lost.
+  const auto pos = bytes.rfind(format::manifest_key({"clicks", 4}));
+  ASSERT_NE(pos, std::string::npos);
+  bytes[pos + 2] ^= 0x01;
+  std::ofstream(wal, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+
+  auto r = run_kdedup({"snapshot", "inspect", "--state-dir", dir_, "--verify"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("clicks/4: snapshot of clicks/4 is corrupt: its last write"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("orders/0: snapshot of orders/0 is corrupt: its last write"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("write-ahead log"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("orders/1: "), std::string::npos) << "orders/1 was written before\n"
+                                                         << r.out;
+  auto json = run_kdedup({"snapshot", "inspect", "--state-dir", dir_, "--json"});
+  EXPECT_EQ(json.exit_code, 1) << "found without --verify too: " << json.out;
+  EXPECT_NE(json.out.find("\"topic\":\"clicks\",\"partition\":4,\"status\":\"corrupt\""),
+            std::string::npos)
+      << json.out;
 }
 
 TEST_F(SnapshotCli, DeleteNeedsTheOwnerStoppedThenRemovesOnePartition) {

@@ -197,7 +197,17 @@ TEST(Extractor, JsonFailureReasonsNameThePointer) {
   check(R"({"id":1} trailing)", Reason::kNotJson, "not valid JSON");
   check("{\"id\":\"\xff\xfe\"}", Reason::kNotJson, "UTF-8");
   check(R"({"id":123456789012345678901234567890})", Reason::kNotJson, "number");
-  check(std::string(2000, '[') + std::string(2000, ']'), Reason::kNotJson, "not valid JSON");
+  check(std::string(2000, '[') + std::string(2000, ']'), Reason::kNotJson,
+        "deeper than the JSON limit of 1024 levels");
+  // The limit itself: kMaxJsonDepth levels (the outer object is level 1)
+  // are read, one more is not.
+  auto nested = [](std::size_t levels) {
+    return R"({"id":"x","d":)" + std::string(levels - 1, '[') + std::string(levels - 1, ']') + "}";
+  };
+  auto at_limit = x.extract(value_record(nested(kMaxJsonDepth)));
+  ASSERT_TRUE(at_limit) << at_limit.error().message;
+  EXPECT_EQ(at_limit->identity, "x");
+  check(nested(kMaxJsonDepth + 1), Reason::kNotJson, "deeper than the JSON limit of 1024 levels");
   EXPECT_EQ(reason_of(x, RecordView{"k"sv, std::nullopt, {}}), Reason::kNullValue);
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bitset>
 #include <cmath>
@@ -71,13 +72,21 @@ struct Truth {
 };
 
 // Runs a skewed stream through `f`, feeding the sampler, and computes the
-// ground truth independently: a plain map from identity to the tick of its
-// last delivery (delivered = the filter said distinct).
+// ground truth independently with plain maps: identity -> tick of its last
+// delivery (delivered = the filter said distinct), and identity -> tick of
+// the drop that made it a false positive. Per identity (audit_sampler.h): an
+// identity not delivered within the window is one trial, at its first such
+// record; its later copies within a window of a drop are the same trial.
 Truth run_stream(filter::SlidingFilter& f, AuditSampler& sampler, std::uint64_t seed) {
   filter::Fingerprinter fingerprinter("audit-test-salt");
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> id_dist(0, 2999);
-  std::unordered_map<std::string, Tick> last_delivery;
+  std::unordered_map<std::string, Tick> last_delivery, dropped_at;
+  auto within = [](const std::unordered_map<std::string, Tick>& m, const std::string& id,
+                   Tick now) {
+    auto it = m.find(id);
+    return it != m.end() && now - it->second <= kWindowTicks;
+  };
   Truth t;
   for (int i = 0; i < 20000; ++i) {
     const Tick now = static_cast<Tick>(i / 50);
@@ -86,18 +95,22 @@ Truth run_stream(filter::SlidingFilter& f, AuditSampler& sampler, std::uint64_t 
     const Decision d = f.test_and_insert(fp, now);
     sampler.observe(fp, d, now);
 
-    auto it = last_delivery.find(id);
-    const bool delivered = it != last_delivery.end() && now - it->second <= kWindowTicks;
-    const bool fp_case = d == Decision::kDuplicate && !delivered;
+    const bool delivered = within(last_delivery, id, now);
+    const bool same_trial = !delivered && within(dropped_at, id, now);
+    const bool trial = !delivered && !same_trial;
+    const bool dropped_new = d == Decision::kDuplicate && !delivered;
+    const bool fp_case = dropped_new && trial;
     const bool fn_case = d == Decision::kDistinct && delivered;
-    if (!delivered) ++t.all_truly_new;
+    if (trial) ++t.all_truly_new;
     if (fp_case) ++t.all_false_positives;
     if (sampler.selects(fp)) {
       ++t.sampled.sampled;
-      if (!delivered) ++t.sampled.truly_new;
+      if (trial) ++t.sampled.truly_new;
       if (fp_case) ++t.sampled.false_positives;
       if (fn_case) ++t.sampled.false_negatives;
+      if (dropped_new) ++t.sampled.false_positive_records;
     }
+    if (fp_case) dropped_at[id] = now;
     if (d == Decision::kDistinct) last_delivery[id] = now;
   }
   return t;
@@ -108,6 +121,7 @@ void expect_counts_eq(const AuditCounts& got, const AuditCounts& want) {
   EXPECT_EQ(got.truly_new, want.truly_new);
   EXPECT_EQ(got.false_positives, want.false_positives);
   EXPECT_EQ(got.false_negatives, want.false_negatives);
+  EXPECT_EQ(got.false_positive_records, want.false_positive_records);
 }
 
 TEST(AuditSampler, FindsTheBadFiltersFalsePositivesExactly) {
@@ -185,14 +199,86 @@ TEST(AuditSampler, DrainReturnsCountsSinceThePreviousDrain) {
   sampler->observe(a, Decision::kDistinct, 0);   // truly new
   sampler->observe(a, Decision::kDuplicate, 1);  // correct duplicate
   AuditCounts first = sampler->drain();
-  expect_counts_eq(first, AuditCounts{2, 1, 0, 0});
+  expect_counts_eq(first, AuditCounts{2, 1, 0, 0, 0});
   sampler->observe(b, Decision::kDuplicate, 2);                 // never delivered: FP
   sampler->observe(a, Decision::kDuplicate, 2 + kWindowTicks);  // a expired: FP
-  sampler->observe(a, Decision::kDistinct, 3 + kWindowTicks);   // new again
+  sampler->observe(a, Decision::kDistinct, 3 + kWindowTicks);   // same trial, now delivered
   sampler->observe(a, Decision::kDistinct, 4 + kWindowTicks);   // FN
-  expect_counts_eq(sampler->drain(), AuditCounts{4, 3, 2, 1});
+  expect_counts_eq(sampler->drain(), AuditCounts{4, 2, 2, 1, 2});
   expect_counts_eq(sampler->drain(), AuditCounts{});
-  expect_counts_eq(sampler->totals(), AuditCounts{6, 4, 2, 1});
+  expect_counts_eq(sampler->totals(), AuditCounts{6, 3, 2, 1, 2});
+}
+
+TEST(AuditSampler, AnIdentityDroppedOnceIsOneFalsePositiveWhileItsCopiesAreDropped) {
+  auto sampler = AuditSampler::create(kWindowTicks, 1);
+  ASSERT_TRUE(sampler);
+  const Fingerprint x{5, 6}, y{7, 8};
+  for (Tick t = 0; t < 4; ++t) sampler->observe(x, Decision::kDuplicate, t);  // never delivered
+  sampler->observe(y, Decision::kDistinct, 4);
+  for (Tick t = 5; t < 8; ++t) sampler->observe(y, Decision::kDuplicate, t);  // right
+  // One trial each: x dropped (4 records wrongly dropped), y delivered.
+  expect_counts_eq(sampler->totals(), AuditCounts{8, 2, 1, 0, 4});
+  // A window after the drop the filter's cells are all new: another trial.
+  sampler->observe(x, Decision::kDuplicate, kWindowTicks + 1);
+  expect_counts_eq(sampler->totals(), AuditCounts{9, 3, 2, 0, 5});
+}
+
+// A filter whose false positives stick to identities, as a Bloom filter's
+// do (the answer depends on the identity's cells): it remembers deliveries
+// exactly and also calls "duplicate" every undelivered identity with
+// fp.lo % 100 == 0, i.e. it answers wrongly for 1% of fresh identities,
+// always the same ones.
+class StickyFalsePositives final : public filter::SlidingFilter {
+ public:
+  StickyFalsePositives() : exact_(config_of()) {}
+  filter::FilterType type() const noexcept override { return filter::FilterType::kTimer; }
+  const filter::FilterConfig& config() const noexcept override { return exact_.config(); }
+  Decision test_and_insert(const Fingerprint& fp, Tick now) override {
+    if (exact_.contains(fp, now) || fp.lo % 100 == 0) return Decision::kDuplicate;
+    exact_.insert(fp, now);
+    return Decision::kDistinct;
+  }
+  void insert(const Fingerprint& fp, Tick now) override { exact_.insert(fp, now); }
+  void advance(Tick now) override { exact_.advance(now); }
+  filter::FilterStats stats() const override { return {}; }
+  std::string serialize() const override { return {}; }
+
+ private:
+  static filter::FilterConfig config_of() {
+    filter::FilterConfig c;
+    c.type = filter::FilterType::kExact;
+    c.ticks_per_window = kWindowTicks;
+    return *filter::normalize(c);
+  }
+  filter::ExactFilter exact_;
+};
+
+// The stream shape: every identity comes 5 times within the window.
+// Counted per record, each wrongly dropped identity weighs 5 times (about
+// 5% at a 1% filter); per identity the observed rate is the filter's 1%,
+// comparable with the configured fpp, and the wrongly dropped records are
+// all in false_positive_records.
+TEST(AuditSampler, ObservedRateIsPerIdentityLikeTheConfiguredFpp) {
+  StickyFalsePositives f;
+  auto sampler = AuditSampler::create(kWindowTicks, 1);
+  ASSERT_TRUE(sampler);
+  filter::Fingerprinter fingerprinter("audit-test-salt");
+  constexpr int kIdentities = 40'000, kCopies = 5;
+  std::vector<std::pair<Tick, Fingerprint>> stream;
+  for (int i = 0; i < kIdentities; ++i) {
+    const Fingerprint fp = fingerprinter("id-" + std::to_string(i));
+    for (int c = 0; c < kCopies; ++c) stream.emplace_back(static_cast<Tick>(i / 1000 + c), fp);
+  }
+  std::stable_sort(stream.begin(), stream.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [tick, fp] : stream) sampler->observe(fp, f.test_and_insert(fp, tick), tick);
+
+  const AuditCounts& s = sampler->totals();
+  EXPECT_EQ(s.truly_new, static_cast<std::uint64_t>(kIdentities));
+  EXPECT_EQ(s.false_positive_records, kCopies * s.false_positives);
+  EXPECT_EQ(s.false_negatives, 0u);
+  const double observed = static_cast<double>(s.false_positives) / static_cast<double>(s.truly_new);
+  EXPECT_NEAR(observed, 0.01, 0.003) << s.false_positives << " of " << s.truly_new;
 }
 
 TEST(AuditSampler, SelectsAboutOneInNAndLeavesFingerprintBitsUniform) {

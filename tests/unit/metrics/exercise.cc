@@ -18,6 +18,9 @@ void add_traffic(metrics::Metrics& m, PartitionHandles& handles, int round) {
     c.invalid[m.reason_index("missing_field")] = 2;
     c.dlq = 5;
     c.distinct = in - c.duplicate - c.dlq;
+    // A producer on payments stamps some records minutes ahead: capped.
+    c.clock_capped = i == 3 ? 12 : 0;
+    c.no_timestamp = i == 1 ? 2 : 0;
     p.add_batch(c);
     // What the StatsBridge passes on: 50 output records 2 ms .. 100 ms old,
     // and a few batch times (hundreds of microseconds, one slower batch).
@@ -37,7 +40,7 @@ void add_traffic(metrics::Metrics& m, PartitionHandles& handles, int round) {
     s.subfilters = 2;
     s.insertions = static_cast<std::uint64_t>(round) * in;
     s.fpp_estimate = 0.002 + 0.0001 * static_cast<double>(i);
-    p.set_filter(s, 0.8);
+    p.set_filter(s, i == 3 ? -42.0 : 0.8);  // payments' clock runs ahead
     p.set_queue_depth(120 + i);
   }
   m.add_busy_seconds(0.35);
@@ -52,12 +55,13 @@ PartitionHandles exercise_every_metric(metrics::Metrics& m) {
   handles.push_back(m.partition("payments", 0));
   m.set_assigned_partitions(4);
   m.set_workers(2);
+  m.set_memory(64u << 20, 9u << 20, 0.01);
   m.add_rebalance();
   m.health().set_ready();
   add_traffic(m, handles, 1);
 
   // One audited false positive on orders/1 so the accuracy panels have data.
-  handles[1]->add_audit(metrics::AuditCounts{1, 1, 1, 0});
+  handles[1]->add_audit(metrics::AuditCounts{1, 1, 1, 0, 3});
   handles[2]->add_audit(metrics::AuditCounts{1, 0, 0, 1});
 
   for (auto& p : handles) {

@@ -66,6 +66,8 @@ TEST(Metrics, BatchCountersAddUpPerPartition) {
   a.distinct = 80;
   a.duplicate = 15;
   a.dlq = 5;
+  a.clock_capped = 6;
+  a.no_timestamp = 2;
   a.invalid[m->reason_index("not_json")] = 4;
   a.invalid[m->reason_index("no_such_reason")] = 1;  // counted as "other"
   p0->add_batch(a);
@@ -82,6 +84,9 @@ TEST(Metrics, BatchCountersAddUpPerPartition) {
   EXPECT_EQ(counter(fs, "kdedup_records_distinct_total", o0), 160);
   EXPECT_EQ(counter(fs, "kdedup_records_duplicate_total", o0), 30);
   EXPECT_EQ(counter(fs, "kdedup_records_dlq_total", o0), 10);
+  EXPECT_EQ(counter(fs, "kdedup_clock_capped_records_total", o0), 12);
+  EXPECT_EQ(counter(fs, "kdedup_clock_missing_timestamp_records_total", o0), 4);
+  EXPECT_EQ(counter(fs, "kdedup_clock_capped_records_total", o1), 0);
   EXPECT_EQ(counter(fs, "kdedup_records_invalid_total",
                     {{"topic", "orders"}, {"partition", "0"}, {"reason", "not_json"}}),
             8);
@@ -232,6 +237,7 @@ TEST(Metrics, FilterGaugesAndTheirRemovalOnRevocation) {
   EXPECT_EQ(gauge(fs, "kdedup_filter_subfilters", l), 3);
   EXPECT_EQ(gauge(fs, "kdedup_filter_fpp_estimate", l), 0.004);
   EXPECT_EQ(gauge(fs, "kdedup_filter_clock_lag_seconds", l), 1.5);
+  EXPECT_EQ(gauge(fs, "kdedup_filter_clock_ahead_seconds", l), 0.0);
   EXPECT_EQ(gauge(fs, "kdedup_queue_depth", l), 42);
   // Until the first snapshot the timestamp is the assignment time.
   const double now = static_cast<double>(std::time(nullptr));
@@ -263,7 +269,7 @@ TEST(Metrics, AggregatesPerTopicWhenPartitionSeriesAreOff) {
   filter::FilterStats s1{
       .bytes = 300, .cells = 300, .live_cells = 150, .subfilters = 2, .fpp_estimate = 0.02};
   p0->set_filter(s0, 4.0);
-  p1->set_filter(s1, 1.0);
+  p1->set_filter(s1, -3.0);  // ahead of the wall clock
   p0->set_queue_depth(3);
   p1->set_queue_depth(4);
   p0->snapshot_written(0.01, 100);
@@ -275,8 +281,9 @@ TEST(Metrics, AggregatesPerTopicWhenPartitionSeriesAreOff) {
   EXPECT_EQ(gauge(fs, "kdedup_filter_bytes", orders), 400);
   EXPECT_EQ(gauge(fs, "kdedup_filter_subfilters", orders), 3);
   EXPECT_EQ(gauge(fs, "kdedup_filter_fill_ratio", orders), 160.0 / 400.0);
-  EXPECT_EQ(gauge(fs, "kdedup_filter_fpp_estimate", orders), 0.02);      // worst partition
-  EXPECT_EQ(gauge(fs, "kdedup_filter_clock_lag_seconds", orders), 4.0);  // worst partition
+  EXPECT_EQ(gauge(fs, "kdedup_filter_fpp_estimate", orders), 0.02);        // worst partition
+  EXPECT_EQ(gauge(fs, "kdedup_filter_clock_lag_seconds", orders), 4.0);    // worst partition
+  EXPECT_EQ(gauge(fs, "kdedup_filter_clock_ahead_seconds", orders), 3.0);  // worst partition
   EXPECT_EQ(gauge(fs, "kdedup_queue_depth", orders), 7);
   // The oldest snapshot of the topic: p1 has none yet, so its assignment
   // time, which is earlier than p0's snapshot.

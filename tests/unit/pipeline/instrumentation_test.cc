@@ -180,10 +180,19 @@ TEST(Instrumentation, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
   EXPECT_NE(dynamic_cast<const AuditedFilter*>((*slice)->filter()), nullptr);
   EXPECT_EQ((*slice)->filter()->type(), filter::FilterType::kExact);
   // The Slice derives its tick from the (forwarded) config.
-  EXPECT_EQ((*slice)->tick_ms(), 60'000 / (*slice)->filter()->config().ticks_per_window);
+  EXPECT_EQ((*slice)->scale(),
+            filter::TickScale(60'000, (*slice)->filter()->config().ticks_per_window));
   const auto first = inst.find(PartitionId{"in", 2});
   ASSERT_TRUE(first);
   EXPECT_NE(first->probe, nullptr);
+
+  // The budget reaches the wrapped filter.
+  o.memory = std::make_shared<filter::MemoryBudget>();
+  auto budgeted = inst.make_slice(PartitionId{"in", 3}, o);
+  ASSERT_TRUE(budgeted);
+  EXPECT_GT(o.memory->used(), 0U);
+  budgeted->reset();
+  EXPECT_EQ(o.memory->used(), 0U);
 
   o.filter_enabled = false;
   auto passthrough = inst.make_slice(PartitionId{"in", 2}, o);
@@ -270,6 +279,30 @@ TEST_F(BridgeTest, PublishesCounterDeltasOnce) {
   EXPECT_EQ(value(*m, "kdedup_batch_processing_seconds", {{"topic", "in"}}), 5);
   EXPECT_EQ(value(*m, "kdedup_consumer_rebalances_total"), 3);
   EXPECT_NEAR(value(*m, "kdedup_worker_busy_seconds_total"), 0.85, 1e-9);
+}
+
+// README: records capped at wall clock + max_future_skew "are counted", and
+// a clock ahead of the wall clock shows as such, not as a lag of 0.
+TEST_F(BridgeTest, ClockCappedAndUntimestampedRecordsAndAClockAheadAreExported) {
+  now.ready = true;
+  auto& p = partition(0);
+  p.records_in = 10;
+  p.clock_capped = 3;
+  p.no_timestamp = 2;
+  p.clock_ms = wall_ms + 45'000;  // records stamped in the future, capped at +skew
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_clock_capped_records_total", p0), 3);
+  EXPECT_EQ(value(*m, "kdedup_clock_missing_timestamp_records_total", p0), 2);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_ahead_seconds", p0), 45.0);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_lag_seconds", p0), 0.0);
+
+  p.clock_capped = 4;
+  wall_ms += 60'000;  // the wall clock overtakes the partition clock
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_clock_capped_records_total", p0), 4);
+  EXPECT_EQ(value(*m, "kdedup_clock_missing_timestamp_records_total", p0), 2);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_ahead_seconds", p0), 0.0);
+  EXPECT_DOUBLE_EQ(value(*m, "kdedup_filter_clock_lag_seconds", p0), 15.0);
 }
 
 TEST_F(BridgeTest, RevokedPartitionsLoseTheirGaugesAndReassignedOnesStartOver) {

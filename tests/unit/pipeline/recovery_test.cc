@@ -294,38 +294,65 @@ TEST(RecoveryPlan, NeverStartsBeforeRetentionProperty) {
   }
 }
 
-// The replay rule of a recovering partition: everything below C, then in
-// [C, rebuild_until) only the offsets found in the output (with
-// partitioning: key a record can be missing from the output while a later
-// one of the same input partition is there).
-TEST(ReplayRule, ReplaysCommittedAndAlreadyEmittedOnly) {
+// The replay rule of a recovering partition. With a restored snapshot every
+// record below C is decided again (the snapshot holds the state before
+// them); rebuilt from the output, only those delivered are learned and the
+// others only move the clock. In [C, rebuild_until) only the offsets found
+// in the output are learned (with partitioning: key a record can be missing
+// from the output while a later one of the same input partition is there).
+TEST(ReplayRule, AfterASnapshotDecidesBelowTheCommitAndLearnsWhatWasEmitted) {
+  using A = ReplayRule::Action;
   ReplayRule none;
-  EXPECT_FALSE(none.replays(0));
+  EXPECT_EQ(none.action(0), A::kProcess);
   EXPECT_EQ(none.end(), 0);
 
   // C = 100, H = 109; 103 and 107 went to an output partition that never
   // got them (the crash), so they must be emitted now.
-  ReplayRule rule(100, 110, {109, 100, 101, 102, 104, 105, 106, 108, 5, 200, 101});
-  for (std::int64_t o = 0; o < 100; ++o) EXPECT_TRUE(rule.replays(o)) << o;
-  for (std::int64_t o : {100, 101, 102, 104, 105, 106, 108, 109}) EXPECT_TRUE(rule.replays(o)) << o;
-  EXPECT_FALSE(rule.replays(103));
-  EXPECT_FALSE(rule.replays(107));
-  EXPECT_FALSE(rule.replays(110));
-  EXPECT_FALSE(rule.replays(200));  // outside [C, rebuild_until): ignored
+  ReplayRule rule(ReplayRule::Below::kSnapshot, 100, 110,
+                  {109, 100, 101, 102, 104, 105, 106, 108, 5, 200, 101});
+  for (std::int64_t o = 0; o < 100; ++o) EXPECT_EQ(rule.action(o), A::kDecide) << o;
+  for (std::int64_t o : {100, 101, 102, 104, 105, 106, 108, 109}) {
+    EXPECT_EQ(rule.action(o), A::kLearn) << o;
+  }
+  EXPECT_EQ(rule.action(103), A::kProcess);
+  EXPECT_EQ(rule.action(107), A::kProcess);
+  EXPECT_EQ(rule.action(110), A::kProcess);
+  EXPECT_EQ(rule.action(200), A::kProcess);  // outside [C, rebuild_until): ignored
   EXPECT_EQ(rule.end(), 110);
-
-  // partitioning: input, a tail that covers [C, H]: exactly "up to H".
-  std::vector<std::int64_t> all;
-  for (std::int64_t o = 40; o <= 60; ++o) all.push_back(o);
-  ReplayRule input(40, 61, all);
-  for (std::int64_t o = 0; o <= 60; ++o) EXPECT_TRUE(input.replays(o)) << o;
-  EXPECT_FALSE(input.replays(61));
+  EXPECT_EQ(rule.delivered(), 8u);  // 5 is below C: decided, not learned
 
   // rebuild_until below C (nothing emitted past C) is C.
-  ReplayRule plain(30, 0, {});
+  ReplayRule plain(ReplayRule::Below::kSnapshot, 30, 0, {});
   EXPECT_EQ(plain.end(), 30);
-  EXPECT_TRUE(plain.replays(29));
-  EXPECT_FALSE(plain.replays(30));
+  EXPECT_EQ(plain.action(29), A::kDecide);
+  EXPECT_EQ(plain.action(30), A::kProcess);
+}
+
+TEST(ReplayRule, RebuiltFromTheOutputLearnsOnlyWhatWasDelivered) {
+  using A = ReplayRule::Action;
+  // Window start 40, C = 60, H = 63: 41, 45 and 52 were delivered before C
+  // (the rest were duplicates), 61 and 63 after it.
+  ReplayRule rule(ReplayRule::Below::kDelivered, 60, 64, {63, 45, 41, 52, 61, 900});
+  for (std::int64_t o = 40; o < 60; ++o) {
+    EXPECT_EQ(rule.action(o), o == 41 || o == 45 || o == 52 ? A::kLearn : A::kSkip) << o;
+  }
+  EXPECT_EQ(rule.action(60), A::kProcess);
+  EXPECT_EQ(rule.action(61), A::kLearn);
+  EXPECT_EQ(rule.action(62), A::kProcess);
+  EXPECT_EQ(rule.action(63), A::kLearn);
+  EXPECT_EQ(rule.action(64), A::kProcess);
+  EXPECT_EQ(rule.action(900), A::kProcess);
+  EXPECT_EQ(rule.delivered(), 5u);
+
+  // partitioning: input: one producer delivered 61 and 63 in order, so 60
+  // and 62 were dropped by the previous owner: they stay dropped.
+  ReplayRule ordered(ReplayRule::Below::kDelivered, 60, 64, {63, 45, 41, 52, 61}, true);
+  EXPECT_EQ(ordered.action(59), A::kSkip);
+  EXPECT_EQ(ordered.action(60), A::kDropped);
+  EXPECT_EQ(ordered.action(61), A::kLearn);
+  EXPECT_EQ(ordered.action(62), A::kDropped);
+  EXPECT_EQ(ordered.action(63), A::kLearn);
+  EXPECT_EQ(ordered.action(64), A::kProcess);
 }
 
 TEST(RecoveryPlan, RejectsImpossibleInputs) {

@@ -61,7 +61,7 @@ SliceOptions exact_options(std::int64_t window_ms, std::uint32_t ticks) {
 TEST(Slice, TickIsClockOverTickLength) {
   auto s = Slice::create({"t", 0}, exact_options(10'000, 10));
   ASSERT_TRUE(s) << s.error().message;
-  EXPECT_EQ((*s)->tick_ms(), 1000);
+  EXPECT_EQ((*s)->scale(), filter::TickScale(10'000, 10));
   EXPECT_EQ((*s)->observe(kWall - 2500, kWall), static_cast<Tick>((kWall - 2500) / 1000));
   // no timestamp: judged at the current clock
   EXPECT_EQ((*s)->observe(0, kWall), static_cast<Tick>((kWall - 2500) / 1000));
@@ -116,6 +116,26 @@ TEST(Slice, RestoredStateContinues) {
   s.set_processed(500);
   EXPECT_EQ(s.next_offset(), 501);
   EXPECT_EQ(s.counters()->next_offset.load(), 501);
+}
+
+TEST(Slice, ItsFilterSharesTheProcessMemoryBudget) {
+  // New and restored filters alike are charged while their Slice lives.
+  SliceOptions o = exact_options(10'000, 10);
+  o.filter.type = filter::FilterType::kTimer;
+  o.filter.capacity = 1'000'000;  // a hint: the filter starts at its floor
+  o.filter = *filter::normalize(o.filter);
+  o.memory = std::make_shared<filter::MemoryBudget>();
+  {
+    auto fresh = Slice::create({"t", 0}, o);
+    ASSERT_TRUE(fresh);
+    EXPECT_GT(o.memory->used(), 0U);
+    EXPECT_LE(o.memory->used(), o.filter.min_bytes);
+    auto restored = filter::restore_filter((*fresh)->filter()->serialize());
+    ASSERT_TRUE(restored);
+    Slice again({"t", 1}, o, std::move(*restored), kWall, 10);
+    EXPECT_EQ(o.memory->used(), 2 * (*fresh)->filter()->stats().cells);  // 8-bit cells
+  }
+  EXPECT_EQ(o.memory->used(), 0U);
 }
 
 TEST(Slice, BadFilterConfigIsAnErrorNamingThePartition) {

@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
 #include "kdedup/common/bytes.h"
 #include "process.h"
 #include "snapshot_format.h"  // white-box: the on-disk layout
+#include "snapshot_ledger.h"
 
 namespace kdedup::state {
 namespace {
@@ -30,6 +32,7 @@ using filter::Fingerprint;
 using kdedup::testing::TempDir;
 
 constexpr std::uint64_t kSalt = 0x5a17;
+constexpr filter::TickScale kScale(60'000, 192);
 
 FilterConfig config_of(FilterType type, std::uint32_t ticks = 64) {
   FilterConfig c;
@@ -56,7 +59,7 @@ SnapshotCapture raw_capture(const PartitionKey& key, std::string state, std::int
   c.key = key;
   c.next_offset = offset;
   c.clock_ms = 1000;
-  c.fingerprint = {1, 2};
+  c.fingerprint = {1, 2, 3};
   c.state = std::move(state);
   return c;
 }
@@ -134,16 +137,16 @@ TEST_P(RoundTrip, LoadedFilterMakesTheSameDecisions) {
   TempDir tmp;
   auto store = open_store(tmp.file("state"));
   const PartitionKey key{std::string("in-") + filter::to_string(type), 3};
-  auto report = store->write(capture_snapshot(key, f, 20'000, 123'456, kSalt));
+  auto report = store->write(capture_snapshot(key, f, kScale, 20'000, 123'456, kSalt));
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_TRUE(report->full);
 
-  auto loaded = store->load(key, state_fingerprint(f.config(), kSalt));
+  auto loaded = store->load(key, state_fingerprint(f.config(), kScale, kSalt));
   ASSERT_TRUE(loaded) << loaded.error().message;
   EXPECT_EQ(loaded->info.next_offset, 20'000);
   EXPECT_EQ(loaded->info.clock_ms, 123'456);
   EXPECT_EQ(loaded->info.filter_type, type);
-  EXPECT_EQ(loaded->info.format_version, 1);
+  EXPECT_EQ(loaded->info.format_version, format::kManifestVersion);
   EXPECT_GT(loaded->info.created_ms, 0);
   auto& g = *loaded->filter;
   EXPECT_EQ(g.serialize(), f.serialize());
@@ -164,32 +167,40 @@ INSTANTIATE_TEST_SUITE_P(EveryFilterType, RoundTrip,
 TEST(SnapshotStore, MissingPartitionIsReportedAsMissing) {
   TempDir tmp;
   auto store = open_store(tmp.file("state"));
-  auto loaded = store->load({"t", 0}, {1, 2});
+  auto loaded = store->load({"t", 0}, {1, 2, 3});
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().reason, LoadFailure::kMissing);
   EXPECT_NE(loaded.error().message.find("t/0"), std::string::npos);
 }
 
-TEST(SnapshotStore, ChangedConfigOrSaltIsRefused) {
+TEST(SnapshotStore, ChangedConfigWindowOrSaltIsRefused) {
   TempDir tmp;
   auto store = open_store(tmp.file("state"));
   auto f = filled_exact(1000);
   const PartitionKey key{"t", 1};
-  ASSERT_TRUE(store->write(capture_snapshot(key, *f, 1000, 5, kSalt)));
+  ASSERT_TRUE(store->write(capture_snapshot(key, *f, kScale, 1000, 5, kSalt)));
 
   FilterConfig other = f->config();
   other.ticks_per_window += 1;
-  auto changed = store->load(key, state_fingerprint(other, kSalt));
+  auto changed = store->load(key, state_fingerprint(other, kScale, kSalt));
   ASSERT_FALSE(changed);
   EXPECT_EQ(changed.error().reason, LoadFailure::kConfigChanged);
   EXPECT_NE(changed.error().message.find("filter configuration"), std::string::npos);
 
-  auto salted = store->load(key, state_fingerprint(f->config(), kSalt + 1));
+  // Another window (or the mapping before it was exact) numbers ticks
+  // differently: the same refusal.
+  auto window =
+      store->load(key, state_fingerprint(f->config(), filter::TickScale(30'000, 192), kSalt));
+  ASSERT_FALSE(window);
+  EXPECT_EQ(window.error().reason, LoadFailure::kConfigChanged);
+  EXPECT_NE(window.error().message.find("window"), std::string::npos);
+
+  auto salted = store->load(key, state_fingerprint(f->config(), kScale, kSalt + 1));
   ASSERT_FALSE(salted);
   EXPECT_EQ(salted.error().reason, LoadFailure::kConfigChanged);
   EXPECT_NE(salted.error().message.find("salt"), std::string::npos);
 
-  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kSalt)));
+  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kScale, kSalt)));
 }
 
 TEST(SnapshotStore, IncrementalWriteStoresOnlyChangedChunks) {
@@ -237,15 +248,15 @@ TEST(SnapshotStore, IncrementalWriteOfAGrowingExactFilter) {
   auto store = open_store(tmp.file("state"));
   const PartitionKey key{"t", 0};
   auto f = filled_exact(50'000);  // ~1.2 MB of state
-  auto first = store->write(capture_snapshot(key, *f, 50'000, 1, kSalt));
+  auto first = store->write(capture_snapshot(key, *f, kScale, 50'000, 1, kSalt));
   ASSERT_TRUE(first);
   for (std::uint64_t i = 0; i < 50; ++i) f->test_and_insert({~i, i}, 50'000 / 16);
-  auto second = store->write(capture_snapshot(key, *f, 50'050, 2, kSalt));
+  auto second = store->write(capture_snapshot(key, *f, kScale, 50'050, 2, kSalt));
   ASSERT_TRUE(second);
   // Header chunk (clock, counts) + tail chunk(s) + manifest, not 1.2 MB.
   EXPECT_LE(second->chunks_written, 3u);
   EXPECT_LT(second->bytes_written * 20, first->bytes_written);
-  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kSalt)));
+  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kScale, kSalt)));
 }
 
 TEST(SnapshotStore, RepeatedChunksAreStoredOnce) {
@@ -367,10 +378,43 @@ TEST_F(TamperedSnapshot, UnknownFormatVersionIsReportedAsSuch) {
     const std::string value = db.get(mkey);  // the envelope views into it
     auto env = open_envelope(value, "manifest");
     ASSERT_TRUE(env);
-    db.put(mkey, seal_envelope(env->kind, format::kVersion + 1, env->payload));
+    db.put(mkey, seal_envelope(env->kind, format::kManifestVersion + 1, env->payload));
   });
   EXPECT_EQ(e.reason, LoadFailure::kFormatUnknown);
-  EXPECT_NE(e.message.find("version 2"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("version 3"), std::string::npos) << e.message;
+}
+
+// A manifest of format 1 (written before the time -> tick mapping was made
+// exact: no tick scale fingerprint) still reads, and is refused once as a
+// changed configuration, so the partition is rebuilt.
+TEST_F(TamperedSnapshot, ManifestOfTheOldTickMappingIsRefusedAsConfigChanged) {
+  {
+    RawDb db(dir_);
+    const std::string mkey = format::manifest_key(key_);
+    const std::string value = db.get(mkey);
+    auto env = open_envelope(value, "manifest");
+    ASSERT_TRUE(env);
+    ByteReader r(env->payload);
+    ASSERT_TRUE(r.get_string("topic"));
+    ASSERT_TRUE(r.get<std::int32_t>("partition"));
+    for (const char* field : {"next_offset", "clock_ms", "config", "salt"}) {
+      ASSERT_TRUE(r.get<std::uint64_t>(field));
+    }
+    const std::size_t scale_at = env->payload.size() - r.remaining();
+    std::string v1(env->payload);
+    v1.erase(scale_at, 8);
+    db.put(mkey, seal_envelope(env->kind, 1, v1));
+  }
+  auto store = SnapshotStore::open(dir_, small_chunks());
+  ASSERT_TRUE(store);
+  auto info = (*store)->read(key_, std::nullopt);  // the old manifest still reads
+  ASSERT_TRUE(info) << info.error().message;
+  EXPECT_EQ(info->info.format_version, 1);
+  auto loaded = (*store)->read(key_, StateFingerprint{1, 2, 3});
+  ASSERT_FALSE(loaded);
+  EXPECT_EQ(loaded.error().reason, LoadFailure::kConfigChanged) << loaded.error().message;
+  EXPECT_NE(loaded.error().message.find("before it was made exact"), std::string::npos)
+      << loaded.error().message;
 }
 
 TEST_F(TamperedSnapshot, OtherPartitionsStayReadable) {
@@ -385,7 +429,7 @@ TEST(SnapshotStore, FilterStateThatDoesNotRestoreIsCorrupt) {
   auto store = open_store(tmp.file("state"));
   // Checksums of the store are fine, but the bytes are not a filter state.
   ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(9000, 4))));
-  auto loaded = store->load({"t", 0}, {1, 2});
+  auto loaded = store->load({"t", 0}, {1, 2, 3});
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().reason, LoadFailure::kCorrupt);
   EXPECT_NE(loaded.error().message.find("filter state"), std::string::npos)
@@ -418,6 +462,179 @@ TEST(SnapshotStore, ACrashDuringAWriteLeavesTheOldOrTheNewSnapshot) {
     ASSERT_TRUE(read) << "round " << round << ": " << read.error().message;
     EXPECT_EQ(read->state, read->info.next_offset == 1 ? a : b) << "round " << round;
   }
+}
+
+/// The write-ahead log files of a closed store (RocksDB names them NNNNNN.log).
+std::vector<std::filesystem::path> wal_files(const std::string& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".log") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Flips one byte of the WAL record that holds `key`'s manifest put (a
+/// snapshot is one WriteBatch, one WAL record; the manifest comes last in it).
+void flip_wal_byte_after_manifest_of(const std::string& dir, const PartitionKey& key,
+                                     std::size_t occurrence = 0) {
+  const auto wals = wal_files(dir);
+  ASSERT_FALSE(wals.empty()) << "no write-ahead log in " << dir;
+  const std::string mkey = format::manifest_key(key);
+  for (const auto& wal : wals) {
+    std::string bytes;
+    {
+      std::ifstream in(wal, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    std::size_t pos = bytes.find(mkey);
+    for (std::size_t i = 0; i < occurrence && pos != std::string::npos; ++i) {
+      pos = bytes.find(mkey, pos + 1);
+    }
+    if (pos == std::string::npos) continue;
+    ASSERT_LT(pos + mkey.size() + 24, bytes.size());
+    bytes[pos + mkey.size() + 24] ^= 0x10;  // inside the manifest's value
+    std::ofstream out(wal, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return;
+  }
+  FAIL() << "manifest of " << key.to_string() << " not found in the write-ahead log";
+}
+
+// What the issue found: bytes flipped in the WAL made RocksDB's point-in-time
+// recovery drop every later write without a word outside its LOG. The store
+// must refuse each partition whose last snapshot it lost as corrupt, name the
+// partition, and keep saying so after another restart, until the partition
+// is written again.
+TEST(SnapshotStore, SnapshotsLostToADamagedWriteAheadLogAreCorrupt) {
+  TempDir tmp;
+  const std::string dir = tmp.file("state");
+  StoreOptions o = small_chunks();
+  o.sync = true;
+  {
+    auto store = open_store(dir, o);
+    // t/1 once at offset 50, then all four partitions (t/1 again at 101).
+    ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(3 * 4096, 50), 50)));
+    for (std::int32_t p = 0; p < 4; ++p) {
+      ASSERT_TRUE(store->write(raw_capture({"t", p}, random_bytes(3 * 4096, p), 100 + p)));
+    }
+  }  // closed: every batch lives only in the write-ahead log
+  ASSERT_NO_FATAL_FAILURE(flip_wal_byte_after_manifest_of(dir, {"t", 1}, 1));
+
+  auto expect_damage = [&](const SnapshotStore& store, const char* when) {
+    auto kept = store.read({"t", 0}, std::nullopt);
+    ASSERT_TRUE(kept) << when << ": " << kept.error().message;
+    EXPECT_EQ(kept->info.next_offset, 100) << when;
+    for (std::int32_t p = 1; p < 4; ++p) {
+      const PartitionKey key{"t", p};
+      auto lost = store.read(key, std::nullopt);
+      ASSERT_FALSE(lost) << when << ": " << key.to_string() << " read back at offset "
+                         << lost->info.next_offset << ", not its last snapshot at " << 100 + p;
+      EXPECT_EQ(lost.error().reason, LoadFailure::kCorrupt)
+          << when << ": " << key.to_string() << ": " << lost.error().message;
+      EXPECT_NE(lost.error().message.find("snapshot of " + key.to_string() + " is corrupt"),
+                std::string::npos)
+          << lost.error().message;
+      EXPECT_NE(lost.error().message.find("write-ahead log"), std::string::npos)
+          << lost.error().message;
+    }
+    // list() (inspect without --verify) shows all four, the three as corrupt.
+    auto listed = store.list();
+    ASSERT_TRUE(listed) << listed.error().message;
+    ASSERT_EQ(listed->size(), 4u) << when;
+    for (const auto& entry : *listed) {
+      EXPECT_EQ(static_cast<bool>(entry.info), entry.key.partition == 0)
+          << when << ": " << entry.key.to_string();
+      if (!entry.info) {
+        EXPECT_EQ(entry.info.error().reason, LoadFailure::kCorrupt);
+      }
+    }
+  };
+  {
+    auto store = open_store(dir, o);
+    ASSERT_TRUE(store);
+    EXPECT_EQ(store->lost().size(), 3u);
+    ASSERT_NO_FATAL_FAILURE(expect_damage(*store, "first open"));
+    auto reader = SnapshotStore::open_read_only(dir);
+    ASSERT_TRUE(reader) << reader.error().message;
+    ASSERT_NO_FATAL_FAILURE(expect_damage(**reader, "read-only open"));
+  }
+  // RocksDB rewrote what it recovered; the finding must survive that.
+  auto store = open_store(dir, o);
+  ASSERT_NO_FATAL_FAILURE(expect_damage(*store, "second open"));
+  // A new snapshot of a partition, or deleting it, ends its refusal.
+  ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(3 * 4096, 7), 200)));
+  ASSERT_TRUE(store->erase({"t", 2}));
+  store.reset();
+  store = open_store(dir, o);
+  EXPECT_TRUE(store->read({"t", 1}, std::nullopt));
+  EXPECT_EQ(store->read({"t", 2}, std::nullopt).error().reason, LoadFailure::kMissing);
+  EXPECT_EQ(store->read({"t", 3}, std::nullopt).error().reason, LoadFailure::kCorrupt);
+  EXPECT_EQ(store->lost().size(), 1u);
+}
+
+// The ledger is what tells a lost write from a kept one; when it is damaged
+// itself, no stored snapshot can be vouched for: each is refused once, and a
+// state dir without a ledger (an older kdedup's) simply gets one.
+TEST(SnapshotStore, ADamagedLedgerRefusesEverySnapshotOnce) {
+  TempDir tmp;
+  const std::string dir = tmp.file("state");
+  {
+    auto store = open_store(dir);
+    ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(5000, 1), 10)));
+    ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(5000, 2), 11)));
+  }
+  const std::string ledger = dir + "/kdedup-ledger";
+  ASSERT_TRUE(std::filesystem::exists(ledger));
+  {
+    std::fstream f(ledger, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('\x7f');
+  }
+  {
+    auto store = open_store(dir);
+    EXPECT_EQ(store->lost().size(), 2u);
+    for (std::int32_t p = 0; p < 2; ++p) {
+      auto read = store->read({"t", p}, std::nullopt);
+      ASSERT_FALSE(read);
+      EXPECT_EQ(read.error().reason, LoadFailure::kCorrupt);
+      EXPECT_NE(read.error().message.find("ledger"), std::string::npos) << read.error().message;
+    }
+    ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(5000, 3), 12)));
+  }
+  std::filesystem::remove(ledger);
+  auto store = open_store(dir);
+  EXPECT_TRUE(store->lost().empty());
+  EXPECT_TRUE(store->read({"t", 0}, std::nullopt));
+  EXPECT_TRUE(store->read({"t", 1}, std::nullopt)) << "a missing ledger vouches for what is there";
+  EXPECT_TRUE(std::filesystem::exists(ledger));
+}
+
+// Each partition keeps the sequence of its own last write across restarts
+// (not the database's latest): a later loss must not reach back to it.
+TEST(SnapshotStore, TheLedgerKeepsEachPartitionsOwnLastWrite) {
+  TempDir tmp;
+  const std::string dir = tmp.file("state");
+  {
+    auto store = open_store(dir);
+    ASSERT_TRUE(store->write(raw_capture({"t", 0}, random_bytes(5000, 1), 10)));
+    ASSERT_TRUE(store->write(raw_capture({"t", 1}, random_bytes(5000, 2), 11)));
+    ASSERT_TRUE(store->write(raw_capture({"t", 2}, random_bytes(5000, 3), 12)));
+    ASSERT_TRUE(store->erase({"t", 2}));
+  }
+  open_store(dir).reset();
+  auto entries = ledger::read(dir);
+  ASSERT_TRUE(entries && *entries);
+  const auto& e = **entries;
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_LT(e.at({"t", 0}).sequence, e.at({"t", 1}).sequence);
+  EXPECT_EQ(e.at({"t", 0}).loss, ledger::Loss::kNone);
+}
+
+TEST(PartitionKeys, SummarizeGroupsTopicsAndRanges) {
+  EXPECT_EQ(summarize({}), "");
+  EXPECT_EQ(summarize({{"in", 3}, {"in", 1}, {"in", 2}, {"in", 7}, {"a", 0}}), "a[0], in[1-3,7]");
+  EXPECT_EQ(summarize({{"in", 5}}), "in[5]");
 }
 
 TEST(SnapshotStore, EraseRemovesManifestAndChunks) {

@@ -15,7 +15,7 @@ namespace kdedup::testbroker {
 namespace {
 
 // tick 1 s, window 10 ticks.
-constexpr AuditRules kRules{.tick_ms = 1000, .ticks_per_window = 10, .fpp = 0.0};
+const AuditRules kRules{.scale = filter::TickScale(10'000, 10), .fpp = 0.0};
 
 AuditInput in(std::int64_t offset, std::string id, std::int64_t ts, std::int32_t partition = 0) {
   return AuditInput{partition, offset, std::move(id), ts};

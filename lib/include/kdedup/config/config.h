@@ -9,6 +9,7 @@
 // Loading happens once at startup on the main thread; the resulting Config is
 // an immutable value that any thread may read.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -20,6 +21,7 @@
 
 #include "kdedup/common/result.h"
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 
 namespace kdedup::config {
 
@@ -74,6 +76,20 @@ struct StateConfig {
   /// Free space kept on the state volume: a snapshot that would leave less
   /// is refused as "disk full" (state::StoreOptions::min_free_bytes).
   std::uint64_t min_free_bytes = 64ULL << 20;
+  /// A partition rebuilt from the output (no usable snapshot) reads the
+  /// output back to this much before the window: a delivered record whose
+  /// timestamp is older than the record before it by more than this (a late
+  /// record) may be missed by the rebuild.
+  milliseconds rebuild_lateness{60'000};
+};
+
+/// The instance-wide memory budget of the partitions' filters
+/// (filter/memory_budget.h, DESIGN.md "Memory follows load").
+struct MemoryConfig {
+  /// Bytes of filter state all partitions of this process may hold together
+  /// (one floor per partition is admitted past it); 0 = no budget. Past it
+  /// kdedup raises the effective fpp evenly instead of growing.
+  std::uint64_t max_bytes = 0;
 };
 
 struct MetricsConfig {
@@ -107,6 +123,7 @@ struct Config {
   KafkaProperties consumer;  ///< consumer-only, overrides kafka
   KafkaProperties producer;  ///< producer-only, overrides kafka
   StateConfig state;
+  MemoryConfig memory;
   MetricsConfig metrics;
   std::string log_level = "info";  ///< trace|debug|info|warn|error|critical|off
 
@@ -114,9 +131,10 @@ struct Config {
   std::vector<std::string> warnings;
 
   [[nodiscard]] std::int64_t window_ms() const noexcept { return window.count(); }
-  /// Length of one filter tick in milliseconds: the window's precision.
-  [[nodiscard]] std::int64_t tick_ms() const noexcept {
-    return filter.ticks_per_window == 0 ? window.count() : window.count() / filter.ticks_per_window;
+  /// The time -> tick mapping of every partition (window, ticks_per_window).
+  [[nodiscard]] filter::TickScale tick_scale() const noexcept {
+    return filter::TickScale(std::max<std::int64_t>(1, window.count()),
+                             std::max<std::uint32_t>(1, filter.ticks_per_window));
   }
 };
 
@@ -172,6 +190,24 @@ struct LoadReport {
 /// Producer properties: `kafka`, then `producer`, then enable.idempotence=true.
 /// transactional.id is not set here: the pipeline derives it per member.
 [[nodiscard]] KafkaProperties producer_properties(const Config& config);
+
+/// True for librdkafka properties whose values are secrets, never printed in
+/// an error or log line: names containing "password", "secret" or "key"
+/// (ssl.key.password, sasl.oauthbearer.client.secret, ssl.key.pem, ...) and
+/// sasl.oauthbearer.config.
+[[nodiscard]] bool is_secret_property(std::string_view name) noexcept;
+
+/// Sets one librdkafka property on a scratch configuration, exactly as
+/// `kdedup run` sets it on its clients: an error (librdkafka's words, a
+/// secret's value hidden) when the name is unknown or the value invalid.
+/// Validation calls it for every key of `kafka`, `consumer` and `producer`.
+[[nodiscard]] Status check_kafka_property(const std::string& name, const std::string& value);
+
+/// The message for librdkafka's refusal `librdkafka_error` of `name` =
+/// `value`, with the value hidden when the property is a secret. Every place
+/// that sets librdkafka properties reports through it.
+[[nodiscard]] std::string kafka_property_error(const std::string& name, const std::string& value,
+                                               std::string librdkafka_error);
 
 /// One-line summary for `kdedup validate`.
 [[nodiscard]] std::string summary(const Config& config);

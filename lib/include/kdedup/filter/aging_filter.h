@@ -55,6 +55,20 @@
 // - a generation is also closed after G ticks, so a sudden rate drop cannot
 //   stretch how long identities are remembered.
 //
+// Memory follows load (DESIGN.md): `capacity` is a hint. The first k + l
+// slices together hold at most the floor min_bytes (less when the hint needs
+// less); from the first shift on, eq. 6-8 size every new s0 from the
+// measured rate, so the filter grows under load and returns to the rate's
+// size within about a window of a fall (oversized slices, from a restored
+// snapshot too, retire as the clock moves). Under a shared MemoryBudget
+// (memory_budget.h) each slice is reserved before it is added; with the
+// budget's pressure raising the target fpp, slices are sized for more
+// insertions per bit (load_for(): the eq. 2 fills at a higher load), and the
+// current ones may take more before the next shift. When the budget refuses
+// a new s0, the filter keeps its current generation open until the next
+// tick (its slices fill past their design load, which raises the fpp; no
+// entry is lost, and the window edge only gets softer).
+//
 // Serialized form: envelope kind FilterType::kAging, version 1, checksummed;
 // restore validates every field (sizes, slice numbering, tick order, set-bit
 // counts against the bits) and rejects trailing bytes.
@@ -67,6 +81,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
 
 namespace kdedup::filter {
@@ -82,8 +97,12 @@ struct AgingShape {
 
 /// Worst-case false-positive probability of an APBF with k + l slices: the
 /// chance that some k consecutive slices all match when slice i < k has fill
-/// 1 - 2^-((i+1)/k) and older slices have fill 1/2 (seed 002 eq. 2).
+/// 1 - 2^-((i+1)/k) and older slices have fill 1/2 (seed 002 eq. 2). With
+/// `load` (insertions per bit a slice takes over its k generations, ln 2 in
+/// the paper) slice i < k has fill 1 - e^(-load (i+1)/k) and older ones
+/// 1 - e^(-load).
 [[nodiscard]] double aging_worst_case_fpp(std::uint32_t k, std::uint32_t l) noexcept;
+[[nodiscard]] double aging_worst_case_fpp(std::uint32_t k, std::uint32_t l, double load) noexcept;
 
 /// Smallest bits per element (k + l) * k / (l ln 2) over k in [1, kMaxK],
 /// l in [1, kMaxL] with aging_worst_case_fpp(k, l) <= fpp. `fpp` must be in
@@ -129,6 +148,16 @@ class AgingFilter final : public SlidingFilter {
   /// G: the longest a generation may last, in ticks (see the guarantee above).
   [[nodiscard]] Tick generation_limit() const noexcept { return generation_limit_; }
 
+  /// Charges the slices held now, then reserves every new s0 and releases
+  /// every retired slice (memory_budget.h).
+  void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
+  /// Insertions per bit a slice takes over its k generations: ln 2 at the
+  /// configured fpp, more while budget pressure raises the target.
+  [[nodiscard]] double load() const noexcept { return load_; }
+  /// The load at which the worst-case fpp of this (k, l) reaches `fpp`
+  /// (ln 2 or more).
+  [[nodiscard]] double load_for(double fpp) const;
+
  private:
   struct Slice {
     std::vector<std::uint64_t> words;
@@ -140,6 +169,7 @@ class AgingFilter final : public SlidingFilter {
     std::uint64_t tick_base = 0;   // insertions before tick `created` began
     Tick last = 0;                 // t_i: newest insertion (or creation) tick
     std::uint64_t seq = 0;         // creation number; hash function seq mod k
+    MemoryCharge charge;           // its bits in the MemoryBudget, if any
   };
 
   // Position p (0 = newest) in slices_, which keeps the newest at the back.
@@ -154,16 +184,34 @@ class AgingFilter final : public SlidingFilter {
   /// Closes a generation that has lasted generation_limit() ticks.
   void close_stale_generation();
   void write_bits(const Fingerprint& fp);
-  void shift();
+  /// False when the budget refused the new s0 (the generation stays open).
+  bool shift();
   void retire_expired();
+  void observe_budget();
+  std::uint64_t slice_bits_for(double capacity) const;
   void prefetch(const Fingerprint& fp) const;
   double insertion_rate() const;
   std::uint64_t generation_size() const;
   static Slice make_slice(std::uint64_t bits, std::uint64_t seq, Tick now);
+  /// Charges `bits` of a slice in the budget (`required`: past the limit
+  /// too); false when the budget refuses.
+  bool reserve(Slice& s, bool required);
   struct NoSlices {};
   AgingFilter(const FilterConfig& config, NoSlices);  // restore() fills the slices
 
   FilterConfig config_;
+  std::shared_ptr<MemoryBudget> budget_;  // null: not accounted; outlives slices_
+  std::uint32_t budget_level_ = 0;        // the budget's level seen at the last tick
+  Tick level_since_ = 0;                  // tick budget_level_ was first seen
+  MemoryDemand demand_;                   // what it would need at each level
+  std::vector<double> level_load_;        // load per bit at each level's target
+  /// Publishes what the filter would need at each level (once per tick).
+  void publish_demand();
+  /// budget_level_ once the filter has run long enough at it to move it
+  /// (MemoryBudget::kSettleShare), else MemoryBudget::kHold.
+  [[nodiscard]] std::uint32_t budget_vote() const noexcept;
+  double load_ = 0.69314718055994530942;  // insertions per bit over k generations
+  bool denied_ = false;                   // a shift was refused at this clock value
   AgingShape shape_;
   double target_interval_ = 0;  // (W + 2) / l ticks: eq. 6's t_span / l
   Tick generation_limit_ = 1;   // G

@@ -6,10 +6,16 @@
 //
 // It is the oracle for tests and benchmarks of the probabilistic filters and
 // a real option for small windows. Same threading rules as SlidingFilter.
+//
+// Memory follows load by construction (capacity is not used). Under a
+// MemoryBudget its table is charged once per tick, past the limit if need
+// be: an exact set cannot trade accuracy for memory, so it counts against
+// the budget (the other partitions' filters make room) but is never limited.
 
 #include <deque>
 #include <unordered_map>
 
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
 
 namespace kdedup::filter {
@@ -26,6 +32,8 @@ class ExactFilter final : public SlidingFilter {
   void advance(Tick now) override;
   FilterStats stats() const override;
   std::string serialize() const override;
+  /// Charges the table's bytes now and at every tick (never refused).
+  void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
 
   /// Payload of an envelope of kind kExact (called by restore_filter).
   static Result<std::unique_ptr<SlidingFilter>> restore(std::string_view payload,
@@ -46,6 +54,9 @@ class ExactFilter final : public SlidingFilter {
   std::deque<Entry> order_;  // insertion order == tick order
   Tick clock_ = 0;
   std::uint64_t insertions_ = 0;
+  std::shared_ptr<MemoryBudget> budget_;  // null: not accounted
+  MemoryCharge charge_;                   // the table's bytes, as of the last tick
+  MemoryDemand demand_;                   // the same, at every pressure level
 };
 
 }  // namespace kdedup::filter

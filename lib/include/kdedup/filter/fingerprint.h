@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kdedup/common/result.h"
+
 namespace kdedup::filter {
 
 struct Fingerprint {
@@ -33,14 +35,23 @@ class Fingerprinter {
 
   [[nodiscard]] Fingerprint operator()(std::string_view identity) const noexcept;
 
-  /// Stable 64-bit digest of the salt, stored with persisted state so that a
-  /// salt change is detected (the salt itself is never written out).
-  [[nodiscard]] std::uint64_t salt_digest() const noexcept { return salt_digest_; }
-
  private:
   static constexpr std::size_t kSecretSize = 192;  // >= XXH3_SECRET_SIZE_MIN
   alignas(64) std::array<unsigned char, kSecretSize> secret_{};
-  std::uint64_t salt_digest_ = 0;
 };
+
+/// The value stored with persisted state (snapshot manifests) so that a salt
+/// change is detected; the salt itself is never written out. It is shown by
+/// `kdedup snapshot inspect`, so it must not give the salt away: it is the
+/// first 8 bytes of Argon2id (libsodium's crypto_pwhash with its
+/// "interactive" limits: 2 passes over 64 MiB, about 0.1-0.3 s of one core)
+/// of the salt, with a fixed public KDF salt. Every guess of a weak salt
+/// costs as much; a salt of 16 or more random bytes cannot be guessed at all.
+/// Slow on purpose: compute it once per process. Fails only when the 64 MiB
+/// cannot be allocated.
+[[nodiscard]] Result<std::uint64_t> salt_check(std::string_view salt);
+
+/// Salts shorter than this are warned about: guessable from salt_check().
+inline constexpr std::size_t kMinSaltBytes = 16;
 
 }  // namespace kdedup::filter

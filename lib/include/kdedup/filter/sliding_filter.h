@@ -26,6 +26,8 @@
 
 namespace kdedup::filter {
 
+class MemoryBudget;
+
 using Tick = std::uint64_t;
 
 enum class Decision : std::uint8_t { kDistinct = 0, kDuplicate = 1 };
@@ -45,12 +47,18 @@ struct FilterConfig {
   FilterType type = FilterType::kTimer;
   std::uint32_t ticks_per_window = 0;  ///< W; 0 = the type's default
   double fpp = 0.01;                   ///< target false-positive probability
-  std::uint64_t capacity = 100'000;    ///< expected distinct ids per window (initial size)
+  /// Expected distinct ids per window: a starting hint only. A filter
+  /// starts with at most what min_bytes holds and then sizes itself from the
+  /// measured insertion rate (DESIGN.md "Memory follows load").
+  std::uint64_t capacity = 100'000;
   // timer filter
   std::uint8_t timer_bits = 8;    ///< 4, 8 or 16
   std::uint8_t equal_timers = 0;  ///< k' of the equal-timers heuristic; 0 = off
   Growth growth = Growth::kDensity;
-  std::uint64_t min_bytes = 64 * 1024;      ///< smallest new sub-filter / table (timer, compact)
+  /// The floor: what an idle filter holds at most (timer: its first
+  /// sub-filter; aging: its first k + l slices together; compact: its first
+  /// table), and the smallest new timer sub-filter or compact table.
+  std::uint64_t min_bytes = 64 * 1024;
   std::uint64_t max_bytes = 1024ULL << 20;  ///< largest new sub-filter / table (timer, compact)
 };
 
@@ -94,6 +102,15 @@ class SlidingFilter {
   virtual void advance(Tick now) = 0;
 
   [[nodiscard]] virtual FilterStats stats() const = 0;
+
+  /// Shares an instance-wide memory budget from now on (memory_budget.h has
+  /// the contract): the filter charges the bytes it holds now, reserves
+  /// before every new part and releases every part it frees, and sizes for
+  /// the budget's effective fpp. Called once, by whoever builds the Slice,
+  /// before the first record (a restored filter right after restore). The
+  /// default does nothing: a filter type that does not override it is
+  /// neither counted nor limited.
+  virtual void set_memory_budget(std::shared_ptr<MemoryBudget> budget);
 
   /// Full state in a versioned, checksummed envelope (kdedup/common/bytes.h).
   [[nodiscard]] virtual std::string serialize() const = 0;

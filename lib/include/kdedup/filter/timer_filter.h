@@ -76,30 +76,60 @@
 // the same tick, most likely by the same element). Cuts false positives in a
 // crowded filter; may add false negatives when two elements share a line.
 //
-// Dynamic size (seed 000 §5). The filter starts with one sub-filter sized for
-// `capacity`. Inserts go to the newest (active) sub-filter; lookups check all.
-// Each sub-filter's false-positive probability f_i is estimated from the
-// model at its load lambda_i = (elements inserted in the last W + 1 ticks) /
-// lines; that count is exact (a ring of per-tick insertion counts), so the
-// estimate falls as the window slides. Budget rule: with S = sum of f_i over
-// sealed sub-filters, the active one may hold at most
-//   f_active <= 0.9 * (fpp - S)
+// Dynamic size (seed 000 §5): memory follows the load. `capacity` is a hint:
+// the filter starts with one sub-filter of min(what `capacity` needs, the
+// floor min_bytes), so an idle partition holds the floor whatever the hint.
+// Inserts go to the newest (active) sub-filter; lookups check all. Each
+// sub-filter's false-positive probability f_i is estimated from the model at
+// its load lambda_i = (elements inserted in the last W + 1 ticks) / lines;
+// that count is exact (a ring of per-tick insertion counts), so the estimate
+// falls as the window slides. Budget rule: with f* the effective target
+// (config.fpp, raised by a shared MemoryBudget under memory pressure, see
+// memory_budget.h) and S the sum of f_i over sealed sub-filters, the active
+// one may hold at most
+//   f_active <= 0.9 * (f* - S)
 // (Growth::kDensity: by its live load; Growth::kCardinality: by its insert
-// count since creation, which never decreases, seed 000 §5). When the next
-// insertion would cross that, the active is sealed and a new one is added at
-// the budget left at that moment, bounded by [min_bytes, max_bytes] and sized
-// for at most kMaxGrowthStep (4) x the elements the sealed one holds
-// (geometric growth, as in scalable Bloom filters); once the insertions span
-// at least a quarter of the window, for less if 1.25 x recent insertion rate
-// x (W + 1) is smaller. A burst inside a short span is thus never
-// extrapolated to a whole window (a million lines in the first tick of a
-// 192-tick window would otherwise ask for 193 x their size). S only falls between
-// seals, so the union bound sum f_i <= fpp holds at all times. Sealed
-// sub-filters are freed once their newest insertion is older than the window.
-// A lone active sub-filter that has seen a whole window and is more than 1.5x
-// the size the current rate needs is replaced by a right-sized one (shrink
-// after a burst). At most 32 sub-filters exist; at that cap the active keeps
-// absorbing inserts and stats().fpp_estimate reports the excess.
+// count since creation, which never decreases, seed 000 §5). S only falls
+// between seals, so the union bound sum f_i <= f* holds at all times. When
+// the next insertion would cross that, the active is sealed and a new one is
+// added, sized from the measured insertion rate:
+// - the rate is the insertions per tick over the last complete ticks (W / 8
+//   of them, or since the first insertion), never less than the current
+//   tick's count so far, and the new sub-filter holds 1.25 x rate x (W + 1);
+// - that extrapolation is trusted only up to kMaxGrowthStep (4) x what the
+//   window holds now; beyond it (a burst inside a tick, the first ticks of a
+//   stream, traffic resuming after a pause) growth is geometric and the new
+//   sub-filter is a probe: it may take only kProbeShare of f*, so that the
+//   sub-filter sized once the rate is known still gets most of the budget;
+// - a rate-sized sub-filter is sized for a share of at least kPlanShare of
+//   f* even when the sealed ones hold more right now: their entries expire
+//   within a window and their f_i falls faster than their load (f is a
+//   steep power of the load), so its limit rises to the full budget long
+//   before it fills.
+// Sealed sub-filters are freed once their newest insertion is older than the
+// window. Shrink (fold): once the window has turned over at the current rate
+// (the active holds at most kSettled x what the rate over the last W / 4
+// ticks brings in a window) and the active is at least twice what 1.1 x
+// max(what it holds, that rate x (W + 1)) needs, it folds in place by an
+// integer factor d that divides its line count: new line j merges old lines
+// j*d .. j*d + d - 1 cell by cell, keeping the youngest live code. A
+// fingerprint's line in L / d lines is floor(line in L / d) (multiply-high
+// range reduction), and its probe cells do not depend on L, so the folded
+// sub-filter is exactly the one that would exist had the identities been
+// inserted into L / d lines from the start: every live entry stays (no false
+// negative), the estimate stays exact, and no second copy is held while the
+// window turns over. New sub-filters get 8 x a 5-smooth number of lines, so
+// that a divisor lies within a few percent of any smaller need. An active
+// with nothing alive returns to the floor whatever its size; a lone active
+// 1.5x to 2x what the rate needs (no integer fold) is replaced by a
+// rate-sized one when the two together stay within the filter's peak. (Growth::
+// kCardinality cannot fold, its count never decreases: a lone active twice
+// what the rate needs is sealed and a rate-sized one started.) A restored
+// snapshot folds the same way when it is restored. A clock jump past the
+// window empties the filter and returns it to the floor. At most 32
+// sub-filters exist; at that cap, or when the MemoryBudget refuses a new one,
+// the active keeps absorbing inserts until the next tick (when it asks
+// again) and stats().fpp_estimate reports the excess.
 //
 // Serialized form: envelope kind FilterType::kTimer, version 1, checksummed;
 // every field is validated on restore.
@@ -114,6 +144,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sizing.h"
 #include "kdedup/filter/sliding_filter.h"
 
@@ -128,21 +159,42 @@ class TimerFilter final : public SlidingFilter {
  public:
   /// Share of the remaining fpp budget the active sub-filter may use.
   static constexpr double kBudgetShare = 0.9;
-  /// New sub-filters hold this many times the recent window's insertions.
+  /// New sub-filters hold this many times the rate's insertions per window.
   static constexpr double kGrowthHeadroom = 1.25;
-  /// A lone sub-filter this many times too big for the current rate shrinks.
-  static constexpr double kShrinkFactor = 1.5;
-  /// A new sub-filter holds at most this many times the sealed one's elements.
+  /// A new sub-filter holds at most this many times what the window holds
+  /// (geometric growth while the rate cannot be extrapolated).
   static constexpr double kMaxGrowthStep = 4.0;
-  /// Share of the window the insertions must span before their rate is
-  /// extrapolated to a whole window.
-  static constexpr double kRateSpanShare = 0.25;
+  /// Share of the effective target a probe sub-filter (sized without a
+  /// trusted rate) may take.
+  static constexpr double kProbeShare = 0.1;
+  /// A rate-sized sub-filter is sized for at least this share of the target.
+  static constexpr double kPlanShare = 0.75;
+  /// Share of the window (in ticks, at least one) whose complete ticks give
+  /// the insertion rate that sizes a new sub-filter.
+  static constexpr double kGrowthHorizonShare = 0.125;
+  /// Share of the window whose complete ticks give the rate a fold keeps.
+  static constexpr double kFoldHorizonShare = 0.25;
+  /// A folded sub-filter holds this many times what it must keep.
+  static constexpr double kFoldHeadroom = 1.1;
+  /// The window has turned over at the current rate (a fold may follow)
+  /// once it holds at most this many times what the rate brings in one.
+  static constexpr double kSettled = 1.05;
+  /// New sub-filters get this many lines times a 5-smooth number, so that
+  /// they can fold to within a few percent of any smaller size.
+  static constexpr std::uint64_t kFoldGrain = 8;
   static constexpr std::size_t kMaxSubfilters = 32;
   /// Elements ahead that the batch path prefetches.
   static constexpr std::size_t kPrefetchDistance = 32;
 
   /// Builds an empty filter. `config` must be normalized (normalize()).
+  /// Its first sub-filter holds min(config.capacity, the floor min_bytes).
   [[nodiscard]] static Result<std::unique_ptr<TimerFilter>> create(const FilterConfig& config);
+
+  /// An empty filter whose first sub-filter is sized for config.capacity
+  /// (up to max_bytes), whatever the floor: the pre-sized reference of
+  /// benchmarks and tests. It still folds once the load says it is too big.
+  [[nodiscard]] static Result<std::unique_ptr<TimerFilter>> create_presized(
+      const FilterConfig& config);
 
   /// Payload of an envelope of kind kTimer (called by restore_filter).
   [[nodiscard]] static Result<std::unique_ptr<SlidingFilter>> restore(std::string_view payload,
@@ -163,16 +215,25 @@ class TimerFilter final : public SlidingFilter {
   void advance(Tick now) override;
   FilterStats stats() const override;
   std::string serialize() const override;
+  /// Charges the cells held now, then reserves every new sub-filter and
+  /// releases every freed or folded one (memory_budget.h).
+  void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
 
   /// Probes per element (derived from fpp and timer_bits).
   [[nodiscard]] std::uint32_t k() const noexcept { return k_; }
   /// Cells per 64-byte line: 512 / timer_bits.
   [[nodiscard]] std::uint32_t cells_per_line() const noexcept { return cells_per_line_; }
-  /// Bytes of the sub-filter a fresh filter starts with (from capacity).
+  /// Bytes of the sub-filter a fresh filter starts with (capacity, at most the floor).
   [[nodiscard]] std::uint64_t initial_bytes() const noexcept;
+  /// Bytes of a sub-filter sized for config.capacity (create_presized()).
+  [[nodiscard]] std::uint64_t presized_bytes() const noexcept;
+  /// The false-positive target the filter sizes for now: config.fpp, raised
+  /// by its MemoryBudget's pressure (memory_budget.h).
+  [[nodiscard]] double effective_fpp() const noexcept { return target_; }
   /// Bytes of each live sub-filter, oldest first (the last one is active).
   [[nodiscard]] std::vector<std::uint64_t> subfilter_bytes() const;
-  /// Sum over sub-filters of the estimated fpp (the quantity kept <= fpp).
+  /// Sum over sub-filters of the estimated fpp (the quantity kept <=
+  /// effective_fpp() unless the filter could not grow).
   [[nodiscard]] double fpp_budget_used() const;
 
  private:
@@ -202,7 +263,15 @@ class TimerFilter final : public SlidingFilter {
     std::array<std::uint8_t, 256> code_class{};
   };
 
+  /// What a new sub-filter should hold, and whether it is a probe (sized
+  /// without a rate that can be extrapolated, see "Dynamic size").
+  struct GrowthTarget {
+    double elements = 0;
+    bool probe = false;
+  };
+
   explicit TimerFilter(const FilterConfig& config);
+  static Result<std::unique_ptr<TimerFilter>> make_empty(const FilterConfig& config);
   void move_clock(Tick now);
   /// Rebuilds view_ from clock_, subs_ and the active's counters.
   void refresh_view();
@@ -214,14 +283,34 @@ class TimerFilter final : public SlidingFilter {
   template <unsigned Bits>
   void scrub_lines(SubFilter& s, std::uint64_t count, Tick ref, std::uint64_t extra_age);
   void refresh_threshold();
-  void maybe_shrink();
-  /// Seals the active sub-filter and adds one sized for `want` elements
-  /// (0: growth_target()).
-  void seal_and_grow(double want = 0);
-  /// Elements a sub-filter added now should hold (geometric / rate rule).
-  [[nodiscard]] double growth_target() const;
-  /// Lines holding `elements` at `lambda` elements per line, within min/max_bytes.
+  /// Load per line the active sub-filter may reach now (the budget rule).
+  [[nodiscard]] double active_lambda() const;
+  /// Reads the budget's pressure level (once per tick) and retargets.
+  void observe_budget();
+  void set_target(double fpp);
+  /// Folds the active sub-filter when it is at least twice what it needs.
+  void maybe_fold();
+  template <unsigned Bits>
+  void fold(SubFilter& s, std::uint64_t factor);
+  /// Seals the active sub-filter and adds one sized by growth_target(); at
+  /// the sub-filter cap or when the budget refuses, the active overfills
+  /// until the next tick instead.
+  void seal_and_grow();
+  [[nodiscard]] GrowthTarget growth_target() const;
+  /// Insertions per tick over the complete ticks of the last `horizon`
+  /// ticks (since the first insertion if later); -1 if there are none.
+  [[nodiscard]] double recent_rate(Tick horizon) const;
+  /// Lines holding `elements` at `lambda` elements per line, within
+  /// min/max_bytes, rounded up to a multiple of kFoldGrain.
   [[nodiscard]] std::uint64_t lines_for(double elements, double lambda) const;
+  /// A new sub-filter of `lines` created at the clock, its cells reserved in
+  /// the budget (`required`: charged whatever the limit; otherwise as many
+  /// lines as the budget has left, at least `least`, 0 = all); null when the
+  /// budget refuses or memory is exhausted.
+  [[nodiscard]] std::unique_ptr<SubFilter> new_subfilter(std::uint64_t lines, bool required,
+                                                         std::uint64_t least = 0);
+  /// Lines of the sub-filter a fresh filter starts with.
+  [[nodiscard]] std::uint64_t floor_lines() const noexcept;
   [[nodiscard]] double subfilter_fpp(const SubFilter& s) const;
   [[nodiscard]] std::uint64_t alive_total() const;
   template <unsigned Bits>
@@ -247,17 +336,33 @@ class TimerFilter final : public SlidingFilter {
                       std::span<Decision> out);
 
   FilterConfig config_;
+  std::shared_ptr<MemoryBudget> budget_;  // null: not accounted; outlives subs_
+  std::uint32_t budget_level_ = 0;        // the budget's level seen at the last tick
+  Tick level_since_ = 0;                  // tick budget_level_ was first seen
+  MemoryDemand demand_;                   // what it would need at each level
+  std::vector<double> level_lambda_;      // load per line at each level's target
+  std::vector<std::uint64_t> demand_bytes_;
+  /// Publishes what the filter would need at each level (once per tick).
+  void publish_demand();
+  /// budget_level_ once the filter has run long enough at it to move it
+  /// (MemoryBudget::kSettleShare), else MemoryBudget::kHold.
+  [[nodiscard]] std::uint32_t budget_vote() const noexcept;
+  double target_ = 0;      // effective fpp: config_.fpp raised by the budget
+  bool overfull_ = false;  // growth refused this tick: the active takes every insert
   std::uint32_t cells_per_line_ = 0;
   std::uint32_t k_ = 0;
   std::uint32_t modulus_ = 0;  // M = 2^b - 1 nonzero codes
   std::uint32_t period_ = 0;   // P: ticks per full scrub sweep
-  double lambda_full_ = 0;     // load per line at kBudgetShare * fpp
+  double lambda_full_ = 0;     // load per line at kBudgetShare * target_
   std::shared_ptr<const sizing::BlockedModel> model_;
   std::vector<std::unique_ptr<SubFilter>> subs_;  // oldest first; back() is active
   std::uint64_t active_limit_ = 0;                // elements the active may hold now
   Tick clock_ = 0;
   TickView view_;
-  Tick first_tick_ = 0;  // tick of the first insertion (rate estimate)
+  Tick first_tick_ = 0;             // tick of the first insertion (rate estimate)
+  Tick history_from_ = 0;           // ticks before this have no counts (a clear)
+  std::uint64_t tick_inserts_ = 0;  // insertions at the current clock value
+  std::uint64_t peak_bytes_ = 0;    // most cell bytes held at a tick (not serialized)
   std::uint64_t insertions_ = 0;
 };
 

@@ -27,8 +27,9 @@
 //   with `value`; not_json with `json:`.
 // - header absent: missing_header; present with a null value: null_header.
 // - value not valid JSON, including invalid UTF-8 inside JSON, numbers that
-//   fit neither 64-bit integers nor doubles, and nesting deeper than 1024:
-//   not_json. Valid JSON that is not an object: not_object.
+//   fit neither 64-bit integers nor doubles, and objects/arrays nested deeper
+//   than kMaxJsonDepth: not_json. Valid JSON that is not an object:
+//   not_object.
 // - pointer that does not resolve: missing_field; resolves to null: null_field.
 // - value larger than ExtractorOptions::max_json_bytes (JSON parts only):
 //   too_large. Large values are otherwise fine; the parser keeps the buffers
@@ -37,6 +38,7 @@
 //   negatives, integers above 2^63-1): bad_time.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -126,6 +128,11 @@ struct TimeSpec {
 /// Appends `part` prefixed with its length as an LEB128 varint: the encoding
 /// of each component of a composite identity.
 void append_length_prefixed(std::string& out, std::string_view part);
+
+/// Deepest nesting of objects and arrays a JSON value may have, the
+/// outermost object counting as level 1 (`{"a":{"b":1}}` is 2 deep): the
+/// parser's stack (simdjson's default). Deeper values are not_json.
+inline constexpr std::size_t kMaxJsonDepth = 1024;
 
 struct ExtractorOptions {
   /// Values longer than this are rejected with too_large before JSON parsing

@@ -89,6 +89,12 @@ struct BatchCounts {
   std::uint64_t distinct = 0;   ///< records emitted
   std::uint64_t duplicate = 0;  ///< records dropped (or sent to the duplicates topic)
   std::uint64_t dlq = 0;        ///< records routed to the dead-letter topic
+  /// Records whose timestamp was beyond wall clock + max_future_skew: the
+  /// partition clock read them as wall clock + skew.
+  std::uint64_t clock_capped = 0;
+  /// Records without a usable timestamp (none, zero or negative): judged at
+  /// the partition clock.
+  std::uint64_t no_timestamp = 0;
   /// Invalid records by reason index (Metrics::reason_index()).
   std::array<std::uint64_t, kMaxInvalidReasons> invalid{};
 };
@@ -111,7 +117,9 @@ class PartitionMetrics {
   /// Adds ages at emit (produce time minus record timestamp) of records
   /// emitted to the output topic to kdedup_record_age_at_emit_seconds.
   void add_emit_ages(const EmitAgeCounts& ages);
-  /// Filter statistics and how far the partition clock trails wall clock.
+  /// Filter statistics and wall clock minus the partition clock: positive
+  /// when the clock trails wall clock (kdedup_filter_clock_lag_seconds),
+  /// negative when it is ahead (kdedup_filter_clock_ahead_seconds).
   void set_filter(const filter::FilterStats& stats, double clock_lag_seconds) noexcept;
   void set_queue_depth(std::uint64_t records) noexcept;
   void add_audit(const AuditCounts& counts);
@@ -149,10 +157,13 @@ class PartitionMetrics {
   prometheus::Counter* distinct_;
   prometheus::Counter* duplicate_;
   prometheus::Counter* dlq_;
+  prometheus::Counter* clock_capped_;
+  prometheus::Counter* no_timestamp_;
   std::array<prometheus::Counter*, kMaxInvalidReasons> invalid_{};
   prometheus::Counter* audit_sampled_;
   prometheus::Counter* audit_truly_new_;
   prometheus::Counter* audit_fp_;
+  prometheus::Counter* audit_fp_records_;
   prometheus::Counter* audit_fn_;
   prometheus::Histogram* batch_seconds_;
   prometheus::Histogram* emit_age_;
@@ -203,6 +214,10 @@ class Metrics {
   void add_rebalance();
   void set_assigned_partitions(std::int64_t n);
   void set_workers(std::int64_t n);
+  /// The memory budget (0 = none), the filter state reserved against it and
+  /// the fpp the filters size for now (filter/memory_budget.h); 0 keeps
+  /// the configured target.
+  void set_memory(std::uint64_t budget_bytes, std::uint64_t used_bytes, double effective_fpp);
   /// Time a worker spent processing (not waiting); busy ratio =
   /// rate(kdedup_worker_busy_seconds_total) / kdedup_workers.
   void add_busy_seconds(double seconds);

@@ -96,6 +96,9 @@ class AuditedFilter final : public filter::SlidingFilter {
   void advance(filter::Tick now) override { inner_->advance(now); }
   [[nodiscard]] filter::FilterStats stats() const override { return inner_->stats(); }
   [[nodiscard]] std::string serialize() const override { return inner_->serialize(); }
+  void set_memory_budget(std::shared_ptr<filter::MemoryBudget> budget) override {
+    inner_->set_memory_budget(std::move(budget));
+  }
 
   [[nodiscard]] const filter::SlidingFilter& inner() const noexcept { return *inner_; }
   /// Audit totals since creation (tests, logs); null without a sampler.

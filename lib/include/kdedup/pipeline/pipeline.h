@@ -119,7 +119,14 @@ class Pipeline {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Turns a config into the options every Slice is built with.
+/// Turns a config into the options every Slice is built with (one memory
+/// budget for all of them: make_memory_budget()).
 [[nodiscard]] SliceOptions slice_options(const config::Config& config);
+
+/// The memory budget of one process (config.memory.max_bytes, 0 = count
+/// only), which logs each change of its pressure level: a warning when the
+/// effective fpp is raised, info when it falls back.
+[[nodiscard]] std::shared_ptr<filter::MemoryBudget> make_memory_budget(
+    const config::Config& config);
 
 }  // namespace kdedup::pipeline

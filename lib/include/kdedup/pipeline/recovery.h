@@ -25,19 +25,26 @@
 // until the rebuild reaches rebuild_until):
 //   1. store.load(key, fingerprint)  -> SnapshotOffer via offer_from()
 //   2. consumer.committed()           -> committed
-//   3. reconcile (idempotent mode)    -> highest_emitted; in transactional
-//      mode leave it empty: aborted output is not visible to
+//   3. if no usable snapshot: timestamp of the record at C-1,
+//      rewind_target_ms(ts, window + one tick), offsetsForTimes ->
+//      window_start_offset; the low watermark L -> low_watermark (a
+//      snapshot with S < L is refused as behind_retention, the rebuild
+//      never starts before L)
+//   4. read the output (reconcile.h): its tail (idempotent mode) ->
+//      highest_emitted and the emitted offsets; for a rebuild, also every
+//      record delivered since the rewind target (less state.rebuild_lateness)
+//      -> the offsets delivered in the window. In transactional mode leave
+//      highest_emitted empty: aborted output is not visible to
 //      read_committed readers and committed output matches C.
-//   4. if no usable snapshot: timestamp of the record at C-1 (or C),
-//      rewind_target_ms(), offsetsForTimes -> window_start_offset; the
-//      low watermark L -> low_watermark (a snapshot with S < L is refused
-//      as behind_retention, the rebuild never starts before L)
 //   5. plan_recovery(); build the Slice from the restored filter (when
 //      filter == kRestored, with clock_ms) or empty; seek to fetch_from
-//      (none = leave the consumer's auto.offset.reset to decide); mark the
-//      slice "rebuilding until rebuild_until": every record with offset <
-//      rebuild_until is decided and inserted but not produced, and its
-//      offset is committable at once (no output to wait for).
+//      (none = leave the consumer's auto.offset.reset to decide); give the
+//      slice its ReplayRule (slice.h): below C a restored filter decides
+//      every record again, an empty one learns only the records that were
+//      delivered (found in the output) at their ticks, which rebuilds the
+//      previous owner's state; in [C, rebuild_until) the emitted offsets are
+//      learned, the others processed. Replayed records are never produced
+//      and their offsets are committable at once.
 //   6. log `explanation`, count `reason` and any `snapshot_refusal`.
 //
 // SnapshotGate: the other half of the invariant, for writing. It remembers
@@ -159,8 +166,9 @@ struct RecoveryPlan {
   /// C, or 0 without a committed offset: the ReplayRule's `committed`.
   std::int64_t committed_until = 0;
   /// The window before C reaches back past the input's retention: the
-  /// rebuild starts at the low watermark and identities delivered before it
-  /// cannot be known (a duplicate of one of them can pass once).
+  /// rebuild starts at the low watermark; identities delivered before it
+  /// are learned from the output records themselves (a duplicate of one the
+  /// output no longer holds can pass once).
   bool window_past_retention = false;
   RecoveryReason reason = RecoveryReason::kFreshPartition;
   /// Why the stored snapshot was not used (none when restored).
@@ -179,10 +187,11 @@ struct RecoveryOutcome {
   std::uint64_t replayed = 0;
 };
 
-/// (timestamp at the committed position) - window, floored at 0: the time
-/// to ask offsetsForTimes for when a partition is rebuilt without snapshot.
+/// (timestamp at the committed position) - rewind, floored at 0: the time
+/// to ask offsetsForTimes for when a partition is rebuilt without snapshot
+/// (rewind = window + one tick: a delivery older than that is forgotten).
 [[nodiscard]] std::int64_t rewind_target_ms(std::int64_t committed_timestamp_ms,
-                                            std::int64_t window_ms) noexcept;
+                                            std::int64_t rewind_ms) noexcept;
 
 /// The plan for one partition. Fails only on inputs that cannot come from
 /// Kafka (negative offsets, window <= 0), naming the partition and the value.

@@ -22,7 +22,9 @@
 
 #include "kdedup/common/result.h"
 #include "kdedup/filter/fingerprint.h"
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 #include "kdedup/pipeline/offset_tracker.h"
 #include "kdedup/pipeline/stats.h"
 
@@ -72,6 +74,9 @@ struct SliceOptions {
   std::int64_t max_future_skew_ms = 60'000;
   bool filter_enabled = true;  ///< false = passthrough: every record is distinct
   filter::FilterConfig filter;
+  /// The process's memory budget, shared by every Slice's filter (attached
+  /// when the Slice is built, new or restored); null = not accounted.
+  std::shared_ptr<filter::MemoryBudget> memory;
 };
 
 /// Where a Slice starts: a restored snapshot (filter, clock, next offset) or,
@@ -82,35 +87,64 @@ struct SliceStart {
   std::int64_t next_offset = -1;
 };
 
-/// Which records of a recovering partition are REPLAYED (decided by the
-/// filter exactly like any record, so the filter ends up in the same state,
-/// but nothing is produced and nothing is counted as input) and which are
-/// processed normally (DESIGN.md "Recovery protocol", recovery.h):
-///   offset <  committed                       replayed (already handled)
-///   committed <= offset < rebuild_until       replayed only if the offset is
-///                                             in `emitted` (found in the
-///                                             output tail), else normal
-///   offset >= rebuild_until                   normal
-/// With `output.partitioning: key` a record X can be in the output while
-/// X-1 (sent to another output partition) never got there, so "everything
-/// up to the highest emitted offset H" would lose X-1; the set does not.
-/// With `partitioning: input` and a tail that covers [C, H] the set holds
-/// every emitted record, i.e. it replays exactly up to H.
+/// What happens to each record of a recovering partition (DESIGN.md
+/// "Recovery protocol", recovery.h). C is the committed offset, E the source
+/// offsets found in the output (delivered by a previous owner or by this
+/// member before a crash), `end` = rebuild_until:
+///   offset <  C        restored snapshot (kSnapshot): kDecide, the filter
+///                      decides it exactly like any record (the snapshot
+///                      holds the state before it, so the decisions are the
+///                      previous owner's), nothing is produced;
+///                      rebuilt from the output (kDelivered): kLearn if in E
+///                      (inserted at its tick as delivered, whatever the
+///                      filter says), else kSkip (it was not delivered: a
+///                      duplicate, or a record without identity; only the
+///                      clock moves). Replaying decisions from one window
+///                      back would not reproduce them: an identity delivered
+///                      just before the replay's start and dropped after it
+///                      would be taken as delivered at its first copy inside
+///                      the replay, moving its lifetime;
+///   C <= offset < end  kLearn if in E (already emitted: learned, not produced
+///                      again); else, with output in input order
+///                      (`output.partitioning: input`), kDropped: one
+///                      producer delivers a partition's outputs in order, so
+///                      a record below H missing from the output was dropped
+///                      by the previous owner (a duplicate or a false
+///                      positive): it stays a duplicate, and the filter is
+///                      not asked again (a probabilistic filter rebuilt
+///                      from the output could answer otherwise and emit it
+///                      out of order); records without identity are
+///                      processed (routed per on_invalid). With
+///                      `partitioning: key` kProcess: X can be in the output
+///                      while X-1 (sent to another output partition) never
+///                      got there, and "everything up to H" would lose X-1;
+///   offset >= end      kProcess (decided, routed, produced).
 class ReplayRule {
  public:
-  ReplayRule() = default;  ///< replays nothing
-  /// `emitted` need not be sorted; offsets outside [committed,
-  /// rebuild_until) are ignored.
-  ReplayRule(std::int64_t committed, std::int64_t rebuild_until, std::vector<std::int64_t> emitted);
+  enum class Action : std::uint8_t { kProcess, kDecide, kLearn, kSkip, kDropped };
+  /// Where the filter's state below C comes from.
+  enum class Below : std::uint8_t { kSnapshot, kDelivered };
 
-  [[nodiscard]] bool replays(std::int64_t offset) const noexcept;
+  ReplayRule() = default;  ///< processes everything
+  /// `emitted` need not be sorted; offsets at or after rebuild_until are
+  /// ignored, and so are those below `committed` with kSnapshot.
+  /// `ordered_output`: the outputs of this partition are in one output
+  /// partition, in input order (partitioning: input).
+  ReplayRule(Below below, std::int64_t committed, std::int64_t rebuild_until,
+             std::vector<std::int64_t> emitted, bool ordered_output = false);
+
+  [[nodiscard]] Action action(std::int64_t offset) const noexcept;
   /// First offset from which every record is processed normally.
   [[nodiscard]] std::int64_t end() const noexcept { return rebuild_until_; }
+  /// How many offsets of E the rule holds (for logs).
+  [[nodiscard]] std::size_t delivered() const noexcept { return emitted_.size(); }
 
  private:
+  Below below_ = Below::kSnapshot;
+  bool ordered_output_ = false;
   std::int64_t committed_ = 0;
   std::int64_t rebuild_until_ = 0;
-  std::vector<std::int64_t> emitted_;  // sorted, unique, within [committed_, rebuild_until_)
+  std::vector<std::int64_t> emitted_;  // sorted, unique, below rebuild_until_
 };
 
 /// When the owning worker last captured a snapshot of the Slice.
@@ -118,6 +152,8 @@ struct CaptureSchedule {
   std::int64_t last_offset = -1;  ///< next offset of the last capture (or of the start)
   std::uint64_t records_since = 0;
   std::chrono::steady_clock::time_point last_time = std::chrono::steady_clock::now();
+  /// When the filter's statistics were last copied into the counters.
+  std::chrono::steady_clock::time_point last_stats{};
 };
 
 class Slice {
@@ -129,7 +165,8 @@ class Slice {
                                                              SliceStart start = {});
 
   /// A slice continuing from saved state (a snapshot): `filter` may be null
-  /// only when the filter is disabled.
+  /// only when the filter is disabled. The filter is attached to
+  /// options.memory here.
   Slice(PartitionId id, const SliceOptions& options, std::unique_ptr<filter::SlidingFilter> filter,
         std::int64_t clock_ms, std::int64_t next_offset);
 
@@ -139,21 +176,24 @@ class Slice {
   [[nodiscard]] const PartitionId& id() const noexcept { return id_; }
 
   /// Reads one record's timestamp into the clock (counting capped and missing
-  /// timestamps) and returns the tick it is judged at:
-  /// floor(clock_ms / tick_ms), tick_ms = window / ticks_per_window.
+  /// timestamps) and returns the tick it is judged at: scale().tick(clock).
   filter::Tick observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept;
 
   /// First-test-then-set decisions for a batch (seed 000 §4). With the
-  /// filter disabled every record is distinct.
+  /// filter disabled every record is distinct. Where `learn[i]` is set
+  /// (recovery: a record a previous owner delivered, ReplayRule::kLearn) the
+  /// fingerprint is inserted without a test and out[i] is kDistinct; `learn`
+  /// empty = none. The filter sees every element in order either way.
   void decide(std::span<const filter::Fingerprint> fps, std::span<const filter::Tick> ticks,
-              std::span<filter::Decision> out);
+              std::span<filter::Decision> out, std::span<const std::uint8_t> learn = {});
 
   /// The input offset after the last processed record; -1 before the first.
   [[nodiscard]] std::int64_t next_offset() const noexcept { return next_offset_; }
   void set_processed(std::int64_t offset) noexcept;
 
   [[nodiscard]] const PartitionClock& clock() const noexcept { return clock_; }
-  [[nodiscard]] std::int64_t tick_ms() const noexcept { return tick_ms_; }
+  /// The time -> tick mapping (window, ticks_per_window of the filter).
+  [[nodiscard]] const filter::TickScale& scale() const noexcept { return scale_; }
   /// Null in passthrough mode.
   [[nodiscard]] const filter::SlidingFilter* filter() const noexcept { return filter_.get(); }
 
@@ -174,7 +214,7 @@ class Slice {
   PartitionId id_;
   std::unique_ptr<filter::SlidingFilter> filter_;
   PartitionClock clock_;
-  std::int64_t tick_ms_;
+  filter::TickScale scale_;
   std::int64_t next_offset_;
   ReplayRule replay_;
   CaptureSchedule captures_;

@@ -105,6 +105,13 @@ struct TransactionStats {
   std::uint64_t partitions_rolled_back = 0;
 };
 
+/// The process's memory budget (filter/memory_budget.h).
+struct MemoryStats {
+  std::uint64_t max_bytes = 0;   ///< memory.max_bytes; 0 = no budget
+  std::uint64_t used_bytes = 0;  ///< filter state reserved by every partition
+  double effective_fpp = 0.0;    ///< the target the filters size for now
+};
+
 /// A copy of the whole pipeline's counters.
 struct PipelineStats {
   std::vector<PartitionStats> partitions;  ///< currently assigned partitions
@@ -117,6 +124,7 @@ struct PipelineStats {
   /// A loop stuck anywhere (a callback, a blocked worker barrier) grows it.
   std::int64_t consumer_loop_age_ms = -1;
   TransactionStats transactions;
+  MemoryStats memory;
 };
 
 }  // namespace kdedup::pipeline

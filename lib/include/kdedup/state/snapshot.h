@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <tl/expected.hpp>
 
 #include "kdedup/filter/sliding_filter.h"
+#include "kdedup/filter/tick_scale.h"
 
 namespace kdedup::state {
 
@@ -27,17 +29,26 @@ struct PartitionKey {
   [[nodiscard]] std::string to_string() const;
 };
 
+/// "in[1-3,7], orders[0]": partitions grouped by topic with ranges, so a log
+/// line stays readable with a thousand partitions.
+[[nodiscard]] std::string summarize(std::vector<PartitionKey> keys);
+
 /// Identifies the configuration a filter state was built with. A snapshot is
-/// only usable by a filter with an equal StateFingerprint: another config or
-/// salt gives other decisions (or other fingerprints for the same identity).
+/// only usable by a filter with an equal StateFingerprint: another config,
+/// window, time -> tick mapping or salt gives other decisions (or other
+/// fingerprints for the same identity, or other tick numbers).
 struct StateFingerprint {
-  std::uint64_t config = 0;       ///< filter::config_fingerprint()
-  std::uint64_t salt_digest = 0;  ///< filter::Fingerprinter::salt_digest()
+  std::uint64_t config = 0;      ///< filter::config_fingerprint()
+  std::uint64_t salt_check = 0;  ///< filter::salt_check() of the identity salt
+  /// filter::TickScale::fingerprint(); 0 in snapshots written before the
+  /// mapping was made exact (manifest format 1), which never matches.
+  std::uint64_t tick_scale = 0;
   friend bool operator==(const StateFingerprint&, const StateFingerprint&) = default;
 };
 
 [[nodiscard]] StateFingerprint state_fingerprint(const filter::FilterConfig& config,
-                                                 std::uint64_t salt_digest);
+                                                 const filter::TickScale& scale,
+                                                 std::uint64_t salt_check);
 
 /// Step 1 of a snapshot: an immutable copy of one partition's state, taken on
 /// the worker thread that owns the partition, then handed to
@@ -58,11 +69,12 @@ struct SnapshotCapture {
 /// copy of the whole state (bench/snapshot_bench.cc measures it; seconds for
 /// a 256 MiB timer filter, see docs/performance.md). Stagger captures of a
 /// worker's partitions. `next_offset` must be the offset after the last
-/// record the filter has seen.
+/// record the filter has seen; `scale` the mapping that numbered its ticks.
 [[nodiscard]] SnapshotCapture capture_snapshot(PartitionKey key,
                                                const filter::SlidingFilter& filter,
+                                               const filter::TickScale& scale,
                                                std::int64_t next_offset, std::int64_t clock_ms,
-                                               std::uint64_t salt_digest);
+                                               std::uint64_t salt_check);
 
 /// What a stored snapshot's manifest says (no filter state).
 struct SnapshotInfo {

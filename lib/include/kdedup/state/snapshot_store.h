@@ -8,6 +8,9 @@
 //             SnapshotInfo fields, the XXH3-64 of the whole state and the
 //             ordered list of chunk ids
 //   chunk     'c' | topic | partition | id -> envelope(kind chunk): raw bytes
+// Beside the database, the file `kdedup-ledger` records each partition's
+// last snapshot write (its RocksDB sequence number), so a write RocksDB's
+// recovery dropped is detected (lost()).
 // The state blob is cut into fixed-size chunks; a chunk's id is the XXH3-128
 // of its bytes, so an unchanged chunk keeps its key and is not rewritten.
 // A snapshot is one WriteBatch: new chunks, deletes of chunks no longer
@@ -16,7 +19,8 @@
 // previous snapshot or the new one, never a mix. Reads go through a RocksDB
 // snapshot for the same reason.
 //
-// Checks on load: the manifest envelope checksum, its format version, that
+// Checks on load: that the ledger does not say the partition's last write
+// was lost, the manifest envelope checksum, its format version, that
 // it names the partition it is stored under, the config/salt fingerprint,
 // each chunk's envelope checksum, that each chunk hashes to its id and has
 // the expected size, the hash of the reassembled state, and (load()) that the
@@ -95,6 +99,12 @@ struct ListedSnapshot {
   LoadResult<SnapshotInfo> info;
 };
 
+/// A partition whose last snapshot the state dir no longer holds.
+struct LostSnapshot {
+  PartitionKey key;
+  std::string message;  ///< complete sentence: what was lost and why
+};
+
 class SnapshotStore {
  public:
   using Callback = std::function<void(Result<WriteReport>)>;
@@ -140,8 +150,18 @@ class SnapshotStore {
   [[nodiscard]] Status erase(const PartitionKey& key);
 
   /// Every stored manifest, sorted by topic and partition, with approximate
-  /// on-disk size; chunks are not read (use read() to verify them).
+  /// on-disk size; chunks are not read (use read() to verify them). A
+  /// partition whose last snapshot was lost (see lost()) is listed as
+  /// kCorrupt, also when no manifest of it is left.
   [[nodiscard]] Result<std::vector<ListedSnapshot>> list() const;
+
+  /// Partitions whose last snapshot write the database lost, found at open:
+  /// RocksDB recovered a damaged write-ahead log only up to an earlier write
+  /// (it drops the rest silently), or the ledger that records each
+  /// partition's last write was itself damaged. read() and load() refuse
+  /// them as kCorrupt until the partition is written again or erased; the
+  /// finding is kept in the state dir, so it survives restarts.
+  [[nodiscard]] std::vector<LostSnapshot> lost() const;
 
   /// Blocks until every write submitted before this call has finished.
   void drain();

@@ -2,9 +2,9 @@
 // DedupAudit: checks a deduplicated output against the exact semantics
 // (DESIGN.md "Semantics"), replaying every input partition in offset order
 // with the same identity, event-time clock and tick rules as the pipeline:
-// clock = max timestamp seen, tick = floor(clock / tick_ms), an identity is a
-// duplicate iff it was delivered within the last ticks_per_window ticks
-// (kdedup/filter/exact_filter.h).
+// clock = max timestamp seen, tick = rules.scale.tick(clock)
+// (filter::TickScale), an identity is a duplicate iff it was delivered within
+// the last ticks_per_window ticks (kdedup/filter/exact_filter.h).
 //
 // "Delivered" means what the pipeline actually emitted: after a filter false
 // positive drops a new identity, a later copy of it is, by the definition, not
@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "kdedup/filter/tick_scale.h"
+
 namespace kdedup::testbroker {
 
 struct AuditInput {
@@ -39,9 +41,8 @@ struct AuditOutput {
 };
 
 struct AuditRules {
-  std::int64_t tick_ms = 1000;
-  std::uint32_t ticks_per_window = 60;
-  double fpp = 0.01;  ///< configured target false-positive probability
+  filter::TickScale scale{60'000, 60};  ///< the pipeline's time -> tick mapping
+  double fpp = 0.01;                    ///< configured target false-positive probability
 };
 
 struct AuditReport {
@@ -69,5 +70,10 @@ struct AuditReport {
 [[nodiscard]] AuditReport audit_dedup(std::vector<AuditInput> inputs,
                                       const std::vector<AuditOutput>& outputs,
                                       const AuditRules& rules);
+
+/// The most false positives a filter at `fpp` may show over `new_records`
+/// records that were new given what was emitted, without failing a check:
+/// the binomial mean + 4 standard deviations + 5.
+[[nodiscard]] std::uint64_t false_positive_bound(double fpp, std::uint64_t new_records);
 
 }  // namespace kdedup::testbroker

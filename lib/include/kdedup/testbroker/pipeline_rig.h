@@ -67,6 +67,9 @@ class PipelineRig {
   /// Path of instance i's log file.
   [[nodiscard]] std::string instance_log(int i) const;
 
+  /// Process id of instance i (to read its memory from /proc).
+  [[nodiscard]] pid_t instance_pid(int i) const { return instances_.at(i)->pid(); }
+
  private:
   PipelineRig() = default;
   RigOptions options_;

@@ -1,0 +1,139 @@
+// The instance-wide memory budget; the contract is in memory_budget.h.
+
+#include "kdedup/filter/memory_budget.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kdedup::filter {
+
+double effective_fpp(double fpp, double scale) noexcept {
+  if (!(scale > 1.0)) return fpp;
+  return std::max(fpp, std::min(fpp * scale, kMaxEffectiveFpp));
+}
+
+MemoryBudget::MemoryBudget(Options options) : options_(std::move(options)) {
+  // Levels past the one that reaches kMaxEffectiveFpp change nothing.
+  if (options_.max_bytes != 0 && options_.fpp > 0 && options_.fpp < kMaxEffectiveFpp) {
+    max_level_ = std::min<std::uint32_t>(
+        kMaxLevels,
+        static_cast<std::uint32_t>(std::ceil(std::log2(kMaxEffectiveFpp / options_.fpp))));
+  }
+}
+
+double MemoryBudget::fpp_scale() const noexcept {
+  return std::ldexp(1.0, static_cast<int>(level()));
+}
+
+double MemoryBudget::effective_fpp() const noexcept {
+  return filter::effective_fpp(options_.fpp, fpp_scale());
+}
+
+bool MemoryBudget::try_reserve(std::uint64_t bytes) noexcept {
+  return reserve_up_to(bytes, bytes) == bytes;
+}
+
+std::uint64_t MemoryBudget::reserve_up_to(std::uint64_t least, std::uint64_t want) noexcept {
+  if (options_.max_bytes == 0) {
+    used_.fetch_add(want, std::memory_order_relaxed);
+    return want;
+  }
+  std::uint64_t used = used_.load(std::memory_order_relaxed);
+  while (used <= options_.max_bytes && least <= options_.max_bytes - used) {
+    // At most half of what is free when it cannot all be granted: one
+    // request never leaves the other filters nothing.
+    const std::uint64_t free = options_.max_bytes - used;
+    const std::uint64_t grant = want <= free ? want : std::max(least, free / 2);
+    if (used_.compare_exchange_weak(used, used + grant, std::memory_order_relaxed)) return grant;
+  }
+  refusals_.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+void MemoryBudget::charge(std::uint64_t bytes) noexcept {
+  used_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void MemoryBudget::release(std::uint64_t bytes) noexcept {
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void MemoryBudget::settle(std::uint32_t seen_level) noexcept {
+  if (options_.max_bytes == 0) return;
+  // Refusals since the previous settle() by any filter (about a tick).
+  const std::uint64_t refusals = refusals_.load(std::memory_order_relaxed);
+  const bool refused =
+      refusals_at_settle_.exchange(refusals, std::memory_order_relaxed) != refusals;
+  if (seen_level == kHold || level() != seen_level) return;
+  const auto limit = static_cast<double>(options_.max_bytes);
+  const auto fits = [&](std::uint32_t l, double share) {
+    return static_cast<double>(demand(l)) <= share * limit;
+  };
+  if (seen_level < max_level_ && !fits(seen_level, kFitShare)) {
+    change_level(seen_level, seen_level + 1);
+  } else if (seen_level > 0 && !refused && fits(seen_level - 1, kLowerShare)) {
+    // Down only while nobody is refused: a saturated filter under-reports
+    // what it needs (it inserts little).
+    change_level(seen_level, seen_level - 1);
+  }
+}
+
+void MemoryBudget::change_level(std::uint32_t from, std::uint32_t to) noexcept {
+  std::uint32_t expected = from;
+  // Only the caller that saw `from` last moves it: a round of settle() by
+  // many filters at one level is one step.
+  if (!level_.compare_exchange_strong(expected, to, std::memory_order_relaxed)) return;
+  if (options_.on_change) {
+    Change c;
+    c.level = to;
+    c.previous = from;
+    c.scale = std::ldexp(1.0, static_cast<int>(to));
+    c.used = used();
+    c.max_bytes = options_.max_bytes;
+    options_.on_change(c);
+  }
+}
+
+std::uint32_t MemoryDemand::levels() const noexcept {
+  return budget_ && budget_->max_bytes() != 0 ? budget_->max_level() + 1 : 0;
+}
+
+void MemoryDemand::publish(std::span<const std::uint64_t> bytes) noexcept {
+  const std::size_t n = std::min<std::size_t>(bytes.size(), levels());
+  if (n == 0) return;
+  if (bytes_.size() != n) {
+    withdraw();
+    bytes_.assign(n, 0);
+  }
+  for (std::size_t l = 0; l < n; ++l) {
+    if (bytes[l] == bytes_[l]) continue;
+    // Unsigned wrap-around adds the difference either way.
+    budget_->demand_[l].fetch_add(bytes[l] - bytes_[l], std::memory_order_relaxed);
+    bytes_[l] = bytes[l];
+  }
+}
+
+void MemoryDemand::withdraw() noexcept {
+  if (!budget_) return;
+  for (std::size_t l = 0; l < bytes_.size(); ++l) {
+    budget_->demand_[l].fetch_sub(bytes_[l], std::memory_order_relaxed);
+  }
+  bytes_.clear();
+}
+
+void MemoryCharge::reset() noexcept {
+  if (budget_ && bytes_ != 0) budget_->release(bytes_);
+  bytes_ = 0;
+}
+
+void MemoryCharge::resize(std::uint64_t bytes) noexcept {
+  if (!budget_) return;
+  if (bytes > bytes_) {
+    budget_->charge(bytes - bytes_);
+  } else if (bytes < bytes_) {
+    budget_->release(bytes_ - bytes);
+  }
+  bytes_ = bytes;
+}
+
+}  // namespace kdedup::filter

@@ -1,0 +1,330 @@
+// Memory follows load, through `kdedup run` on the test broker as a user
+// runs it (DESIGN.md "Memory follows load"):
+// - 256 idle assigned partitions with capacity 1000000 hold their floors:
+//   the process stays under 256 MiB;
+// - under a memory.max_bytes smaller than the load needs, the filters stay
+//   within it (plus one floor per partition), the effective fpp is raised
+//   and reported, the audited false-positive rate stays within the reported
+//   estimate, nothing is emitted twice, the log says so once per step, and
+//   the target returns once the load falls;
+// - a filter grown by a burst shrinks once the load falls, and so does one
+//   restored from a snapshot taken at the peak of a burst, which still
+//   drops the burst's identities resent after the restart.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "broker.h"
+#include "http_get.h"
+#include "kdedup/testbroker/child_process.h"
+#include "metrics_doc.h"
+#include "prometheus_query.h"
+
+namespace kdedup::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using testbroker::ChildOptions;
+using testbroker::ChildProcess;
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Resident memory of a process, in bytes (VmRSS).
+double rss_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) * 1024.0;
+  }
+  return 0;
+}
+
+/// One `kdedup run` with metrics on a free loopback port and its log in `dir`.
+class Instance {
+ public:
+  /// `extra`: more top-level config; `metrics`: more keys of the metrics
+  /// section (indented by two spaces).
+  Instance(const TempDir& dir, const std::string& name, const std::string& bootstrap,
+           const std::string& extra, const std::string& metrics = "")
+      : log_(dir.file(name + ".log")), port_(free_port()) {
+    const std::string path = dir.file(name + ".yaml");
+    write_file(path,
+               "group_id: memory-e2e\n"
+               "input:\n  topics: [in]\n"
+               "output:\n  topic: out\n"
+               "identity:\n  extractor: key\n  salt: memory-salt\n"
+               "threads: 2\n"
+               "on_invalid: drop\n"
+               "commit_interval: 200ms\n"
+               "shutdown_timeout: 20s\n"
+               "kafka:\n  bootstrap.servers: \"" +
+                   bootstrap +
+                   "\"\n"
+                   "consumer:\n  session.timeout.ms: \"6000\"\n"
+                   "  heartbeat.interval.ms: \"500\"\n"
+                   "metrics:\n  address: \"127.0.0.1:" +
+                   std::to_string(port_) + "\"\n" + metrics + extra);
+    ChildOptions o;
+    o.stderr_file = log_;
+    auto p = ChildProcess::spawn({KDEDUP_BINARY, "run", "--config", path}, o);
+    EXPECT_TRUE(p) << p.error().message;
+    if (p) process_ = std::move(*p);
+  }
+
+  [[nodiscard]] bool running() const { return process_ && !process_->poll_exit(); }
+  [[nodiscard]] std::string log() const { return read_file(log_); }
+  [[nodiscard]] pid_t pid() const { return process_->pid(); }
+  ChildProcess& process() { return *process_; }
+
+  /// The current /metrics text ("" when it does not answer).
+  [[nodiscard]] std::string scrape() const {
+    auto r = http_get(port_, "/metrics");
+    return r.status == 200 ? r.body : std::string();
+  }
+  [[nodiscard]] double sum(const std::string& name,
+                           const std::vector<std::string>& labels = {}) const {
+    return exposition_sum(scrape(), name, labels).value_or(-1.0);
+  }
+  [[nodiscard]] double max(const std::string& name) const {
+    double m = -1;
+    std::istringstream in(scrape());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+      if (line[name.size()] != '{' && line[name.size()] != ' ') continue;
+      m = std::max(m, std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr));
+    }
+    return m;
+  }
+
+  /// Waits until `done()` holds (polled every 100 ms) or `limit` passes.
+  bool wait_for(const std::function<bool()>& done, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!running()) return false;
+      if (done()) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+
+ private:
+  std::string log_;
+  int port_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+std::size_t count_lines(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+/// Keys "<prefix><i>" for i in [from, to), stamped `at` (0: now), by key
+/// partitioner.
+std::vector<TestRecord> keys(const std::string& prefix, int from, int to, std::int64_t at = 0) {
+  std::vector<TestRecord> out;
+  const std::int64_t now = at != 0 ? at : wall_ms();
+  for (int i = from; i < to; ++i) {
+    TestRecord r;
+    r.key = prefix + std::to_string(i);
+    r.value = "v";
+    r.timestamp_ms = now;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+/// Every output key at most once (the filter never lets a duplicate
+/// through inside the window); returns the number of outputs.
+std::size_t expect_each_key_once(TestBroker& b) {
+  auto out = b.read_topic("out");
+  EXPECT_TRUE(out) << out.error().message;
+  if (!out) return 0;
+  std::map<std::string, int> seen;
+  for (const auto& r : *out) {
+    if (r.key && ++seen[*r.key] == 2) ADD_FAILURE() << *r.key << " emitted twice";
+  }
+  return out->size();
+}
+
+TEST(RunMemory, TwoHundredFiftySixIdlePartitionsHoldTheirFloors) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:256", "out:256"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TempDir dir;
+  Instance k(dir, "idle", (*broker)->bootstrap(),
+             "window: 1h\nfilter:\n  type: timer\n  fpp: 0.01\n  capacity: 1000000\n"
+             "state:\n  dir: \"\"\n");
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 256; }, 120s))
+      << k.log();
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_bytes") > 0; }, 10s)) << k.log();
+  std::this_thread::sleep_for(2s);
+  const double filters = k.sum("kdedup_filter_bytes");
+  const double rss = rss_bytes(k.pid());
+  // Each partition holds its 64 KiB floor (and a little bookkeeping), not
+  // the 12 MiB a filter sized for capacity 1000000 would.
+  EXPECT_LE(filters, 256 * (64 + 4) * 1024.0);
+  EXPECT_GE(k.sum("kdedup_memory_used_bytes"), 256 * 64 * 1024.0);
+  EXPECT_LT(rss, 256.0 * (1 << 20)) << "RSS " << rss / (1 << 20) << " MiB";
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+TEST(RunMemory, UnderABudgetTheFppRisesEvenlyWithoutFalseNegatives) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:2", "out:2"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  // 60k identities inside a 20 s window need about 1.1 MiB at fpp 0.001
+  // (1.5 MiB as they arrive, in a burst); the budget is 640 KiB, plus one
+  // 4 KiB floor per partition. Every identity is audited (audit_sample: 1).
+  constexpr double kBudget = 640 * 1024, kFloors = 2 * 4 * 1024;
+  Instance k(dir, "budget", b.bootstrap(),
+             "window: 20s\nfilter:\n  type: timer\n  fpp: 0.001\n  min_bytes: 4KiB\n"
+             "memory:\n  max_bytes: 640KiB\nstate:\n  dir: \"\"\n",
+             "  audit_sample: 1\n");
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 2; }, 60s))
+      << k.log();
+  EXPECT_EQ(k.sum("kdedup_memory_budget_bytes"), kBudget);
+  const double rss_before = rss_bytes(k.pid());
+
+  // 60k identities, each 10th one resent right away (a duplicate inside the
+  // window), produced while the instance runs; the largest reservation and
+  // the largest estimate are watched along the way.
+  double worst_used = 0, worst_estimate = 0, worst_effective = 0;
+  auto watch = [&] {
+    worst_used = std::max(worst_used, k.sum("kdedup_memory_used_bytes"));
+    worst_estimate = std::max(worst_estimate, k.max("kdedup_filter_fpp_estimate"));
+    worst_effective = std::max(worst_effective, k.sum("kdedup_filter_fpp_effective_target"));
+  };
+  int total = 0;
+  for (int batch = 0; batch < 12; ++batch) {
+    auto records = keys("id-", batch * 5000, (batch + 1) * 5000);
+    for (int i = 0; i < 500; ++i) records.push_back(records[static_cast<std::size_t>(i * 10)]);
+    total += static_cast<int>(records.size());
+    ASSERT_TRUE(b.produce("in", records));
+    watch();
+  }
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == total; }, 60s))
+      << k.log();
+  std::this_thread::sleep_for(1500ms);  // the bridge's last round
+  watch();
+  const double rss_after = rss_bytes(k.pid());
+
+  // Within the budget (plus the floors); the fpp raised for every partition
+  // and reported.
+  EXPECT_LE(worst_used, kBudget + kFloors);
+  EXPECT_LE(k.sum("kdedup_filter_bytes"), kBudget + kFloors + 64 * 1024);  // + bookkeeping
+  EXPECT_GT(worst_effective, 0.001);
+  EXPECT_GT(worst_estimate, 0.001);
+  // The process grew by less than the budget and its client buffers.
+  EXPECT_LT(rss_after - rss_before, kBudget + 64.0 * (1 << 20))
+      << rss_before / (1 << 20) << " -> " << rss_after / (1 << 20) << " MiB";
+  // No false negative: the audit saw none, and no key came out twice.
+  EXPECT_EQ(k.sum("kdedup_audit_false_negatives_total"), 0);
+  EXPECT_EQ(
+      expect_each_key_once(b) + static_cast<std::size_t>(k.sum("kdedup_records_duplicate_total")),
+      static_cast<std::size_t>(total));
+  // Observed false positives within what the filters reported.
+  const double fp = k.sum("kdedup_audit_false_positives_total");
+  const double fresh = k.sum("kdedup_audit_truly_new_total");
+  ASSERT_GT(fresh, 50'000);
+  EXPECT_LE(fp / fresh, 1.2 * worst_estimate) << fp << " / " << fresh;
+  // One warning per step up, not per record.
+  const std::string log = k.log();
+  const std::size_t raised = count_lines(log, "effective fpp raised to");
+  std::printf(
+      "budget %.0f KiB: at most %.1f KiB reserved, effective fpp up to %g, estimate up to %g, "
+      "audited FP rate %.4f (%.0f / %.0f), RSS %+.1f MiB, %zu warnings\n",
+      kBudget / 1024, worst_used / 1024, worst_effective, worst_estimate, fp / fresh, fp, fresh,
+      (rss_after - rss_before) / (1 << 20), raised);
+  EXPECT_GE(raised, 1U) << log;
+  EXPECT_LE(raised, 8U) << log;  // 0.001 * 2^8 > 0.25: at most 8 steps
+
+  // The load falls to a trickle of new identities: two windows later the
+  // filters fit again and size for filter.fpp.
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(b.produce("in", keys("late-", i * 10, i * 10 + 10)));
+    std::this_thread::sleep_for(900ms);
+  }
+  EXPECT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_fpp_effective_target") == 0.001; }, 30s))
+      << k.log();
+  EXPECT_NE(k.log().find("every partition sizes for filter.fpp 0.001 again"), std::string::npos);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+TEST(RunMemory, ABurstShrinksAfterwardsAndSoDoesItsRestoredSnapshot) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  const std::string config =
+      "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\n  capacity: 1000000\n"
+      "state:\n  dir: \"" +
+      dir.file("state") + "\"\n  snapshot_interval: 1h\n";
+  auto trickle = [&](const std::string& prefix, int seconds) {
+    for (int i = 0; i < seconds * 4; ++i) {
+      if (!b.produce("in", keys(prefix, i * 10, i * 10 + 10))) return false;
+      std::this_thread::sleep_for(250ms);
+    }
+    return true;
+  };
+  double peak = 0;
+  std::int64_t burst_b_at = 0;
+  {
+    Instance k(dir, "first", b.bootstrap(), config);
+    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 1; }, 60s))
+        << k.log();
+    const double floor = k.sum("kdedup_filter_bytes");
+    // A burst of 40k identities grows the filter...
+    ASSERT_TRUE(b.produce("in", keys("burst-a-", 0, 40'000)));
+    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == 40'000; }, 60s));
+    std::this_thread::sleep_for(1500ms);
+    peak = k.sum("kdedup_filter_bytes");
+    EXPECT_GT(peak, 4 * floor);
+    // ... and a trickle over two windows (40 ids/s) gives it back.
+    ASSERT_TRUE(trickle("trickle-a-", 22));
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_LT(k.sum("kdedup_filter_bytes"), peak / 4) << k.log();
+
+    // A second burst; the instance stops at its peak (the snapshot at stop
+    // holds the grown filter).
+    burst_b_at = wall_ms();
+    ASSERT_TRUE(b.produce("in", keys("burst-b-", 0, 40'000, burst_b_at)));
+    ASSERT_TRUE(k.wait_for(
+        [&] { return k.sum("kdedup_records_in_total") == 40'000 + 22 * 4 * 10 + 40'000; }, 60s));
+    std::this_thread::sleep_for(1500ms);
+    peak = k.sum("kdedup_filter_bytes");
+    k.process().signal(SIGTERM);
+    ASSERT_EQ(k.process().wait(30s), 0) << k.log();
+  }
+  Instance k(dir, "second", b.bootstrap(), config);
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_restores_total") == 1; }, 60s)) << k.log();
+  // The burst's identities, sent again within the window (event time: the
+  // partition clock is where the snapshot left it): all dropped.
+  ASSERT_TRUE(b.produce("in", keys("burst-b-", 0, 2'000, burst_b_at)));
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_duplicate_total") == 2'000; }, 30s))
+      << k.log();
+  EXPECT_GT(k.sum("kdedup_filter_bytes"), peak / 2);  // restored as it was
+  // The restored filter shrinks as the clock moves on.
+  ASSERT_TRUE(trickle("trickle-b-", 22));
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_LT(k.sum("kdedup_filter_bytes"), peak / 4) << k.log();
+  expect_each_key_once(b);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+}  // namespace
+}  // namespace kdedup::testing

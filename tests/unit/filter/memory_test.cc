@@ -1,0 +1,537 @@
+// Memory follows load (DESIGN.md): the shared MemoryBudget's contract, an
+// idle filter at its floor whatever the capacity hint, growth and shrink
+// (fold) of the timer filter with the load, restore-then-shrink, and every
+// filter type under a budget smaller than the load needs: within it (plus
+// the floors), no false negative, false positives within what the filter
+// reports, and back at the target fpp once the load falls.
+
+#include "kdedup/filter/memory_budget.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "kdedup/filter/aging_filter.h"
+#include "kdedup/filter/exact_filter.h"
+#include "kdedup/filter/timer_filter.h"
+#include "streams.h"
+
+namespace kdedup::filter {
+namespace {
+
+using testing::Event;
+using testing::generate_stream;
+using testing::identity_fingerprint;
+using testing::run_against_oracle;
+using testing::StreamSpec;
+
+std::shared_ptr<MemoryBudget> budget_of(std::uint64_t max_bytes, double fpp = 0.01,
+                                        std::vector<MemoryBudget::Change>* changes = nullptr) {
+  MemoryBudget::Options o;
+  o.max_bytes = max_bytes;
+  o.fpp = fpp;
+  if (changes != nullptr) o.on_change = [changes](const auto& c) { changes->push_back(c); };
+  return std::make_shared<MemoryBudget>(std::move(o));
+}
+
+FilterConfig config_of(FilterType type, std::uint64_t capacity, std::uint8_t bits = 8,
+                       double fpp = 0.01, std::uint64_t min_bytes = 64 * 1024) {
+  FilterConfig c;
+  c.type = type;
+  c.timer_bits = bits;
+  c.capacity = capacity;
+  c.fpp = fpp;
+  c.min_bytes = min_bytes;
+  return *normalize(c);
+}
+
+std::unique_ptr<SlidingFilter> make(const FilterConfig& c) {
+  auto f = make_filter(c);
+  EXPECT_TRUE(f.has_value()) << (f ? "" : f.error().message);
+  return f ? std::move(*f) : nullptr;
+}
+
+// --- MemoryBudget -------------------------------------------------------------
+
+TEST(MemoryBudget, WithoutALimitCountsAndNeverRefuses) {
+  auto b = budget_of(0);
+  EXPECT_TRUE(b->try_reserve(1ULL << 40));
+  b->charge(100);
+  EXPECT_EQ(b->used(), (1ULL << 40) + 100);
+  b->release(1ULL << 40);
+  b->release(100);
+  EXPECT_EQ(b->used(), 0U);
+  EXPECT_EQ(b->level(), 0U);
+  EXPECT_EQ(b->max_level(), 0U);
+  EXPECT_EQ(b->effective_fpp(), 0.01);
+  MemoryDemand d(b);
+  EXPECT_EQ(d.levels(), 0U);  // nothing to publish without a limit
+}
+
+TEST(MemoryBudget, ReservationsStopAtTheLimit) {
+  auto b = budget_of(1000);
+  EXPECT_TRUE(b->try_reserve(600));
+  EXPECT_FALSE(b->try_reserve(500));
+  EXPECT_EQ(b->used(), 600U);  // a refusal reserves nothing
+  // Part of what is asked for: half of what is free, at least `least`.
+  EXPECT_EQ(b->reserve_up_to(100, 900), 200U);
+  EXPECT_EQ(b->used(), 800U);
+  EXPECT_EQ(b->reserve_up_to(150, 900), 150U);
+  EXPECT_EQ(b->reserve_up_to(100, 900), 0U);
+  EXPECT_TRUE(b->try_reserve(50));  // exactly at the limit
+  EXPECT_EQ(b->used(), 1000U);
+  b->charge(10);  // a floor: past the limit
+  EXPECT_EQ(b->used(), 1010U);
+  EXPECT_EQ(b->level(), 0U);  // refusals alone do not move the level
+}
+
+TEST(MemoryBudget, TheLevelFollowsThePublishedDemand) {
+  std::vector<MemoryBudget::Change> changes;
+  auto b = budget_of(1000, 0.01, &changes);
+  EXPECT_EQ(b->max_level(), 5U);  // 0.01 * 2^5 = 0.32 >= kMaxEffectiveFpp
+  {
+    MemoryDemand d(b);
+    ASSERT_EQ(d.levels(), 6U);
+    // Needs 2000 bytes at the target, 30% less per level.
+    std::vector<std::uint64_t> need{2000, 1400, 980, 686, 480, 336};
+    d.publish(need);
+    EXPECT_EQ(b->demand(0), 2000U);
+    b->settle(MemoryBudget::kHold);  // a filter that has not run long enough at the level
+    EXPECT_EQ(b->level(), 0U);
+    b->settle(0);
+    EXPECT_EQ(b->level(), 1U);
+    b->settle(0);  // the level moved past what this caller saw: nothing
+    EXPECT_EQ(b->level(), 1U);
+    b->settle(1);
+    b->settle(2);
+    EXPECT_EQ(b->level(), 3U);  // 686 <= 0.85 * 1000
+    b->settle(3);
+    EXPECT_EQ(b->level(), 3U);  // level 2 needs 980: above 0.75 * 1000, stays
+    EXPECT_DOUBLE_EQ(b->fpp_scale(), 8.0);
+    EXPECT_DOUBLE_EQ(b->effective_fpp(), 0.08);
+    // The load falls: back one step per round, down to the target.
+    d.publish(std::vector<std::uint64_t>{700, 490, 343, 240, 168, 117});
+    b->settle(3);
+    b->settle(2);
+    EXPECT_EQ(b->level(), 1U);
+    b->settle(1);  // level 0 needs 700 <= 750
+    EXPECT_EQ(b->level(), 0U);
+  }
+  EXPECT_EQ(b->demand(0), 0U);  // withdrawn with the filter
+  ASSERT_EQ(changes.size(), 6U);
+  EXPECT_EQ(changes[0].previous, 0U);
+  EXPECT_EQ(changes[0].level, 1U);
+  EXPECT_EQ(changes[0].max_bytes, 1000U);
+  EXPECT_EQ(changes.back().level, 0U);
+}
+
+TEST(MemoryBudget, RefusalsKeepTheLevelUp) {
+  // A saturated filter inserts little and under-reports its need: while
+  // reservations are refused the level does not fall.
+  auto b = budget_of(1000);
+  MemoryDemand d(b);
+  d.publish(std::vector<std::uint64_t>{2000, 1000, 500, 250, 125, 60});
+  b->settle(0);
+  b->settle(1);
+  ASSERT_EQ(b->level(), 2U);
+  ASSERT_TRUE(b->try_reserve(1000));
+  EXPECT_FALSE(b->try_reserve(1));
+  d.publish(std::vector<std::uint64_t>{100, 50, 25, 12, 6, 3});
+  b->settle(2);
+  EXPECT_EQ(b->level(), 2U);
+  b->settle(2);  // no refusal since the last round
+  EXPECT_EQ(b->level(), 1U);
+}
+
+TEST(MemoryBudget, ChargesReleaseThemselves) {
+  auto b = budget_of(1000);
+  {
+    ASSERT_TRUE(b->try_reserve(400));
+    MemoryCharge c(b, 400);
+    MemoryCharge moved(std::move(c));
+    EXPECT_EQ(c.bytes(), 0U);  // NOLINT(bugprone-use-after-move): moved-from is empty
+    EXPECT_EQ(moved.bytes(), 400U);
+    moved.resize(100);
+    EXPECT_EQ(b->used(), 100U);
+    moved.resize(2000);  // grows past the limit: charged
+    EXPECT_EQ(b->used(), 2000U);
+    MemoryCharge other;
+    other = std::move(moved);
+    EXPECT_EQ(b->used(), 2000U);
+  }
+  EXPECT_EQ(b->used(), 0U);
+}
+
+TEST(MemoryBudget, ConcurrentReservationsNeverPassTheLimit) {
+  auto b = budget_of(1 << 20);
+  std::atomic<std::uint64_t> peak{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::uint64_t> held;
+      MemoryDemand d(b);
+      for (int i = 0; i < 20000; ++i) {
+        const std::uint64_t n = 1 + static_cast<std::uint64_t>((i * 7919 + t) % 4096);
+        if (b->try_reserve(n)) held.push_back(n);
+        if (i % 100 == 0) {
+          d.publish(std::vector<std::uint64_t>(d.levels(), static_cast<std::uint64_t>(i) * 64));
+          b->settle(b->level());
+        }
+        std::uint64_t seen = b->used();
+        std::uint64_t prev = peak.load();
+        while (seen > prev && !peak.compare_exchange_weak(prev, seen)) {
+        }
+        if (held.size() > 64) {
+          b->release(held.front());
+          held.erase(held.begin());
+        }
+      }
+      for (std::uint64_t n : held) b->release(n);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(b->used(), 0U);
+  EXPECT_EQ(b->demand(0), 0U);
+  EXPECT_LE(peak.load(), 1U << 20);
+}
+
+TEST(MemoryBudget, EffectiveFppIsCapped) {
+  EXPECT_EQ(effective_fpp(0.01, 1.0), 0.01);
+  EXPECT_EQ(effective_fpp(0.01, 4.0), 0.04);
+  EXPECT_EQ(effective_fpp(0.01, 1024.0), kMaxEffectiveFpp);
+  EXPECT_EQ(effective_fpp(0.4, 8.0), 0.4);  // never below the configured target
+}
+
+// --- the floor ------------------------------------------------------------------
+
+TEST(MemoryFollowsLoad, AnIdleFilterHoldsTheFloorWhateverTheHint) {
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging}) {
+    for (std::uint8_t bits : {4, 8, 16}) {
+      if (type == FilterType::kAging && bits != 8) continue;
+      auto f = make(config_of(type, 1'000'000, bits));
+      ASSERT_TRUE(f);
+      const FilterConfig& c = f->config();
+      // The floor plus the filter's fixed bookkeeping.
+      EXPECT_LE(f->stats().bytes, c.min_bytes + 16 * 1024) << to_string(type) << int(bits);
+      // A hint below the floor starts below it.
+      auto small = make(config_of(type, 100, bits));
+      EXPECT_LT(small->stats().bytes, f->stats().bytes);
+    }
+  }
+}
+
+// --- grow and shrink --------------------------------------------------------------
+
+// `base` distinct ids per tick for two windows, 5x that for two, `base`
+// again for three: all distinct, so every arrival is a new identity.
+std::vector<Event> burst_stream(std::uint32_t window, double base, std::uint64_t seed) {
+  StreamSpec spec;
+  spec.domain = 1ULL << 40;
+  spec.base_rate = base;
+  spec.ticks = 6 * (window + 1);
+  spec.burst_factor = 5;
+  spec.seed = seed;
+  auto events = generate_stream(spec);
+  // A seventh window at the base rate: two windows after the burst.
+  StreamSpec tail = spec;
+  tail.ticks = window + 1;
+  tail.burst_factor = 1;
+  tail.first_tick = spec.ticks;
+  tail.seed = seed + 1;
+  for (const Event& e : generate_stream(tail)) events.push_back(e);
+  return events;
+}
+
+TEST(MemoryFollowsLoad, TimerGrowsUnderABurstAndFoldsBackAfterIt) {
+  for (std::uint8_t bits : {4, 8, 16}) {
+    SCOPED_TRACE(int(bits));
+    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);  // 100x too large
+    const std::uint32_t window = c.ticks_per_window;
+    const double base = 20'000.0 / (window + 1);  // 20k ids per window
+    const auto events = burst_stream(window, base, 3 + bits);
+    auto f = make(c);
+    auto batch = make(c);
+    auto& timer = dynamic_cast<TimerFilter&>(*f);
+    FilterConfig sized = c;
+    sized.capacity = 20'000;
+    const double presized =
+        static_cast<double>((*TimerFilter::create_presized(sized))->stats().bytes);
+    std::uint64_t peak = 0;
+    double worst_estimate = 0;
+    Tick last = 0;
+    auto counts =
+        run_against_oracle(*f, events, 1, [&](std::size_t, const Event& e, Decision, bool) {
+          if (e.tick == last) return;
+          last = e.tick;
+          peak = std::max(peak, f->stats().bytes);
+          worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+        });
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.fp_rate(), 1.2 * c.fpp);
+    EXPECT_LE(worst_estimate, c.fpp);
+    EXPECT_LE(timer.fpp_budget_used(), c.fpp);
+    // It grew for the burst (5x the ids) and is back within 1.5x of the
+    // pre-sized figure two windows after it.
+    EXPECT_GT(static_cast<double>(peak), 3 * presized);
+    EXPECT_LE(static_cast<double>(peak), 2 * 5 * presized);
+    EXPECT_LE(static_cast<double>(f->stats().bytes), 1.5 * presized);
+    EXPECT_EQ(f->stats().subfilters, 1U);
+    // The batch path folds at the same ticks: same decisions, same bytes.
+    auto seq = run_against_oracle(*batch, events, 128);
+    EXPECT_EQ(seq.false_positives, counts.false_positives);
+    EXPECT_EQ(batch->serialize(), f->serialize());
+  }
+}
+
+TEST(MemoryFollowsLoad, AFoldKeepsEveryLiveEntry) {
+  // An oversized sub-filter (a pre-sized filter 50x too large) that holds a
+  // few thousand ids folds once the window has turned over: every id still
+  // inside the window stays a duplicate, through the fold and until it
+  // expires.
+  FilterConfig c = config_of(FilterType::kTimer, 500'000, 8);
+  auto made = TimerFilter::create_presized(c);
+  ASSERT_TRUE(made);
+  TimerFilter& f = **made;
+  const std::uint64_t before = f.stats().bytes;
+  const std::uint32_t window = c.ticks_per_window;
+  std::uint64_t id = 0;
+  std::vector<std::pair<std::uint64_t, Tick>> inserted;
+  for (Tick t = 1; t <= 3 * window; ++t) {
+    for (int i = 0; i < 50; ++i, ++id) {
+      if (f.test_and_insert(identity_fingerprint(id, 5), t) == Decision::kDistinct) {
+        inserted.emplace_back(id, t);
+      }
+    }
+    if (t % 7 == 0) {
+      // Everything delivered within the window is still there.
+      for (const auto& [old, at] : inserted) {
+        if (t - at <= window) {
+          ASSERT_EQ(f.test_and_insert(identity_fingerprint(old, 5), t), Decision::kDuplicate)
+              << "id " << old << " from tick " << at << " lost at tick " << t;
+        }
+      }
+    }
+  }
+  EXPECT_LT(f.stats().bytes, before / 10) << "the oversized sub-filter did not fold";
+  EXPECT_LE(f.fpp_budget_used(), c.fpp);
+}
+
+TEST(MemoryFollowsLoad, ARestoredOversizedFilterShrinks) {
+  // A snapshot taken at the peak of a burst, restored and fed the base rate
+  // again: the restored filter shrinks as the original would, to within
+  // 1.5x of the pre-sized figure two windows later, and keeps every identity
+  // it delivered (before and after the snapshot) for the whole window.
+  for (std::uint8_t bits : {4, 8, 16}) {
+    SCOPED_TRACE(int(bits));
+    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
+    const std::uint32_t window = c.ticks_per_window;
+    const double base = 20'000.0 / (window + 1);
+    const auto events = burst_stream(window, base, 11 + bits);
+    const Tick burst_end = 4 * (window + 1);  // the burst is the middle third of six windows
+    auto original = make(c);
+    std::vector<std::pair<Fingerprint, Tick>> delivered;
+    std::size_t i = 0;
+    for (; i < events.size() && events[i].tick < burst_end; ++i) {
+      if (original->test_and_insert(events[i].fp, events[i].tick) == Decision::kDistinct) {
+        delivered.emplace_back(events[i].fp, events[i].tick);
+      }
+    }
+    const std::uint64_t peak = original->stats().bytes;
+    auto restored = restore_filter(original->serialize());
+    ASSERT_TRUE(restored) << restored.error().message;
+    SlidingFilter& f = **restored;
+    EXPECT_EQ(f.stats().bytes, peak);  // still inside the burst's window: nothing to shrink
+    for (; i < events.size(); ++i) {
+      if (f.test_and_insert(events[i].fp, events[i].tick) == Decision::kDistinct) {
+        delivered.emplace_back(events[i].fp, events[i].tick);
+      }
+    }
+    const Tick now = events.back().tick;
+    for (const auto& [fp, at] : delivered) {
+      if (now - at <= window) {
+        ASSERT_EQ(f.test_and_insert(fp, now), Decision::kDuplicate);
+      }
+    }
+    FilterConfig sized = c;
+    sized.capacity = 20'000;
+    const auto presized = (*TimerFilter::create_presized(sized))->stats().bytes;
+    EXPECT_LT(f.stats().bytes, peak / 3);
+    EXPECT_LE(static_cast<double>(f.stats().bytes), 1.5 * static_cast<double>(presized));
+    EXPECT_LE(f.stats().fpp_estimate, c.fpp);
+  }
+}
+
+TEST(MemoryFollowsLoad, AQuietFilterAndItsSnapshotHoldTheFloor) {
+  // A pre-sized 30 MiB filter (what a capacity-sized filter of an older
+  // version held) whose content has all expired (a partition that went
+  // quiet) is back at its floor, and so is a filter restored from its
+  // snapshot. (A snapshot taken before that tick shrinks at the same tick
+  // of its own clock: restore() runs the same check.)
+  FilterConfig c = config_of(FilterType::kTimer, 5'000'000, 8);
+  auto made = TimerFilter::create_presized(c);
+  ASSERT_TRUE(made);
+  for (std::uint64_t id = 0; id < 1000; ++id) {
+    (void)(*made)->test_and_insert(identity_fingerprint(id, 7), 10);
+  }
+  for (Tick t = 11; t < 10 + 2 * c.ticks_per_window; ++t) (*made)->advance(t);
+  auto restored = restore_filter((*made)->serialize());
+  ASSERT_TRUE(restored);
+  EXPECT_LE((*restored)->stats().bytes, c.min_bytes + 16 * 1024);
+}
+
+// --- under a budget ---------------------------------------------------------------
+
+struct BudgetRun {
+  testing::OracleCounts counts;
+  double worst_estimate = 0;     // largest estimate reported during the load
+  std::uint64_t worst_used = 0;  // largest reservation
+  std::uint32_t worst_level = 0;
+};
+
+// Two filters sharing `budget`, fed the same stream with other identities,
+// interleaved tick by tick as two partitions' workers run side by side, each
+// next to its exact oracle; the budget and the estimates are read at every
+// tick.
+BudgetRun run_two(FilterType type, std::uint8_t bits, const std::shared_ptr<MemoryBudget>& budget,
+                  const std::vector<Event>& events) {
+  const FilterConfig c = config_of(type, 1'000, bits, 0.01, 4096);
+  std::unique_ptr<SlidingFilter> filters[2] = {make(c), make(c)};
+  FilterConfig oc;
+  oc.type = FilterType::kExact;
+  oc.ticks_per_window = c.ticks_per_window;
+  ExactFilter oracles[2] = {ExactFilter(oc), ExactFilter(oc)};
+  for (auto& f : filters) f->set_memory_budget(budget);
+  BudgetRun r;
+  std::size_t i = 0;
+  while (i < events.size()) {
+    std::size_t end = i;
+    while (end < events.size() && events[end].tick == events[i].tick) ++end;
+    for (int p = 0; p < 2; ++p) {
+      for (std::size_t j = i; j < end; ++j) {
+        Fingerprint fp = events[j].fp;
+        fp.lo ^= static_cast<std::uint64_t>(p) * 0x5555;
+        const bool delivered = oracles[p].contains(fp, events[j].tick);
+        const Decision d = filters[p]->test_and_insert(fp, events[j].tick);
+        ++r.counts.events;
+        if (d == Decision::kDistinct) {
+          oracles[p].insert(fp, events[j].tick);
+          ++(delivered ? r.counts.false_negatives : r.counts.true_negatives);
+        } else {
+          ++(delivered ? r.counts.true_positives : r.counts.false_positives);
+        }
+      }
+      r.worst_estimate = std::max(r.worst_estimate, filters[p]->stats().fpp_estimate);
+    }
+    r.worst_used = std::max(r.worst_used, budget->used());
+    r.worst_level = std::max(r.worst_level, budget->level());
+    i = end;
+  }
+  return r;
+}
+
+TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging}) {
+    for (std::uint8_t bits : {4, 8, 16}) {
+      if (type == FilterType::kAging && bits != 8) continue;
+      SCOPED_TRACE(std::string(to_string(type)) + " " + std::to_string(bits));
+      const FilterConfig c = config_of(type, 1'000, bits, 0.01, 4096);
+      const std::uint32_t window = c.ticks_per_window;
+      // 30k ids per window per filter: a pre-sized pair needs about
+      // 2 x 30k x (44..235 bits) / 8; the budget is half of that.
+      FilterConfig sized = c;
+      sized.capacity = 30'000;
+      const std::uint64_t need =
+          type == FilterType::kTimer
+              ? 2 * (*TimerFilter::create_presized(sized))->presized_bytes()
+              : static_cast<std::uint64_t>(2 * 30'000 *
+                                           choose_aging_shape(c.fpp).bits_per_element() / 8);
+      const std::uint64_t limit = need / 2;
+      auto budget = budget_of(limit, c.fpp);
+      StreamSpec spec;
+      spec.domain = 1ULL << 40;
+      spec.base_rate = 30'000.0 / (window + 1);
+      spec.ticks = 3 * (window + 1);
+      spec.seed = 41;
+      const auto events = generate_stream(spec);
+      const BudgetRun r = run_two(type, bits, budget, events);
+      EXPECT_EQ(r.counts.false_negatives, 0U);
+      // Within the budget, plus each filter's floor (charged past it).
+      EXPECT_LE(r.worst_used, limit + 2 * c.min_bytes);
+      EXPECT_GE(r.worst_level, 1U) << "the budget was never short";
+      // The filters report the fpp they run at: what was observed is within it.
+      EXPECT_GT(r.worst_estimate, c.fpp);
+      EXPECT_LE(r.counts.fp_rate(), 1.2 * r.worst_estimate);
+    }
+  }
+}
+
+TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging}) {
+    SCOPED_TRACE(to_string(type));
+    const FilterConfig c = config_of(type, 1'000, 8, 0.01, 4096);
+    const std::uint32_t window = c.ticks_per_window;
+    FilterConfig sized = c;
+    sized.capacity = 40'000;
+    const std::uint64_t need =
+        type == FilterType::kTimer
+            ? (*TimerFilter::create_presized(sized))->presized_bytes()
+            : static_cast<std::uint64_t>(40'000 * choose_aging_shape(c.fpp).bits_per_element() / 8);
+    auto budget = budget_of(need / 2, c.fpp);
+    auto f = make(c);
+    f->set_memory_budget(budget);
+    // Two windows at the rate that needs 2x the budget, then four at a 20th.
+    std::uint64_t id = 0;
+    Tick t = 0;
+    for (; t < 2 * (window + 1); ++t) {
+      for (int i = 0; i < static_cast<int>(40'000 / (window + 1)); ++i) {
+        (void)f->test_and_insert(identity_fingerprint(id++, 8), t);
+      }
+    }
+    EXPECT_GE(budget->level(), 1U);
+    for (; t < 6 * (window + 1); ++t) {
+      for (int i = 0; i < static_cast<int>(2'000 / (window + 1)) + 1; ++i) {
+        (void)f->test_and_insert(identity_fingerprint(id++, 8), t);
+      }
+    }
+    EXPECT_EQ(budget->level(), 0U);
+    EXPECT_LE(f->stats().fpp_estimate, c.fpp);
+    EXPECT_LT(budget->used(), budget->max_bytes());
+  }
+}
+
+TEST(MemoryBudgetFilters, ReleasedWhenTheFilterGoes) {
+  auto budget = budget_of(0);
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging, FilterType::kExact}) {
+    {
+      auto f = make(config_of(type, 1'000));
+      f->set_memory_budget(budget);
+      EXPECT_GT(budget->used(), 0U) << to_string(type);
+      for (std::uint64_t id = 0; id < 50'000; ++id) {
+        (void)f->test_and_insert(identity_fingerprint(id, 9), id / 500);
+      }
+      // What is charged is the filter state it reports (less bookkeeping).
+      EXPECT_LE(budget->used(), f->stats().bytes) << to_string(type);
+      EXPECT_GE(budget->used(), f->stats().bytes / 2) << to_string(type);
+    }
+    EXPECT_EQ(budget->used(), 0U) << to_string(type);
+  }
+}
+
+TEST(MemoryBudgetFilters, TheExactFilterIsCountedButNeverLimited) {
+  auto budget = budget_of(64 * 1024);
+  auto f = make(config_of(FilterType::kExact, 1'000));
+  f->set_memory_budget(budget);
+  for (std::uint64_t id = 0; id < 20'000; ++id) {
+    ASSERT_EQ(f->test_and_insert(identity_fingerprint(id, 10), 1 + id / 1000), Decision::kDistinct);
+  }
+  EXPECT_GT(budget->used(), budget->max_bytes());
+  for (std::uint64_t id = 19'000; id < 20'000; ++id) {
+    ASSERT_EQ(f->test_and_insert(identity_fingerprint(id, 10), 20), Decision::kDuplicate);
+  }
+}
+
+}  // namespace
+}  // namespace kdedup::filter
