@@ -183,17 +183,28 @@ double compact_rate(std::uint64_t state_bytes, std::uint64_t ops, std::uint64_t&
   c.type = FilterType::kCompact;
   c.fpp = 0.01;
   c.max_bytes = std::max<std::uint64_t>(c.max_bytes, state_bytes);
+  auto presized = [](const FilterConfig& raw) -> std::unique_ptr<CompactFilter> {
+    auto config = kdedup::filter::normalize(raw);
+    if (!config) {
+      std::fprintf(stderr, "config: %s\n", config.error().message.c_str());
+      std::exit(1);
+    }
+    auto made = CompactFilter::create_presized(*config);
+    if (!made) {
+      std::fprintf(stderr, "compact filter: %s\n", made.error().message.c_str());
+      std::exit(1);
+    }
+    return std::move(*made);
+  };
   {  // Capacity that makes the first table state_bytes.
-    auto probe = kdedup::filter::make_filter(c);
-    const double per_byte = static_cast<double>(c.capacity) / (*probe)->stats().bytes;
+    const double per_byte =
+        static_cast<double>(c.capacity) / static_cast<double>(presized(c)->table_bytes().front());
     c.capacity = static_cast<std::uint64_t>(per_byte * static_cast<double>(state_bytes) * 0.999);
   }
-  auto made = kdedup::filter::make_filter(c);
-  if (!made) {
-    std::fprintf(stderr, "compact filter: %s\n", made.error().message.c_str());
-    std::exit(1);
-  }
-  auto& f = **made;
+  // Pre-sized like the timer filter it is compared with (the filters kdedup
+  // runs start at the floor and size themselves from the rate).
+  auto made = presized(c);
+  auto& f = *made;
   bytes = f.stats().bytes;
   const std::uint32_t window = f.config().ticks_per_window;
   constexpr std::size_t kChunk = 4096;

@@ -271,6 +271,7 @@ struct CompactFilter::Table {
   std::uint64_t inserts = 0;   // since creation
   std::uint64_t nonempty = 0;  // slots with a fingerprint
   TickCounts alive;            // insertions in the window
+  MemoryCharge charge;         // its bytes in the MemoryBudget, if any
 
   std::uint64_t bytes() const { return blocks * layout.block_bytes; }
   std::uint64_t buckets() const { return blocks * layout.per_block; }
@@ -538,7 +539,7 @@ CompactFilter::CompactFilter(const FilterConfig& config)
     : config_(config), waiting_(new Stashed[kStash]), view_(std::make_unique<View>()) {}
 CompactFilter::~CompactFilter() = default;
 
-Result<std::unique_ptr<CompactFilter>> CompactFilter::create(const FilterConfig& config) {
+Result<std::unique_ptr<CompactFilter>> CompactFilter::make_empty(const FilterConfig& config) {
   if (config.type != FilterType::kCompact) {
     return fail("compact filter: config type is not compact");
   }
@@ -550,6 +551,8 @@ Result<std::unique_ptr<CompactFilter>> CompactFilter::create(const FilterConfig&
   std::unique_ptr<CompactFilter> f(new CompactFilter(config));
   f->t_ = t;
   f->f_ = compact_fingerprint_bits(config.fpp);
+  f->min_f_ = f->f_;
+  f->target_ = config.fpp;
   const unsigned code_bits = t == 4 ? 12 : 4 * t;
   f->max_f_ = (121 - code_bits) / kSlots;  // a bucket fits a 16-byte load after a 7-bit shift
   if (f->f_ > f->max_f_) {
@@ -558,14 +561,42 @@ Result<std::unique_ptr<CompactFilter>> CompactFilter::create(const FilterConfig&
                 "-bit tags");
   }
   f->period_ = (1U << t) - 2 - config.ticks_per_window;  // P = G - 1 >= 1
-  // The first table follows `capacity` alone (not min_bytes: a small hint is
-  // a small filter), within max_bytes.
+  f->tick_fpp_.assign(config.ticks_per_window + 2, 0.0);
+  return f;
+}
+
+Result<std::unique_ptr<CompactFilter>> CompactFilter::create(const FilterConfig& config) {
+  auto made = make_empty(config);
+  if (!made) return tl::unexpected(made.error());
+  std::unique_ptr<CompactFilter> f = std::move(*made);
+  auto table = f->make_table(f->initial_shape(), f->f_, 0);
+  if (!table) return fail("compact filter: cannot allocate the first table");
+  f->tables_.push_back(std::move(table));
+  f->refresh_limit();
+  return f;
+}
+
+Result<std::unique_ptr<CompactFilter>> CompactFilter::create_presized(const FilterConfig& config) {
+  auto made = make_empty(config);
+  if (!made) return tl::unexpected(made.error());
+  std::unique_ptr<CompactFilter> f = std::move(*made);
   auto table =
       f->make_table(f->shape_for(static_cast<double>(config.capacity), f->f_, false), f->f_, 0);
   if (!table) return fail("compact filter: cannot allocate the first table");
   f->tables_.push_back(std::move(table));
   f->refresh_limit();
   return f;
+}
+
+CompactFilter::Shape CompactFilter::initial_shape() const noexcept {
+  // The hint may start the filter below the floor, never above it.
+  const Shape hinted = shape_for(static_cast<double>(config_.capacity), f_, false);
+  const Shape floor = shape_within(config_.min_bytes, f_);
+  return bytes_of(hinted, f_) < bytes_of(floor, f_) ? hinted : floor;
+}
+
+std::uint64_t CompactFilter::initial_bytes() const noexcept {
+  return bytes_of(initial_shape(), f_);
 }
 
 std::unique_ptr<CompactFilter::Table> CompactFilter::make_table(Shape shape, unsigned f,
@@ -591,8 +622,8 @@ CompactFilter::Shape CompactFilter::shape_for(double entries, unsigned f,
   const double most_buckets =
       std::max(2.0, std::floor(static_cast<double>(config_.max_bytes) * 8 / bits));
   if (bounded) {
-    const double least = std::floor(static_cast<double>(config_.min_bytes) * 8 / bits);
-    buckets = std::max(buckets, least);
+    const Shape floor = shape_within(config_.min_bytes, f);
+    if (buckets <= static_cast<double>(floor.blocks * floor.per_block)) return floor;
   }
   buckets = std::clamp(buckets, 2.0, most_buckets);
   const double per = Layout::max_per_block(f, t_);
@@ -602,9 +633,33 @@ CompactFilter::Shape CompactFilter::shape_for(double entries, unsigned f,
   return {blocks, std::max<std::uint32_t>(2, per_block)};
 }
 
-std::uint64_t CompactFilter::new_table_bytes(double entries, unsigned f) const noexcept {
-  const Shape shape = shape_for(entries, f, true);
+CompactFilter::Shape CompactFilter::shape_within(std::uint64_t bytes, unsigned f) const noexcept {
+  // Whole lines, spread evenly over as few blocks as hold them; each block
+  // takes the buckets its lines hold.
+  constexpr std::uint64_t kLinesPerBlock = CompactFilter::kBlockBytes / kLineBytes;
+  const unsigned bits = Layout::bucket_bits_of(f, t_);
+  const std::uint64_t lines = std::max<std::uint64_t>(1, bytes / kLineBytes);
+  const std::uint64_t blocks = (lines + kLinesPerBlock - 1) / kLinesPerBlock;
+  const std::uint64_t lines_per_block = lines / blocks;
+  const auto per_block = static_cast<std::uint32_t>(lines_per_block * kLineBytes * 8 / bits);
+  return {blocks, std::max<std::uint32_t>(2, per_block)};
+}
+
+std::uint64_t CompactFilter::bytes_of(Shape shape, unsigned f) const noexcept {
   return shape.blocks * Layout::of(f, t_, shape.per_block).block_bytes;
+}
+
+std::uint64_t CompactFilter::new_table_bytes(double entries, unsigned f) const noexcept {
+  return bytes_of(shape_for(entries, f, true), f);
+}
+
+std::unique_ptr<CompactFilter::Table> CompactFilter::charged_table(Shape shape, unsigned f) {
+  auto t = make_table(shape, f, clock_);
+  if (t && budget_) {
+    budget_->charge(t->bytes());
+    t->charge = MemoryCharge(budget_, t->bytes());
+  }
+  return t;
 }
 
 // --- budget and sizing -------------------------------------------------------------
@@ -620,7 +675,7 @@ double CompactFilter::fpp_budget_used() const {
 }
 
 unsigned CompactFilter::width_for(double budget) const {
-  for (unsigned f = f_; f < max_f_; ++f) {
+  for (unsigned f = min_f_; f < max_f_; ++f) {
     if (fpp_at(kTargetLoad, f) <= budget) return f;
   }
   return max_f_;
@@ -630,8 +685,10 @@ void CompactFilter::refresh_limit() {
   double sealed = 0;
   for (std::size_t i = 0; i + 1 < tables_.size(); ++i) sealed += table_fpp(*tables_[i]);
   const Table& a = *tables_.back();
-  const double budget = kBudgetShare * (config_.fpp - sealed);
-  const double load = std::min(kMaxLoad, budget > 0 ? load_for(budget, a.layout.f) : 0.0);
+  const double budget = kBudgetShare * (target_ - sealed);
+  // Overfull (no table could be added this tick): whatever the table takes.
+  const double load =
+      overfull_ ? kMaxLoad : std::min(kMaxLoad, budget > 0 ? load_for(budget, a.layout.f) : 0.0);
   active_limit_ = static_cast<std::uint64_t>(load * static_cast<double>(a.slots()));
   refresh_view();
 }
@@ -673,62 +730,167 @@ bool CompactFilter::rate_known() const {
   return insertions_ > 0 && clock_ > first_tick_;
 }
 
+double CompactFilter::arrivals(Tick x) const {
+  // Deliveries count the new identities the filter did not mistake for
+  // duplicates: divided by 1 - (the estimate at that tick), they give the
+  // new identities that arrived, whatever the filter's fpp was then (a
+  // ramp-up's wider or fuller tables, a table under budget pressure).
+  std::uint64_t n = 0;
+  for (const auto& t : tables_) n += t->alive.at(x);
+  return static_cast<double>(n) / (1.0 - std::min(0.5, tick_fpp_[x % tick_fpp_.size()]));
+}
+
+double CompactFilter::window_arrivals() const {
+  const Tick from = clock_ - std::min<Tick>(clock_, config_.ticks_per_window);
+  double sum = 0;
+  for (Tick x = from; x <= clock_; ++x) sum += arrivals(x);
+  return sum;
+}
+
 double CompactFilter::recent_rate() const {
-  // Insertions per tick: the mean of the last R whole ticks (R = a quarter
-  // of the window, at least 2), or the current tick's insertions so far when
+  // New identities per tick: the mean of the last R whole ticks (R = a
+  // quarter of the window, at least 2), or the current tick's so far when
   // that is more (a rising rate).
   const std::uint32_t window = config_.ticks_per_window;
   const Tick r = std::min<Tick>(window, std::max<Tick>(2, (window + 1) / 4));
   const Tick history = insertions_ == 0 ? 0 : clock_ - std::min(clock_, first_tick_);
   const Tick span = std::min(r, history);
-  std::uint64_t whole = 0, current = 0;
-  for (const auto& t : tables_) {
-    current += t->alive.at(clock_);
-    for (Tick x = clock_ - span; x < clock_; ++x) whole += t->alive.at(x);
-  }
-  const double mean = span > 0 ? static_cast<double>(whole) / static_cast<double>(span) : 0.0;
-  return std::max(mean, static_cast<double>(current));
+  double whole = 0;
+  for (Tick x = clock_ - span; x < clock_; ++x) whole += arrivals(x);
+  const double mean = span > 0 ? whole / static_cast<double>(span) : 0.0;
+  return std::max(mean, arrivals(clock_));
 }
 
-double CompactFilter::fpp_correction() const {
-  // Rates count deliveries, which the filter's own false positives reduce:
-  // a load measured now is scaled from today's false-positive rate to the
-  // one of a table at kTargetLoad (at fpp 10% a right-sized table delivers a
-  // few % fewer ids than the wider or emptier tables of a ramp-up did).
-  const double now = std::min(0.5, fpp_budget_used());
-  return (1.0 - fpp_at(kTargetLoad, f_)) / (1.0 - now);
+double CompactFilter::delivered_share() const {
+  // A right-sized table at kTargetLoad delivers this share of the new
+  // identities (at fpp 10% a few % fewer than arrive).
+  return 1.0 - fpp_at(kTargetLoad, min_f_);
 }
 
 double CompactFilter::growth_target() const {
   // The recent rate over a whole window once one whole tick has been seen
   // (a burst inside the current tick is never extrapolated to a window);
   // before that, geometric growth (scalable Bloom filters).
-  if (rate_known()) return recent_rate() * (config_.ticks_per_window + 1) * fpp_correction();
+  if (rate_known()) return recent_rate() * (config_.ticks_per_window + 1) * delivered_share();
   return kMaxGrowthStep *
          static_cast<double>(std::max<std::uint64_t>(1, tables_.back()->alive.sum));
 }
 
-void CompactFilter::seal_and_grow(double want, bool replace) {
+bool CompactFilter::seal_and_grow(Seal why, double want) {
   // The new table holds `want` entries at kTargetLoad with the narrowest
   // fingerprints the budget left by the tables sealed now allows: after a
   // full table that is a few bits wider, and once alone it is replaced by a
   // right-sized table at the base width (maybe_replace). A replacement
-  // takes the narrowest width that fits the budget by itself: the table it
+  // takes the narrowest width that fits the target by itself: the table it
   // replaces drains while it fills, and the room rule keeps the sum within
-  // the budget at every tick meanwhile.
+  // the target at every tick meanwhile.
   if (want <= 0) want = growth_target();
-  const double left = replace ? config_.fpp : config_.fpp - fpp_budget_used();
+  const double left = why == Seal::kReplace ? target_ : target_ - fpp_budget_used();
   const unsigned f = width_for(kBudgetShare * left);
-  auto t = make_table(shape_for(want, f, true), f, clock_);
-  if (!t) return;  // out of memory: keep using the active one
+  // A table that could not take a single identity within the fpp left (the
+  // table cap; the sealed tables' share after the level fell) is no use
+  // unless the active is full.
+  const bool useless = tables_.size() >= kMaxTables || fpp_at(kTargetLoad, f) > kBudgetShare * left;
+  std::unique_ptr<Table> t;
+  if (tables_.size() < kHardMaxTables && (why == Seal::kFull || !useless)) {
+    t = reserve_table(why, want, f);
+  }
+  if (!t && why == Seal::kFull) {
+    // Refused while the active cannot take more: an older table with room
+    // takes the new identities (its fpp rises, as an overfull active's
+    // would), else a floor table is charged past the limit rather than
+    // evict a live entry.
+    if (reopen_sealed()) return true;
+    if (tables_.size() < kHardMaxTables) {
+      t = charged_table(shape_within(config_.min_bytes, min_f_), min_f_);
+    }
+  }
+  if (!t) {
+    // Refused, out of memory or of no use: the active takes new identities
+    // up to kMaxLoad until the next tick, when growth is asked for again.
+    if (why != Seal::kReplace) {
+      overfull_ = true;
+      refresh_limit();
+    }
+    return false;
+  }
   tables_.push_back(std::move(t));
   refresh_limit();
+  return true;
+}
+
+std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, double want,
+                                                                   unsigned f) {
+  Shape shape = shape_for(want, f, true);
+  const Shape floor = shape_within(config_.min_bytes, f);
+  const std::uint64_t least = bytes_of(floor, f);
+  std::uint64_t bytes = bytes_of(shape, f);
+  if (!budget_) return make_table(shape, f, clock_);
+  if (bytes <= least) return charged_table(floor, f);  // the floor is never refused
+  if (budget_->max_bytes() != 0 && budget_->demand(0) > budget_->max_bytes() &&
+      demand_.at_target() > 0) {
+    // Over budget, each filter holds at most its share of it, in proportion
+    // to what it needs at the target (so every partition's fpp rises alike).
+    const double part = static_cast<double>(budget_->max_bytes()) *
+                        static_cast<double>(demand_.at_target()) /
+                        static_cast<double>(budget_->demand(0));
+    double held = 0;
+    for (const auto& t : tables_) held += static_cast<double>(t->bytes());
+    const auto room = static_cast<std::uint64_t>(std::max(0.0, part - held));
+    if (room < bytes) {
+      shape = room > least ? shape_within(room, f) : floor;
+      bytes = bytes_of(shape, f);
+    }
+  }
+  // A growth table may get part of what it asks for (no less than a
+  // quarter, or the floor: much smaller tables fill at once); a replacement
+  // must be right-sized.
+  const std::uint64_t ask =
+      why == Seal::kReplace ? bytes : std::min(bytes, std::max(least, bytes / 4));
+  const std::uint64_t granted = budget_->reserve_up_to(ask, bytes);
+  if (granted == 0) return nullptr;  // refused
+  if (granted < bytes) shape = shape_within(granted, f);
+  auto t = make_table(shape, f, clock_);
+  const std::uint64_t used = t ? t->bytes() : 0;
+  if (granted > used) budget_->release(granted - used);
+  if (t) t->charge = MemoryCharge(budget_, used);
+  return t;
+}
+
+bool CompactFilter::reopen_sealed() {
+  // The sealed table with the most room below kMaxLoad, if that is at least
+  // an eighth of its slots (less would be sealed again at once), becomes the
+  // active one again: it moves to the back, and the stash's entries follow
+  // their tables.
+  std::size_t best = tables_.size();
+  double most = 0;
+  for (std::size_t i = 0; i + 1 < tables_.size(); ++i) {
+    const auto slots = static_cast<double>(tables_[i]->slots());
+    const double room = kMaxLoad * slots - static_cast<double>(tables_[i]->alive.sum);
+    if (room >= slots / 8 && room > most) {
+      best = i;
+      most = room;
+    }
+  }
+  if (best == tables_.size()) return false;
+  const auto last = static_cast<std::uint32_t>(tables_.size() - 1);
+  auto moved = [&](std::uint32_t i) { return i < best ? i : i == best ? last : i - 1; };
+  for (std::size_t i = 0; i < wait_count_; ++i) {
+    Stashed& s = waiting_[(wait_head_ + i) % kStash];
+    s.table = moved(s.table);
+  }
+  for (Stashed& s : overflow_) s.table = moved(s.table);
+  std::rotate(tables_.begin() + static_cast<std::ptrdiff_t>(best),
+              tables_.begin() + static_cast<std::ptrdiff_t>(best) + 1, tables_.end());
+  overfull_ = true;  // it takes identities up to kMaxLoad until the next tick
+  refresh_limit();
+  return true;
 }
 
 void CompactFilter::maybe_replace() {
   // A lone table that has seen a whole window is replaced by a right-sized
   // one when it is more than kShrinkFactor times the size its load needs,
-  // or wider than the budget now requires. The load is the window's exact
+  // or wider than the target now requires. The load is the window's exact
   // live count: it lags a falling rate by up to a window, but the rate
   // itself is a poor guide right after a burst (the burst's identities
   // expire together, and deliveries dip and climb back over a window).
@@ -738,12 +900,70 @@ void CompactFilter::maybe_replace() {
   if (clock_ - active.created <= window) return;
   // Called as the clock moves: the new tick holds no insertions yet, so the
   // live count covers W ticks, and a table must hold W + 1 at the tick's end.
-  const double want =
-      static_cast<double>(active.alive.sum) * (window + 1) / window * fpp_correction();
-  const bool narrower = width_for(kBudgetShare * config_.fpp) < active.layout.f;
+  const double want = window_arrivals() * (window + 1) / window * delivered_share();
+  const bool narrower = width_for(kBudgetShare * target_) < active.layout.f;
   const bool smaller = static_cast<double>(active.bytes()) >
                        kShrinkFactor * static_cast<double>(new_table_bytes(want, active.layout.f));
-  if (narrower || smaller) seal_and_grow(want, true);
+  if (narrower || smaller) (void)seal_and_grow(Seal::kReplace, want);
+}
+
+// --- the memory budget -------------------------------------------------------------
+
+void CompactFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
+  budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
+  level_widths_.clear();
+  for (std::uint32_t l = 0; l < demand_.levels(); ++l) {
+    level_widths_.push_back(compact_fingerprint_bits(
+        filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(l)))));
+  }
+  for (auto& t : tables_) {
+    t->charge = MemoryCharge();
+    if (budget_) {
+      budget_->charge(t->bytes());
+      t->charge = MemoryCharge(budget_, t->bytes());
+    }
+  }
+  budget_level_ = budget_ ? budget_->level() : 0;
+  level_since_ = clock_;
+  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(budget_level_))));
+  refresh_limit();
+}
+
+void CompactFilter::set_target(double fpp) {
+  target_ = fpp;
+  min_f_ = std::min(f_, compact_fingerprint_bits(fpp));
+}
+
+std::uint32_t CompactFilter::budget_vote() const noexcept {
+  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
+  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
+                                                                             : MemoryBudget::kHold;
+}
+
+void CompactFilter::observe_budget() {
+  if (!budget_) return;
+  budget_->settle(budget_vote());  // the load may have fallen
+  const std::uint32_t level = budget_->level();
+  if (level == budget_level_) return;
+  budget_level_ = level;
+  level_since_ = clock_;
+  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+}
+
+void CompactFilter::publish_demand() {
+  if (level_widths_.empty()) return;
+  // The new identities that arrived in the window (arrivals(): a saturated
+  // filter inserts only those it does not mistake for duplicates), or what
+  // the current rate brings in one if more, in a right-sized table at each
+  // level's base width.
+  const double rate = rate_known() ? recent_rate() : 0.0;
+  const double holds = std::max(window_arrivals(), rate * (config_.ticks_per_window + 1));
+  std::vector<std::uint64_t> bytes(level_widths_.size());
+  for (std::size_t l = 0; l < level_widths_.size(); ++l) {
+    bytes[l] = new_table_bytes(holds, level_widths_[l]);
+  }
+  demand_.publish(bytes);
 }
 
 // --- the stash -------------------------------------------------------------------------
@@ -995,9 +1215,8 @@ Decision CompactFilter::decide(const Fingerprint& x) {
   const Key k = key_of<Key>(x);
   Slots<typename Codec::Word> at;
   if (seen<Codec>(*view_, tables_.back()->layout, k, at)) return Decision::kDuplicate;
-  if (view_->room == 0 && tables_.back()->inserts > 0 && tables_.size() < kMaxTables) {
-    seal_and_grow();  // the buckets read belong to the sealed table now
-    write_any(k);
+  if (view_->room == 0 && tables_.back()->inserts > 0 && grow_for_insert()) {
+    write_any(k);  // the buckets read belong to the sealed table now
   } else {
     write<Codec>(k, &at);
   }
@@ -1041,8 +1260,14 @@ void CompactFilter::write(const Key& k, const Slots<typename Codec::Word>* read)
   if (wait_count_ > 0 && waiting_[wait_head_].ready <= insertions_) step_stash(insertions_);
   if (seal_due_) {
     seal_due_ = false;
-    seal_and_grow();
+    (void)seal_and_grow(Seal::kFull);
   }
+}
+
+bool CompactFilter::grow_for_insert() {
+  // The active has no room left for the next identity: its fpp share ran
+  // out, or, overfull, it is at kMaxLoad.
+  return seal_and_grow(overfull_ ? Seal::kFull : Seal::kBudget);
 }
 
 template <class Codec>
@@ -1123,9 +1348,22 @@ void CompactFilter::scrub(Table& t, std::uint64_t count, Tick ref, std::uint64_t
 }
 
 void CompactFilter::clear_all(Tick now) {
-  // Every entry was inserted at or before the old clock, more than W ago.
+  // Every entry was inserted at or before the old clock, more than W ago:
+  // nothing is alive, so the filter returns to its floor (a pause longer
+  // than the window frees what the last load needed).
   wait_count_ = 0;
   overflow_.clear();
+  std::fill(tick_fpp_.begin(), tick_fpp_.end(), 0.0);
+  const Shape floor = shape_within(config_.min_bytes, min_f_);
+  if (tables_.back()->bytes() > bytes_of(floor, min_f_)) {
+    clock_ = now;  // the new table's creation tick
+    if (auto t = charged_table(floor, min_f_)) {
+      tables_.clear();
+      tables_.push_back(std::move(t));
+      return;
+    }
+    // Out of memory even for the floor: empty the active in place.
+  }
   Table& active = *tables_.back();
   std::memset(active.data.get(), 0, active.bytes());
   active.nonempty = 0;
@@ -1164,10 +1402,19 @@ void CompactFilter::drop_expired() {
   while (wait_count_ > 0) step_stash(insertions_);  // waiting entries never cross a tick
   if (seal_due_) {
     seal_due_ = false;
-    seal_and_grow();
+    (void)seal_and_grow(Seal::kFull);
   }
   const Tick old = clock_;
   const std::uint32_t window = config_.ticks_per_window;
+  // The estimate during the tick that ends: the mean of its start and end;
+  // 0 for ticks without insertions (arrivals() never reads them), so that
+  // the state does not depend on which clock values were visited.
+  const std::size_t ring = tick_fpp_.size();
+  std::uint64_t inserted = 0;
+  for (const auto& t : tables_) inserted += t->alive.at(old);
+  double& during = tick_fpp_[old % ring];
+  during = inserted > 0 ? 0.5 * (during + fpp_budget_used()) : 0.0;
+  for (Tick x = old + 1; x < now && x - old < ring; ++x) tick_fpp_[x % ring] = 0.0;
   if (now - old > window) {
     clear_all(now);
     clock_ = now;
@@ -1195,6 +1442,10 @@ void CompactFilter::drop_expired() {
     clock_ = now;
     drop_expired();
   }
+  tick_fpp_[clock_ % tick_fpp_.size()] = fpp_budget_used();  // at the new tick's start
+  overfull_ = false;
+  observe_budget();
+  publish_demand();
   refresh_view();
   maybe_replace();
   refresh_limit();  // and the view
@@ -1283,7 +1534,7 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
     commit_pending();
     if (seal_due_) {
       seal_due_ = false;
-      seal_and_grow();
+      (void)seal_and_grow(Seal::kFull);
       sealed = true;
     }
     if (full) {
@@ -1330,9 +1581,7 @@ void CompactFilter::insert(const Fingerprint& x, Tick now) {
       break;
   }
   if (refreshed) return count_refresh();
-  if (view_->room == 0 && tables_.back()->inserts > 0 && tables_.size() < kMaxTables) {
-    seal_and_grow();
-  }
+  if (view_->room == 0 && tables_.back()->inserts > 0) (void)grow_for_insert();
   write_any(k);
 }
 
@@ -1416,7 +1665,7 @@ void put_stashed(ByteWriter& w, const auto& s) {
 std::string CompactFilter::serialize() const {
   // The payload is written once, after room for the envelope header, into a
   // buffer reserved at its final size (the tables are nearly all the bytes).
-  std::uint64_t tail = 8 + stash_size() * kStashedBytes;
+  std::uint64_t tail = 8 + stash_size() * kStashedBytes + tick_fpp_.size() * 8;
   for (const auto& t : tables_) tail += 53 + t->alive.ring.size() * 4 + t->bytes();
   std::string out(kEnvelopeHeaderBytes, '\0');
   ByteWriter w(out);
@@ -1426,6 +1675,7 @@ std::string CompactFilter::serialize() const {
   w.put<Tick>(clock_);
   w.put<Tick>(first_tick_);
   w.put<std::uint64_t>(insertions_);
+  for (double p : tick_fpp_) w.put<double>(p);
   w.put<std::uint32_t>(static_cast<std::uint32_t>(tables_.size()));
   out.reserve(out.size() + tail + kEnvelopeTrailerBytes);
   for (const auto& t : tables_) {
@@ -1488,26 +1738,32 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
   auto clock = r.get<Tick>("clock");
   auto first_tick = r.get<Tick>("first tick");
   auto insertions = r.get<std::uint64_t>("insertions");
-  auto count = r.get<std::uint32_t>("table count");
-  if (!f_bits || !t_bits || !clock || !first_tick || !insertions || !count) {
-    return bad("truncated header");
+  if (!f_bits || !t_bits || !clock || !first_tick || !insertions) return bad("truncated header");
+  if (config->ticks_per_window > kMaxCompactTicksPerWindow) return bad("ticks_per_window");
+  std::vector<double> tick_fpp(std::uint64_t{config->ticks_per_window} + 2);
+  for (double& p : tick_fpp) {
+    auto v = r.get<double>("tick estimates");
+    if (!v) return bad("truncated tick estimates");
+    if (!(*v >= 0.0 && *v <= 1.0)) return bad("tick estimate out of range");
+    p = *v;
   }
+  auto count = r.get<std::uint32_t>("table count");
+  if (!count) return bad("truncated header");
   if (*count == 0 || *count > kHardMaxTables) {
     return bad("table count " + std::to_string(*count) + " out of range");
   }
   if (*first_tick > *clock) return bad("first tick after clock");
   // Rebuild the empty shell from the config, then check the derived fields.
-  FilterConfig small = *config;
-  small.capacity = 1;  // the real tables come from the input
-  auto made = create(small);
+  auto made = make_empty(*config);
   if (!made) return bad(made.error().message);
   std::unique_ptr<CompactFilter> f = std::move(*made);
-  f->config_ = *config;
   if (*f_bits != f->f_ || *t_bits != f->t_) return bad("bit widths do not match the config");
-  f->tables_.clear();
+  // Tables may be as narrow as the highest budget pressure allows.
+  const unsigned narrowest = compact_fingerprint_bits(std::max(config->fpp, kMaxEffectiveFpp));
   f->clock_ = *clock;
   f->first_tick_ = *first_tick;
   f->insertions_ = *insertions;
+  f->tick_fpp_ = std::move(tick_fpp);
   const std::uint32_t window = config->ticks_per_window;
   for (std::uint32_t i = 0; i < *count; ++i) {
     auto width = r.get<std::uint8_t>("table fingerprint bits");
@@ -1522,7 +1778,7 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
         !nonempty) {
       return bad("truncated table header");
     }
-    if (*width < f->f_ || *width > f->max_f_) return bad("table fingerprint bits out of range");
+    if (*width < narrowest || *width > f->max_f_) return bad("table fingerprint bits out of range");
     if (*per_block < 2 || *per_block > Layout::max_per_block(*width, f->t_)) {
       return bad("buckets per block out of range");
     }

@@ -48,6 +48,15 @@ std::unique_ptr<SlidingFilter> make(const FilterConfig& c) {
 
 CompactFilter& as_compact(SlidingFilter& f) { return dynamic_cast<CompactFilter&>(f); }
 
+// A filter whose first table is sized for c.capacity, whatever the floor.
+std::unique_ptr<CompactFilter> presized(const FilterConfig& c) {
+  auto n = normalize(c);
+  EXPECT_TRUE(n.has_value()) << (n ? "" : n.error().message);
+  auto f = CompactFilter::create_presized(*n);
+  EXPECT_TRUE(f.has_value()) << (f ? "" : f.error().message);
+  return f ? std::move(*f) : nullptr;
+}
+
 std::vector<Decision> run(SlidingFilter& f, std::span<const Event> events, std::size_t batch) {
   std::vector<Decision> out(events.size());
   if (batch <= 1) {
@@ -313,21 +322,30 @@ TEST(CompactFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   std::string config_bytes;
   ByteWriter w(config_bytes);
   write_config(w, f->config());
-  // After the config: f (u8), t (u8), clock, first tick, insertions, count
-  // (u32); then per table: f (u8), buckets per block (u32), blocks (u64),
-  // created, swept, last insert, inserts, nonempty, window counts, buckets.
+  // After the config: f (u8), t (u8), clock, first tick, insertions, the
+  // estimate of each of W + 2 ticks (f64), count (u32); then per table: f
+  // (u8), buckets per block (u32), blocks (u64), created, swept, last
+  // insert, inserts, nonempty, window counts, buckets.
   const std::size_t head = config_bytes.size();
-  const std::size_t table = head + 2 + 24 + 4;
+  const std::size_t estimates = head + 2 + 24;
+  const std::size_t count = estimates + (10 + 2) * 8;
+  const std::size_t table = count + 4;
   auto reseal = [&](std::size_t at, std::uint64_t value, std::size_t width) {
     std::string p = payload;
     std::memcpy(p.data() + at, &value, width);
     return seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), 1, p);
   };
-  EXPECT_FALSE(restore_filter(reseal(head, 9, 1)));                // base width vs config
-  EXPECT_FALSE(restore_filter(reseal(head + 2 + 8, 11, 8)));       // first tick > clock
-  EXPECT_FALSE(restore_filter(reseal(head + 2 + 24, 0, 4)));       // no tables
-  EXPECT_FALSE(restore_filter(reseal(head + 2 + 24, 1000, 4)));    // too many
-  EXPECT_FALSE(restore_filter(reseal(table, 3, 1)));               // width below the base
+  EXPECT_FALSE(restore_filter(reseal(head, 9, 1)));           // base width vs config
+  EXPECT_FALSE(restore_filter(reseal(head + 2 + 8, 11, 8)));  // first tick > clock
+  double two = 2.0, negative = -0.5;
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &two, 8);
+  EXPECT_FALSE(restore_filter(reseal(estimates + 8, bits, 8)));  // an estimate above 1
+  std::memcpy(&bits, &negative, 8);
+  EXPECT_FALSE(restore_filter(reseal(estimates, bits, 8)));        // below 0
+  EXPECT_FALSE(restore_filter(reseal(count, 0, 4)));               // no tables
+  EXPECT_FALSE(restore_filter(reseal(count, 1000, 4)));            // too many
+  EXPECT_FALSE(restore_filter(reseal(table, 3, 1)));               // width below the narrowest
   EXPECT_FALSE(restore_filter(reseal(table + 1, 1, 4)));           // one bucket per block
   EXPECT_FALSE(restore_filter(reseal(table + 5, 1ULL << 40, 8)));  // blocks beyond input
   EXPECT_FALSE(restore_filter(reseal(table + 13 + 32, 7, 8)));     // nonempty count
@@ -389,9 +407,11 @@ TEST(CompactFilter, GrowsUnderBurstKeepsTheBudgetAndShrinksAfter) {
 }
 
 TEST(CompactFilter, IdleFilterShrinksToTheFloor) {
+  // A table pre-sized for a million ids (what a capacity-sized filter of an
+  // older version held) whose load falls to nothing.
   FilterConfig c = compact_config(10, 1'000'000);
   c.min_bytes = 64 * 1024;
-  auto f = make(c);
+  std::unique_ptr<SlidingFilter> f = presized(c);
   const std::uint64_t start = f->stats().bytes;
   ASSERT_GT(start, 1U << 20);
   for (std::uint64_t id = 0; id < 50'000; ++id) {
@@ -405,7 +425,7 @@ TEST(CompactFilter, IdleFilterShrinksToTheFloor) {
 TEST(CompactFilter, KicksAtHighLoadKeepEveryIdentity) {
   // A table kept just under its seal load: most insertions kick, entries
   // wait in the stash, and every delivered identity stays a duplicate.
-  auto f = make(compact_config(10, 50'000));
+  std::unique_ptr<SlidingFilter> f = presized(compact_config(10, 50'000));
   auto& compact = as_compact(*f);
   std::vector<Fingerprint> delivered;
   std::size_t stashed = 0;
@@ -415,6 +435,7 @@ TEST(CompactFilter, KicksAtHighLoadKeepEveryIdentity) {
     stashed = std::max(stashed, compact.stash_size());
   }
   EXPECT_GT(stashed, 0U);
+  EXPECT_EQ(f->stats().subfilters, 1U);  // all of it in the one table
   for (const Fingerprint& x : delivered) {
     ASSERT_EQ(f->test_and_insert(x, 1), Decision::kDuplicate);
   }
@@ -422,7 +443,7 @@ TEST(CompactFilter, KicksAtHighLoadKeepEveryIdentity) {
 }
 
 TEST(CompactFilter, StatsReportSlotsTablesAndTheEstimate) {
-  auto f = make(compact_config(10, 10'000));
+  std::unique_ptr<SlidingFilter> f = presized(compact_config(10, 10'000));
   const auto st0 = f->stats();
   EXPECT_EQ(st0.subfilters, 1U);
   EXPECT_EQ(st0.live_cells, 0U);

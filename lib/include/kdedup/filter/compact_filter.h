@@ -62,28 +62,61 @@
 // (cuckoo hashing with a stash: Kirsch, Mitzenmacher, Wieder 2009) and the
 // table is sealed: no live entry is ever evicted.
 //
-// Memory follows load (growth by adding filters: seed 001, seed 000 §5; the
-// tightening of scalable Bloom filters; the rate-based size of seed 002
-// eq. 6). New identities go to the newest (active) table; queries read every
-// table. Budget rule (the timer filter's): with S the summed p(alpha) of the
-// sealed tables, the active one may hold a live load whose p stays at or
-// under kBudgetShare * (fpp - S); live loads come from exact per-tick
-// insertion counts of the last W + 1 ticks, so S only falls between seals
-// and the union bound sum p <= fpp holds at all times. The active table is
-// sealed when its live load would pass kMaxLoad or its budget, or when a
-// kick chain fails. The table added then is sized by new_table_bytes() for
-// the recent insertion rate over a window at kTargetLoad (before one whole
-// tick has been seen, kMaxGrowthStep times what the sealed one held), and
-// gets the narrowest fingerprints whose p at kTargetLoad fits the budget the
-// sealed tables leave: a table added while others still hold most of the
-// budget is wider (a few bits a slot) instead of many times larger. A
-// sealed table is freed once its newest insertion is older than the window.
-// A lone table that has seen a whole window is replaced by a right-sized
-// one at the narrowest width the budget allows when it is more than
-// kShrinkFactor times too big for its load (the window's exact live count)
-// or wider than that; it drains within a window. So an idle filter holds
-// one table of min_bytes, memory comes back within about two windows of a
-// burst, and `capacity` only sizes the first table.
+// Memory follows load (DESIGN.md; growth by adding filters: seed 001,
+// seed 000 §5; the tightening of scalable Bloom filters; the rate-based size
+// of seed 002 eq. 6). `capacity` is a hint: the first table holds at most
+// the floor min_bytes (less when the hint needs less), whatever the hint.
+// New identities go to the newest (active) table; queries read every
+// table. Budget rule (the timer filter's): with f* the effective target
+// (config.fpp, raised by a shared MemoryBudget under pressure) and S the
+// summed p(alpha) of the sealed tables, the active one may hold a live load
+// whose p stays at or under kBudgetShare * (f* - S); live loads come from
+// exact per-tick insertion counts of the last W + 1 ticks, so S only falls
+// between seals and the union bound sum p <= f* holds while the filter can
+// grow. The active table is sealed when its live load would pass kMaxLoad
+// or its budget, or when a kick chain fails. The table added then is sized
+// by new_table_bytes() for the recent rate of new identities over a window
+// at kTargetLoad (before one whole tick has been seen, kMaxGrowthStep times
+// what the sealed one held), and gets the narrowest fingerprints whose p at
+// kTargetLoad fits the budget the sealed tables leave: a table added while
+// others still hold most of the budget is wider (a few bits a slot) instead
+// of many times larger. A sealed table is freed once its newest insertion
+// is older than the window. A lone table that has seen a whole window is
+// replaced by a right-sized one at the narrowest width f* allows when it is
+// more than kShrinkFactor times too big for its load (the window's exact
+// live count; nothing alive: the floor) or wider than that; it drains
+// within a window. A clock jump past the window returns the filter to its
+// floor at once. So an idle filter holds one table of at most min_bytes,
+// and memory comes back within about two windows of a burst. Rates and
+// loads count new identities that arrived: a tick's deliveries divided by
+// 1 - the estimate during that tick (kept per tick), so that a ramp-up's
+// fuller tables, whose false positives delivered fewer, do not undersize
+// the table that follows; a table is sized for the share of them that a
+// table at kTargetLoad delivers.
+//
+// Memory budget (memory_budget.h). The tables held when a budget is
+// attached (a restored snapshot) and a floor table are charged; every other
+// table is reserved before it is allocated (reserve_up_to: a growth table
+// may get less than it asked for, and fills sooner), and each table releases
+// its bytes when it is freed. Under pressure the effective target f* rises
+// for every filter at once: new and replacement tables take the narrowest
+// fingerprints f* allows (a lone table is replaced by a narrower one, so the
+// filter shrinks), and the active may fill further before it is sealed.
+// While the total demand exceeds the limit, a new table is no larger than
+// this filter's share of the limit (in proportion to its demand at the
+// target). Unlike a Bloom or timer filter, a cuckoo table cannot take more
+// than kMaxLoad: when a growth table is refused (or the table cap, or a
+// budget the sealed tables have used up after the level fell, leaves no fpp
+// for one) the active fills up to kMaxLoad until the next tick, which
+// raises the fpp past f* and is reported by the estimate; if it is full
+// before then, the sealed table with the most room (an eighth of its slots
+// or more) becomes the active one again, and only when none has room is a
+// floor-sized table charged past the limit rather than evict a live entry.
+// Those floor tables and the floor itself are the only bytes the compact
+// filter holds past the limit. The compact filter trades little memory for
+// fpp: its slot is f + 3 bits and f falls by one bit per doubling of the
+// target, so at fpp 1% the highest pressure (0.25) saves 5 of 13 bits;
+// a budget shorter than that saturates it (docs/performance.md).
 //
 // Serialized form: envelope kind FilterType::kCompact, version 1,
 // checksummed; restore validates every field (sizes, widths, tick order,
@@ -100,6 +133,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
 
 namespace kdedup::filter {
@@ -156,7 +190,15 @@ class CompactFilter final : public SlidingFilter {
   static constexpr double kMinFpp = 1e-7;
 
   /// Builds an empty filter. `config` must be normalized (normalize()).
+  /// Its first table holds min(config.capacity, what the floor min_bytes
+  /// holds).
   [[nodiscard]] static Result<std::unique_ptr<CompactFilter>> create(const FilterConfig& config);
+
+  /// An empty filter whose first table is sized for config.capacity (up to
+  /// max_bytes), whatever the floor: the pre-sized reference of benchmarks
+  /// and tests. It is still replaced once the load says it is too big.
+  [[nodiscard]] static Result<std::unique_ptr<CompactFilter>> create_presized(
+      const FilterConfig& config);
 
   /// Payload of an envelope of kind kCompact (called by restore_filter).
   [[nodiscard]] static Result<std::unique_ptr<SlidingFilter>> restore(std::string_view payload,
@@ -179,13 +221,20 @@ class CompactFilter final : public SlidingFilter {
   void advance(Tick now) override;
   FilterStats stats() const override;
   std::string serialize() const override;
+  /// Charges the tables held now, then reserves every new table and
+  /// releases every freed one (memory_budget.h, and "Memory budget" above).
+  void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
 
   /// True if `fp` would be judged a duplicate at `now` (at the clock if
   /// `now` is earlier), without inserting it.
   [[nodiscard]] bool contains(const Fingerprint& fp, Tick now) const;
 
-  /// Base f: fingerprint bits per slot of a table that needs no tightening.
+  /// Base f: fingerprint bits per slot of a table that needs no tightening,
+  /// at config.fpp.
   [[nodiscard]] unsigned fingerprint_bits() const noexcept { return f_; }
+  /// The false-positive target the filter sizes for now: config.fpp, raised
+  /// by its MemoryBudget's pressure (memory_budget.h).
+  [[nodiscard]] double effective_fpp() const noexcept { return target_; }
   /// t: tag bits per slot (3 per slot when stored sorted, t = 4).
   [[nodiscard]] unsigned tag_bits() const noexcept { return t_; }
   /// Bytes of a table of `f`-bit fingerprints added now to hold `entries`
@@ -196,7 +245,10 @@ class CompactFilter final : public SlidingFilter {
   /// one is active).
   [[nodiscard]] std::vector<std::uint64_t> table_bytes() const;
   [[nodiscard]] std::vector<unsigned> table_fingerprint_bits() const;
-  /// Sum over tables of the estimated fpp (the quantity kept <= fpp).
+  /// Bytes of the table a fresh filter starts with (create()).
+  [[nodiscard]] std::uint64_t initial_bytes() const noexcept;
+  /// Sum over tables of the estimated fpp (the quantity kept <=
+  /// effective_fpp() while the filter can grow).
   [[nodiscard]] double fpp_budget_used() const;
   /// Displaced entries waiting in the stash (overflow entries included).
   [[nodiscard]] std::size_t stash_size() const noexcept;
@@ -239,6 +291,9 @@ class CompactFilter final : public SlidingFilter {
   template <class Codec>
   void write(const Key& k, const Slots<typename Codec::Word>* read);
   void write_any(const Key& k);
+  /// Seals the active before a new identity when it has no room left;
+  /// true when a table was added.
+  bool grow_for_insert();
   template <class Codec>
   [[nodiscard]] bool refresh(const Key& k);
   template <class Codec>
@@ -259,15 +314,42 @@ class CompactFilter final : public SlidingFilter {
   void clear_all(Tick now);
   void drop_expired();
   void maybe_replace();
+  /// Why a table is added (see "Memory follows load" and "Memory budget").
+  enum class Seal : std::uint8_t {
+    kBudget,   ///< the active's fpp room ran out: may be refused
+    kFull,     ///< the active cannot take more (kMaxLoad, failed kicks): never refused
+    kReplace,  ///< the right-sized replacement of a lone table: may be refused
+  };
   /// Seals the active table and adds one for `want` entries (0: by the
-  /// rate); `replace`: the right-sized replacement of a lone table.
-  void seal_and_grow(double want = 0, bool replace = false);
-  /// Narrowest fingerprint bits whose table at kTargetLoad fits `budget`.
+  /// rate). Returns false when no table was added: the active then takes
+  /// identities up to kMaxLoad until the next tick (overfull_).
+  bool seal_and_grow(Seal why, double want = 0);
+  /// The new table of seal_and_grow() and its reservation.
+  [[nodiscard]] std::unique_ptr<Table> reserve_table(Seal why, double want, unsigned f);
+  /// Makes the sealed table with the most room the active one again (the
+  /// budget refused a table while the active is full); false if none has
+  /// room.
+  bool reopen_sealed();
+  /// Narrowest fingerprint bits (at least min_f_) whose table at
+  /// kTargetLoad fits `budget`.
   [[nodiscard]] unsigned width_for(double budget) const;
+  /// Reads the budget's pressure level (once per tick) and retargets.
+  void observe_budget();
+  void set_target(double fpp);
+  /// Publishes what the filter would need at each level (once per tick).
+  void publish_demand();
+  /// budget_level_ once the filter has run long enough at it to move it
+  /// (MemoryBudget::kSettleShare), else MemoryBudget::kHold.
+  [[nodiscard]] std::uint32_t budget_vote() const noexcept;
   [[nodiscard]] double growth_target() const;
   [[nodiscard]] bool rate_known() const;
+  /// New identities that arrived at tick `x` (inside the window), from
+  /// its deliveries and the estimate at that tick.
+  [[nodiscard]] double arrivals(Tick x) const;
+  /// The same, summed over the window up to the clock.
+  [[nodiscard]] double window_arrivals() const;
   [[nodiscard]] double recent_rate() const;
-  [[nodiscard]] double fpp_correction() const;
+  [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
   void refresh_limit();
   void refresh_view();
@@ -277,13 +359,31 @@ class CompactFilter final : public SlidingFilter {
     std::uint32_t per_block = 2;
   };
   [[nodiscard]] Shape shape_for(double entries, unsigned f, bool bounded) const noexcept;
+  /// The largest table of `f`-bit fingerprints within `bytes` (at least one
+  /// line per block): the floor is shape_within(min_bytes, f).
+  [[nodiscard]] Shape shape_within(std::uint64_t bytes, unsigned f) const noexcept;
+  [[nodiscard]] std::uint64_t bytes_of(Shape shape, unsigned f) const noexcept;
+  [[nodiscard]] Shape initial_shape() const noexcept;
   [[nodiscard]] std::unique_ptr<Table> make_table(Shape shape, unsigned f, Tick now) const;
+  /// make_table() with its bytes charged in the budget, if any (past the
+  /// limit: a floor, or a table the filter cannot do without).
+  [[nodiscard]] std::unique_ptr<Table> charged_table(Shape shape, unsigned f);
+  [[nodiscard]] static Result<std::unique_ptr<CompactFilter>> make_empty(
+      const FilterConfig& config);
 
   FilterConfig config_;
-  unsigned f_ = 0;                              // base fingerprint bits
-  unsigned t_ = 0;                              // tag bits
-  unsigned max_f_ = 0;                          // widest fingerprints the bucket format holds
-  std::uint32_t period_ = 0;                    // P: ticks per scrub sweep
+  std::shared_ptr<MemoryBudget> budget_;  // null: not accounted; outlives tables_
+  std::uint32_t budget_level_ = 0;        // the budget's level seen at the last tick
+  Tick level_since_ = 0;                  // tick budget_level_ was first seen
+  MemoryDemand demand_;                   // what it would need at each level
+  std::vector<unsigned> level_widths_;    // base fingerprint bits at each level's target
+  double target_ = 0;                     // effective fpp: config_.fpp raised by the budget
+  bool overfull_ = false;     // no table could be added this tick: the active fills to kMaxLoad
+  unsigned min_f_ = 0;        // base fingerprint bits at target_ (narrowest new tables)
+  unsigned f_ = 0;            // base fingerprint bits at config_.fpp
+  unsigned t_ = 0;            // tag bits
+  unsigned max_f_ = 0;        // widest fingerprints the bucket format holds
+  std::uint32_t period_ = 0;  // P: ticks per scrub sweep
   std::vector<std::unique_ptr<Table>> tables_;  // oldest first; back() is active
   std::unique_ptr<Stashed[]> waiting_;          // ring of kStash entries waiting to move
   std::size_t wait_head_ = 0;                   // oldest waiting entry
@@ -292,6 +392,7 @@ class CompactFilter final : public SlidingFilter {
   std::array<std::uint16_t, 256> stash_bins_{};  // stashed entries as wide as the active's, by bin
   std::uint32_t stash_others_ = 0;               // stashed entries of tables of another width
   std::uint64_t active_limit_ = 0;               // live entries the active may hold now
+  std::vector<double> tick_fpp_;  // estimate during tick x at x % (W + 2) (arrivals())
   Tick clock_ = 0;
   Tick first_tick_ = 0;                // tick of the first insertion (rate estimate)
   std::uint64_t insertions_ = 0;       // distinct decisions and inserts since creation
