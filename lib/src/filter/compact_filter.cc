@@ -747,18 +747,23 @@ double CompactFilter::window_arrivals() const {
   return sum;
 }
 
-double CompactFilter::recent_rate() const {
-  // New identities per tick: the mean of the last R whole ticks (R = a
-  // quarter of the window, at least 2), or the current tick's so far when
-  // that is more (a rising rate).
-  const std::uint32_t window = config_.ticks_per_window;
-  const Tick r = std::min<Tick>(window, std::max<Tick>(2, (window + 1) / 4));
+double CompactFilter::recent_rate(Tick horizon, bool rising) const {
+  // New identities per tick: the mean of the last `horizon` whole ticks
+  // (since the first insertion if later); with `rising`, the current tick's
+  // so far when that is more.
   const Tick history = insertions_ == 0 ? 0 : clock_ - std::min(clock_, first_tick_);
-  const Tick span = std::min(r, history);
+  const Tick span = std::min(horizon, history);
   double whole = 0;
   for (Tick x = clock_ - span; x < clock_; ++x) whole += arrivals(x);
   const double mean = span > 0 ? whole / static_cast<double>(span) : 0.0;
-  return std::max(mean, arrivals(clock_));
+  return rising ? std::max(mean, arrivals(clock_)) : mean;
+}
+
+double CompactFilter::growth_rate() const {
+  // Over a quarter of the window (at least 2 ticks), and never less than
+  // the current tick so far: a rising rate is seen at once.
+  const std::uint32_t window = config_.ticks_per_window;
+  return recent_rate(std::min<Tick>(window, std::max<Tick>(2, (window + 1) / 4)), true);
 }
 
 double CompactFilter::delivered_share() const {
@@ -771,7 +776,7 @@ double CompactFilter::growth_target() const {
   // The recent rate over a whole window once one whole tick has been seen
   // (a burst inside the current tick is never extrapolated to a window);
   // before that, geometric growth (scalable Bloom filters).
-  if (rate_known()) return recent_rate() * (config_.ticks_per_window + 1) * delivered_share();
+  if (rate_known()) return growth_rate() * (config_.ticks_per_window + 1) * delivered_share();
   return kMaxGrowthStep *
          static_cast<double>(std::max<std::uint64_t>(1, tables_.back()->alive.sum));
 }
@@ -798,8 +803,9 @@ bool CompactFilter::seal_and_grow(Seal why, double want) {
   if (!t && why == Seal::kFull) {
     // Refused while the active cannot take more: an older table with room
     // takes the new identities (its fpp rises, as an overfull active's
-    // would), else a floor table is charged past the limit rather than
-    // evict a live entry.
+    // would), else a floor table at the narrowest width the level allows
+    // (the fewest bytes for the identities it must take) is charged past
+    // the limit rather than evict a live entry.
     if (reopen_sealed()) return true;
     if (tables_.size() < kHardMaxTables) {
       t = charged_table(shape_within(config_.min_bytes, min_f_), min_f_);
@@ -888,23 +894,26 @@ bool CompactFilter::reopen_sealed() {
 }
 
 void CompactFilter::maybe_replace() {
-  // A lone table that has seen a whole window is replaced by a right-sized
-  // one when it is more than kShrinkFactor times the size its load needs,
-  // or wider than the target now requires. The load is the window's exact
-  // live count: it lags a falling rate by up to a window, but the rate
-  // itself is a poor guide right after a burst (the burst's identities
-  // expire together, and deliveries dip and climb back over a window).
-  if (tables_.size() != 1) return;
+  // The active table is replaced by a right-sized one when it is more than
+  // kShrinkFactor times what the recent rate of new identities needs (the
+  // mean of the last R whole ticks, R = a quarter of the window, at least 2:
+  // after a burst, within a few ticks, whether or not the burst's tables
+  // have drained), or, once it is alone
+  // and has seen a whole window, when it is wider than the target now
+  // requires (after a growth phase's tightening). The new table only takes
+  // what arrives from now on; the old one keeps its entries and drains
+  // within a window. A young table is left alone for R ticks: its rate is
+  // still being measured.
   const Table& active = *tables_.back();
   const std::uint32_t window = config_.ticks_per_window;
-  if (clock_ - active.created <= window) return;
-  // Called as the clock moves: the new tick holds no insertions yet, so the
-  // live count covers W ticks, and a table must hold W + 1 at the tick's end.
-  const double want = window_arrivals() * (window + 1) / window * delivered_share();
-  const bool narrower = width_for(kBudgetShare * target_) < active.layout.f;
+  const Tick young = std::max<Tick>(2, (window + 1) / 4);
+  if (clock_ - active.created <= young) return;
+  const double want = recent_rate(young, false) * (window + 1) * delivered_share();
   const bool smaller = static_cast<double>(active.bytes()) >
                        kShrinkFactor * static_cast<double>(new_table_bytes(want, active.layout.f));
-  if (narrower || smaller) (void)seal_and_grow(Seal::kReplace, want);
+  const bool narrower = tables_.size() == 1 && clock_ - active.created > window &&
+                        width_for(kBudgetShare * target_) < active.layout.f;
+  if (smaller || narrower) (void)seal_and_grow(Seal::kReplace, want);
 }
 
 // --- the memory budget -------------------------------------------------------------
@@ -957,7 +966,7 @@ void CompactFilter::publish_demand() {
   // filter inserts only those it does not mistake for duplicates), or what
   // the current rate brings in one if more, in a right-sized table at each
   // level's base width.
-  const double rate = rate_known() ? recent_rate() : 0.0;
+  const double rate = rate_known() ? growth_rate() : 0.0;
   const double holds = std::max(window_arrivals(), rate * (config_.ticks_per_window + 1));
   std::vector<std::uint64_t> bytes(level_widths_.size());
   for (std::size_t l = 0; l < level_widths_.size(); ++l) {

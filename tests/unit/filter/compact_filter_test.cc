@@ -383,6 +383,7 @@ TEST(CompactFilter, GrowsUnderBurstKeepsTheBudgetAndShrinksAfter) {
     const std::uint64_t presized =
         compact.new_table_bytes(static_cast<double>(need), compact.fingerprint_bits());
     std::uint64_t before_burst = 0, peak = 0;
+    FilterStats soon_after;  // a window and a half after the burst
     double worst_budget = 0;
     Tick last = 0;
     const auto counts =
@@ -392,18 +393,53 @@ TEST(CompactFilter, GrowsUnderBurstKeepsTheBudgetAndShrinksAfter) {
           const auto st = f->stats();
           if (e.tick == 29) before_burst = st.bytes;
           if (e.tick > 30 && e.tick < 60) peak = std::max(peak, st.bytes);
+          if (e.tick == 60 + 3 * (window + 1) / 2) soon_after = st;
           worst_budget = std::max(worst_budget, compact.fpp_budget_used());
         });
     EXPECT_EQ(counts.false_negatives, 0U);
     EXPECT_LE(counts.first_query_fp_rate(), 1.2 * 0.01);
     EXPECT_LE(worst_budget, 0.01);      // the union bound, at every tick
     EXPECT_GT(peak, 3 * before_burst);  // grew for the 5x burst
+    // The burst's tables replaced within a few ticks of its end and drained
+    // a window later.
+    EXPECT_EQ(soon_after.subfilters, 1U);
+    EXPECT_LE(soon_after.bytes, 1.25 * static_cast<double>(presized) + 4096);
     // Three windows after the burst: one right-sized table again.
     const auto end = f->stats();
     EXPECT_EQ(end.subfilters, 1U);
     EXPECT_LE(end.bytes, 1.25 * static_cast<double>(presized) + 4096);
     EXPECT_GE(end.bytes, 0.8 * static_cast<double>(presized));
   }
+}
+
+TEST(CompactFilter, AtFpp10ItSizesForTheIdsThatArriveNotForItsDeliveries) {
+  // At fpp 10% a ramp from the floor goes through fuller and wider tables
+  // whose false positives deliver fewer ids than arrive; the lone table it
+  // settles on is sized for what arrives (at its own false-positive rate),
+  // not for the ramp's deliveries: within 5% of the right size, one table.
+  const std::uint32_t window = 10;
+  FilterConfig c = compact_config(window, 1'000, 0.1);
+  c.min_bytes = 64 * 1024;
+  auto f = make(c);
+  auto& compact = as_compact(*f);
+  constexpr std::uint64_t kPerTick = 20'000;
+  std::vector<Fingerprint> fps(kPerTick);
+  std::vector<Tick> ticks(kPerTick);
+  std::vector<Decision> out(kPerTick);
+  std::uint64_t id = 0;
+  for (Tick t = 0; t < 4 * (window + 1); ++t) {
+    for (std::uint64_t j = 0; j < kPerTick; ++j) {
+      fps[j] = identity_fingerprint(id++, 12);
+      ticks[j] = t;
+    }
+    f->test_and_insert_batch(fps, ticks, out);
+  }
+  const auto right = static_cast<double>(compact.new_table_bytes(
+      static_cast<double>(kPerTick * (window + 1)) * (1 - 0.055), compact.fingerprint_bits()));
+  EXPECT_EQ(f->stats().subfilters, 1U);
+  EXPECT_EQ(compact.table_fingerprint_bits().front(), compact.fingerprint_bits());
+  EXPECT_LE(static_cast<double>(compact.table_bytes().front()), 1.05 * right);
+  EXPECT_GE(static_cast<double>(compact.table_bytes().front()), 0.95 * right);
 }
 
 TEST(CompactFilter, IdleFilterShrinksToTheFloor) {

@@ -81,18 +81,19 @@
 // kTargetLoad fits the budget the sealed tables leave: a table added while
 // others still hold most of the budget is wider (a few bits a slot) instead
 // of many times larger. A sealed table is freed once its newest insertion
-// is older than the window. A lone table that has seen a whole window is
-// replaced by a right-sized one at the narrowest width f* allows when it is
-// more than kShrinkFactor times too big for its load (the window's exact
-// live count; nothing alive: the floor) or wider than that; it drains
-// within a window. A clock jump past the window returns the filter to its
-// floor at once. So an idle filter holds one table of at most min_bytes,
-// and memory comes back within about two windows of a burst. Rates and
-// loads count new identities that arrived: a tick's deliveries divided by
-// 1 - the estimate during that tick (kept per tick), so that a ramp-up's
-// fuller tables, whose false positives delivered fewer, do not undersize
-// the table that follows; a table is sized for the share of them that a
-// table at kTargetLoad delivers.
+// is older than the window. The active table is replaced by a right-sized
+// one at the narrowest width f* allows when it is more than kShrinkFactor
+// times too big for the recent rate (the mean of the last W / 4 ticks;
+// nothing arriving: the floor), or, once alone for a whole window, when it
+// is wider than that; the new table only takes what arrives from then on,
+// and the old one drains within a window (so after a burst, memory is back
+// within about a window and a half of the rate's fall). A clock jump past
+// the window returns the filter to its floor at once. So an idle filter holds one table of at most
+// min_bytes, and memory comes back within about two windows of a burst. Rates and loads count new
+// identities that arrived: a tick's deliveries divided by 1 - the estimate during that tick (kept
+// per tick), so that a ramp-up's fuller tables, whose false positives delivered fewer, do not
+// undersize the table that follows; a table is sized for the share of them that a table at
+// kTargetLoad delivers.
 //
 // Memory budget (memory_budget.h). The tables held when a budget is
 // attached (a restored snapshot) and a floor table are charged; every other
@@ -168,8 +169,8 @@ class CompactFilter final : public SlidingFilter {
   static constexpr double kFingerprintLoad = kMaxLoad;
   /// Share of the remaining fpp budget the active table may use.
   static constexpr double kBudgetShare = 0.9;
-  /// A lone table this many times too big for its load is replaced (the
-  /// cost: one window with both).
+  /// An active table this many times too big for the recent rate is
+  /// replaced (the cost: one window with both).
   static constexpr double kShrinkFactor = 1.08;
   /// A new table holds this many times what the sealed one held until one
   /// whole tick of insertions has been seen.
@@ -348,7 +349,11 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double arrivals(Tick x) const;
   /// The same, summed over the window up to the clock.
   [[nodiscard]] double window_arrivals() const;
-  [[nodiscard]] double recent_rate() const;
+  /// New identities per tick over the last `horizon` whole ticks; with
+  /// `rising`, at least the current tick's so far.
+  [[nodiscard]] double recent_rate(Tick horizon, bool rising) const;
+  /// recent_rate() over the horizon that sizes growth tables.
+  [[nodiscard]] double growth_rate() const;
   [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
   void refresh_limit();
