@@ -29,10 +29,12 @@
 //    max, like the paper's ranges), next to the (k, l) model, the paper's
 //    range, the false-positive rate on identities never inserted (§7.3), and
 //    the 8-bit timer filter at the same target. The compact filter runs the
-//    same in-window identities at its own default tick (W = 10), also
-//    started 10x under-dimensioned; beside its bits per id and FP on absent
-//    ids, the FP on just-expired ids (delivered W + 1 ticks before the
-//    query, so past the window) for aging and compact.
+//    same in-window identities at its own default tick (W = 10), started
+//    from its floor with the hint 10x too small and, in a second run, 100x
+//    too large (memory follows load: the hint only caps the first table
+//    below the floor); beside its bits per id and FP on absent ids, the FP
+//    on just-expired ids (delivered W + 1 ticks before the query, so past
+//    the window) for aging and compact.
 //
 // 3. Capacity mis-set (memory follows load, DESIGN.md): every filter type on
 //    a steady and a 5x burst stream of (almost) distinct identities, with
@@ -46,11 +48,13 @@
 //    - at the end of the run (the last two windows run at the base rate);
 //    each next to the pre-sized figure of that filter and fpp (timer: a
 //    filter sized for the window, 512 / lambda bits; aging: the (k, l)
-//    model; exact: its own steady state), and the FP rate against the
+//    model; compact: a table sized for the window at its target load;
+//    exact: its own steady state), and the FP rate against the
 //    oracle and FN. Targets: end <= 1.5x, peak <= 2x, FP <= 1.2x fpp, FN 0.
 //
 // 4. Memory budget: four partitions' filters sharing a MemoryBudget smaller
-//    than they need at the target (1.3x, 2x, 4x; fpp 0.1%, 50k distinct ids
+//    than they need at the target (1.3x, 2x, 4x, and 1.1x for compact, whose
+//    slot shrinks from 17 to at best 8 bits at fpp 0.1%; fpp 0.1%, 50k distinct ids
 //    per window each, six windows, the partitions interleaved tick by tick
 //    as workers run them): the level the budget ends at and its effective
 //    fpp, the largest estimate any partition reported in the last three
@@ -401,9 +405,9 @@ void table2_section(double scale) {
   std::printf(
       "| error rate | (k, l) | model bits/id | aging bits/id (min-max, last window) | "
       "paper range | aging FP on absent ids | aging FP on just-expired ids | slices | "
-      "timer-8 bits/id | compact bits/id (min-max) | compact FP on absent ids | "
-      "compact FP on just-expired ids | compact tables |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "timer-8 bits/id | compact bits/id (min-max) | compact bits/id, hint 100x (min-max) | "
+      "compact FP on absent ids | compact FP on just-expired ids | compact tables |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < 5; ++i) {
     const double e = rates[i];
     FilterConfig ac = config_of(FilterType::kAging, e, in_window / 10);
@@ -413,6 +417,7 @@ void table2_section(double scale) {
     AgingFilter aging(ac);
     auto timer = build(tc);
     auto compact = build(config_of(FilterType::kCompact, e, in_window / 10));
+    auto compact_large = build(config_of(FilterType::kCompact, e, in_window * 100));
     const AgingShape shape = aging.shape();
     const std::uint64_t queries =
         std::min<std::uint64_t>(4'000'000, static_cast<std::uint64_t>(200.0 / e * scale) + 1);
@@ -425,16 +430,18 @@ void table2_section(double scale) {
     const Table2Run c =
         table2_run(*compact, compact_window, compact_per_tick, queries, 2,
                    [&](const Fingerprint& x, Tick when) { return cf.contains(x, when); });
+    const Table2Run cl = table2_run(*compact_large, compact_window, compact_per_tick, 0, 2,
+                                    [](const Fingerprint&, Tick) { return false; });
     auto rate = [](std::uint64_t hits, std::uint64_t asked) {
       return asked ? static_cast<double>(hits) / static_cast<double>(asked) : 0.0;
     };
     std::printf("| %g | (%u, %u) | %.1f | %.1f - %.1f | %s | %.2e (%" PRIu64 "/%" PRIu64
-                ") | %.2e | %u | %.1f | %.1f - %.1f | %.2e (%" PRIu64 "/%" PRIu64
+                ") | %.2e | %u | %.1f | %.1f - %.1f | %.1f - %.1f | %.2e (%" PRIu64 "/%" PRIu64
                 ") | %.2e | %u |\n",
                 e, shape.k, shape.l, shape.bits_per_element(), a.lo, a.hi, paper[i],
                 rate(a.positives, a.asked), a.positives, a.asked,
-                rate(a.expired_positives, a.expired_asked), a.subfilters, t.last, c.lo, c.hi,
-                rate(c.positives, c.asked), c.positives, c.asked,
+                rate(a.expired_positives, a.expired_asked), a.subfilters, t.last, c.lo, c.hi, cl.lo,
+                cl.hi, rate(c.positives, c.asked), c.positives, c.asked,
                 rate(c.expired_positives, c.expired_asked), c.subfilters);
     std::fflush(stdout);
   }
@@ -501,6 +508,13 @@ double presized_bits(const FilterConfig& c, const std::vector<Event>& steady,
     }
     case FilterType::kAging:
       return choose_aging_shape(c.fpp).bits_per_element();
+    case FilterType::kCompact: {
+      FilterConfig exact_size = c;
+      exact_size.capacity = per_window;
+      auto t = CompactFilter::create_presized(exact_size);
+      return 8.0 * static_cast<double>((*t)->table_bytes().front()) /
+             static_cast<double>(per_window);
+    }
     default:
       return run_misset(c, steady).end_bits;
   }
@@ -515,11 +529,9 @@ void misset_section(double scale) {
     FilterType type;
     std::uint8_t bits;
   };
-  const Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},
-                        {"timer-8", FilterType::kTimer, 8},
-                        {"timer-16", FilterType::kTimer, 16},
-                        {"aging", FilterType::kAging, 8},
-                        {"exact", FilterType::kExact, 8}};
+  const Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},   {"timer-8", FilterType::kTimer, 8},
+                        {"timer-16", FilterType::kTimer, 16}, {"aging", FilterType::kAging, 8},
+                        {"compact", FilterType::kCompact, 8}, {"exact", FilterType::kExact, 8}};
   struct Hint {
     const char* name;
     double factor;
@@ -586,17 +598,29 @@ void budget_section(double scale) {
   };
   for (const Kind& kind :
        {Kind{"timer-4", FilterType::kTimer, 4}, Kind{"timer-8", FilterType::kTimer, 8},
-        Kind{"timer-16", FilterType::kTimer, 16}, Kind{"aging", FilterType::kAging, 8}}) {
-    for (double over : {1.3, 2.0, 4.0}) {
+        Kind{"timer-16", FilterType::kTimer, 16}, Kind{"aging", FilterType::kAging, 8},
+        Kind{"compact", FilterType::kCompact, 8}}) {
+    for (double over : {1.1, 1.3, 2.0, 4.0}) {
+      if (over == 1.1 && kind.type != FilterType::kCompact) continue;
       FilterConfig c = config_of(kind.type, fpp, 1'000, kind.bits);
       c.min_bytes = 4096;
       const Tick window = c.ticks_per_window;
       FilterConfig sized = c;
       sized.capacity = per_window;
-      const double need_one =
-          kind.type == FilterType::kTimer
-              ? static_cast<double>((*TimerFilter::create_presized(sized))->presized_bytes())
-              : static_cast<double>(per_window) * choose_aging_shape(fpp).bits_per_element() / 8;
+      double need_one = 0;
+      switch (kind.type) {
+        case FilterType::kTimer:
+          need_one = static_cast<double>((*TimerFilter::create_presized(sized))->presized_bytes());
+          break;
+        case FilterType::kCompact:
+          need_one =
+              static_cast<double>((*CompactFilter::create_presized(sized))->table_bytes().front());
+          break;
+        default:
+          need_one =
+              static_cast<double>(per_window) * choose_aging_shape(fpp).bits_per_element() / 8;
+          break;
+      }
       kdedup::filter::MemoryBudget::Options o;
       o.max_bytes = static_cast<std::uint64_t>(kPartitions * need_one / over);
       o.fpp = fpp;
