@@ -548,7 +548,7 @@ void expect_compact_judged(const std::vector<std::string>& extra, double fpp, st
 TEST(FilterCli, CompactFilterHasNoFalseNegativesAndFewFalsePositives) {
   expect_compact_judged({}, 0.01, 10);                           // its default tick
   expect_compact_judged({"--capacity", "100"}, 0.01, 10);        // grows from a small start
-  expect_compact_judged({"--capacity", "10000000"}, 0.001, 10);  // shrinks from a big one
+  expect_compact_judged({"--capacity", "10000000"}, 0.001, 10);  // a big hint: from the floor
   expect_compact_judged({}, 0.1, 10);
   expect_compact_judged({}, 0.01, 100);  // 7-bit tags
   // The judge itself: the exact filter at the same ticks is judged perfect.
