@@ -894,26 +894,38 @@ bool CompactFilter::reopen_sealed() {
 }
 
 void CompactFilter::maybe_replace() {
-  // The active table is replaced by a right-sized one when it is more than
-  // kShrinkFactor times what the recent rate of new identities needs (the
-  // mean of the last R whole ticks, R = a quarter of the window, at least 2:
-  // after a burst, within a few ticks, whether or not the burst's tables
-  // have drained), or, once it is alone
-  // and has seen a whole window, when it is wider than the target now
-  // requires (after a growth phase's tightening). The new table only takes
-  // what arrives from now on; the old one keeps its entries and drains
-  // within a window. A young table is left alone for R ticks: its rate is
-  // still being measured.
+  // Two rules. After a fall of the rate (a burst's end), the active table
+  // is replaced as soon as it is kFallFactor times too big for the recent
+  // rate of new identities (the mean of the last R whole ticks, R = a
+  // quarter of the window, at least 2), alone or not. And a lone table that
+  // has seen a whole window is right-sized when it is more than
+  // kShrinkFactor times too big for the window's exact live count, or wider
+  // than the target requires (after a growth phase's tightening): the live
+  // count is steady where the rate is not (on a stream with repeats, the
+  // rate of new identities dips after a burst and climbs back over a
+  // window, and a small threshold on it would replace table after table).
+  // The new table only takes what arrives from then on; the old one keeps
+  // its entries and drains within a window. A table younger than R ticks is
+  // left alone: its rate is still being measured.
   const Table& active = *tables_.back();
   const std::uint32_t window = config_.ticks_per_window;
   const Tick young = std::max<Tick>(2, (window + 1) / 4);
   if (clock_ - active.created <= young) return;
-  const double want = recent_rate(young, false) * (window + 1) * delivered_share();
+  const double share = delivered_share();
+  const double rate_need = recent_rate(young, false) * (window + 1) * share;
+  if (static_cast<double>(active.bytes()) >
+      kFallFactor * static_cast<double>(new_table_bytes(rate_need, active.layout.f))) {
+    (void)seal_and_grow(Seal::kReplace, rate_need);
+    return;
+  }
+  if (tables_.size() != 1 || clock_ - active.created <= window) return;
+  // Called as the clock moves: the new tick holds no insertions yet, so the
+  // live count covers W ticks, and a table must hold W + 1 at the tick's end.
+  const double want = window_arrivals() * (window + 1) / window * share;
+  const bool narrower = width_for(kBudgetShare * target_) < active.layout.f;
   const bool smaller = static_cast<double>(active.bytes()) >
                        kShrinkFactor * static_cast<double>(new_table_bytes(want, active.layout.f));
-  const bool narrower = tables_.size() == 1 && clock_ - active.created > window &&
-                        width_for(kBudgetShare * target_) < active.layout.f;
-  if (smaller || narrower) (void)seal_and_grow(Seal::kReplace, want);
+  if (narrower || smaller) (void)seal_and_grow(Seal::kReplace, want);
 }
 
 // --- the memory budget -------------------------------------------------------------

@@ -82,17 +82,19 @@
 // others still hold most of the budget is wider (a few bits a slot) instead
 // of many times larger. A sealed table is freed once its newest insertion
 // is older than the window. The active table is replaced by a right-sized
-// one at the narrowest width f* allows when it is more than kShrinkFactor
-// times too big for the recent rate (the mean of the last W / 4 ticks;
-// nothing arriving: the floor), or, once alone for a whole window, when it
-// is wider than that; the new table only takes what arrives from then on,
-// and the old one drains within a window (so after a burst, memory is back
-// within about a window and a half of the rate's fall). A clock jump past
-// the window returns the filter to its floor at once. So an idle filter holds one table of at most
-// min_bytes, and memory comes back within about two windows of a burst. Rates and loads count new
-// identities that arrived: a tick's deliveries divided by 1 - the estimate during that tick (kept
-// per tick), so that a ramp-up's fuller tables, whose false positives delivered fewer, do not
-// undersize the table that follows; a table is sized for the share of them that a table at
+// one at the narrowest width f* allows as soon as it is kFallFactor times
+// too big for the recent rate (the mean of the last W / 4 ticks; nothing
+// arriving: the floor), and, once alone for a whole window, when it is
+// kShrinkFactor times too big for the window's live count or wider than f*
+// requires; the new table only takes what arrives from then on, and the
+// old one drains within a window (so after a burst of distinct identities
+// memory is back within about a window and a half). A clock jump past
+// the window returns the filter to its floor at once. So an idle filter
+// holds one table of at most min_bytes. Rates and loads count new
+// identities that arrived: a tick's deliveries divided by 1 - the estimate
+// during that tick (kept per tick), so that a ramp-up's fuller tables,
+// whose false positives delivered fewer, do not undersize the table that
+// follows; a table is sized for the share of them that a table at
 // kTargetLoad delivers.
 //
 // Memory budget (memory_budget.h). The tables held when a budget is
@@ -169,9 +171,12 @@ class CompactFilter final : public SlidingFilter {
   static constexpr double kFingerprintLoad = kMaxLoad;
   /// Share of the remaining fpp budget the active table may use.
   static constexpr double kBudgetShare = 0.9;
-  /// An active table this many times too big for the recent rate is
-  /// replaced (the cost: one window with both).
+  /// A lone table this many times too big for its live count is replaced
+  /// (the cost: one window with both).
   static constexpr double kShrinkFactor = 1.08;
+  /// An active table this many times too big for the recent rate is
+  /// replaced at once (after a burst).
+  static constexpr double kFallFactor = 2.0;
   /// A new table holds this many times what the sealed one held until one
   /// whole tick of insertions has been seen.
   static constexpr double kMaxGrowthStep = 4.0;
