@@ -47,8 +47,9 @@
 // false-positive probability is p(alpha) = 1 - (1 - 1 / (2^f - 1))^(8 alpha).
 // The base width f is the smallest whose table may fill to a load of
 // kFingerprintLoad within kBudgetShare of the target: 7 bits at 10%, 10 at
-// 1%, 13 at 0.1%, 17 at 1e-4, 20 at 1e-5. At the target load of 0.85 that
-// is about 11.8, 15.3, 18.8, 23.5 and 27 bits per identity in the window.
+// 1%, 14 at 0.1%, 17 at 1e-4, 20 at 1e-5. At the target load of 0.9 that
+// is about 11.1, 14.4, 18.9, 22.2 and 25.6 bits per identity in the window
+// with 4-bit tags (docs/performance.md, seed 002 Table 2).
 //
 // Insertion (never a false negative inside the window). A new identity
 // takes a free slot in the emptier of its two buckets. When both are full,
