@@ -861,6 +861,7 @@ SliceOptions slice_options(const config::Config& config) {
   o.window_ms = config.window_ms();
   o.max_future_skew_ms = config.max_future_skew.count();
   o.filter_enabled = config.filter_enabled;
+  o.refresh = config.on_duplicate == config::OnDuplicate::kRefresh;
   o.filter = config.filter;
   o.memory = make_memory_budget(config);
   return o;
@@ -1494,7 +1495,8 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     const bool restored = plan_restores(*plan);
     ReplayRule rule(restored ? ReplayRule::Below::kSnapshot : ReplayRule::Below::kDelivered,
                     plan->committed_until, plan->rebuild_until, std::move(emitted),
-                    config.output.partitioning == config::Partitioning::kInput);
+                    config.output.partitioning == config::Partitioning::kInput,
+                    config.on_duplicate == config::OnDuplicate::kRefresh);
     const std::size_t delivered = rule.delivered();
     (*slice)->set_replay(std::move(rule));
 
