@@ -241,7 +241,8 @@ Result<std::vector<InputRecord>> to_input_records(
   return out;
 }
 
-std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaRecord>& records) {
+std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaRecord>& records,
+                                            const std::string& prefix) {
   std::vector<OutputRecord> out;
   out.reserve(records.size());
   for (const auto& r : records) {
@@ -250,9 +251,9 @@ std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaR
     o.offset = r.offset;
     o.key = r.key;
     o.value = r.value;
-    auto topic = r.header("kdedup-source-topic");
-    auto partition = r.header("kdedup-source-partition");
-    auto offset = r.header("kdedup-source-offset");
+    auto topic = r.header(prefix + "-topic");
+    auto partition = r.header(prefix + "-partition");
+    auto offset = r.header(prefix + "-offset");
     if (topic || partition || offset) {
       o.source_topic = topic;
       if (partition) o.source_partition = parse_decimal<std::int32_t>(*partition);
@@ -260,9 +261,9 @@ std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaR
       if (!topic || !partition || !offset) {
         o.malformed = "incomplete provenance headers";
       } else if (!o.source_partition) {
-        o.malformed = "kdedup-source-partition '" + *partition + "' is not a decimal";
+        o.malformed = prefix + "-partition '" + *partition + "' is not a decimal";
       } else if (!o.source_offset) {
-        o.malformed = "kdedup-source-offset '" + *offset + "' is not a decimal";
+        o.malformed = prefix + "-offset '" + *offset + "' is not a decimal";
       }
     }
     out.push_back(std::move(o));

@@ -118,8 +118,31 @@ struct VerifyReport {
     const std::vector<testbroker::KafkaRecord>& records, const std::string& extractor);
 
 /// Output records from a topic read, provenance parsed from the
-/// kdedup-source-topic/-partition/-offset headers.
+/// `<prefix>-topic/-partition/-offset` headers: kdedup-source-* (the dedup
+/// stage's input record), or kdedup-origin-* (the original input record
+/// behind the repartition stage).
 [[nodiscard]] std::vector<OutputRecord> to_output_records(
-    const std::vector<testbroker::KafkaRecord>& records);
+    const std::vector<testbroker::KafkaRecord>& records,
+    const std::string& prefix = "kdedup-source");
+
+/// Judges an output against the WHOLE input, every partition together: for
+/// input whose copies of one identity are spread over partitions (producers
+/// that do not key by identity, the repartition stage). Per identity, the
+/// emitted records (found through the provenance) sorted by timestamp:
+///   duplicated  an emission within `window` of the identity's previous
+///               emission (a false negative), or a second copy of a source
+///               offset;
+///   lost        an input record with no emission of its identity within
+///               `window` of its timestamp on either side (nothing
+///               represents it in the output);
+///   unexpected  output without provenance, naming no input record, or
+///               with key/value differing from it.
+/// Differences in (window, window + tick] are ambiguous (either is right).
+/// Order is not judged: copies from different partitions have no order.
+/// `oracle_distinct` counts the identity's emissions an exact filter over
+/// the merged input (by timestamp) makes.
+[[nodiscard]] VerifyReport verify_by_identity(const std::vector<InputRecord>& input,
+                                              const std::vector<OutputRecord>& output,
+                                              const VerifySpec& spec);
 
 }  // namespace kdedup::testing
