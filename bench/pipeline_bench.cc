@@ -11,6 +11,14 @@
 //     snapshots written, their bytes and write time during the timed part are
 //     read from the instance's /metrics before and after it (one instance).
 //
+//   --compare repartition (or --repartition): keyed input deduplicated
+//     directly against unkeyed input (random partitioning) through the
+//     repartition stage (`repartition:`, internal topic of --partitions
+//     partitions) and then deduplicated: the stage's cost. Besides records/s
+//     it prints CPU seconds per record of the `kdedup run` processes (user +
+//     system, /proc/PID/stat) over the timed part; target: the stage costs
+//     at most 2x (throughput ratio >= 0.5).
+//
 // Each measurement: fresh test broker and one `kdedup run` instance; a small
 // warm-up batch is produced and fully committed first (group joined,
 // partitions assigned), then the timed batch is produced while the instance
@@ -34,7 +42,8 @@
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
 //
-//   pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P]
+//   pipeline_bench [--compare filter|snapshots|repartition | --repartition] [--records N]
+//   [--partitions P]
 //                  [--instances I] [--repeat R]
 //   pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]
 
@@ -51,6 +60,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -108,7 +118,9 @@ struct Mode {
   std::string name;
   std::string slug;  ///< work dir name
   std::vector<std::string> overrides;
-  bool all_distinct = false;  ///< every record must come out (passthrough)
+  bool all_distinct = false;       ///< every record must come out (passthrough)
+  std::string repartition_topic;   ///< non-empty: run the repartition stage into it
+  bool random_partitions = false;  ///< produce unkeyed (random partition per record)
 };
 
 struct Comparison {
@@ -118,6 +130,12 @@ struct Comparison {
 };
 
 Comparison comparison(const std::string& name) {
+  if (name == "repartition") {
+    Mode repartitioned{"unkeyed + repartition", "repartition", {"filter.enabled=true"}};
+    repartitioned.repartition_topic = "clicks-by-id";
+    repartitioned.random_partitions = true;
+    return {{"keyed, dedup only", "keyed", {"filter.enabled=true"}}, repartitioned, 0.5, false};
+  }
   if (name == "snapshots") {
     return {{"dedup, no snapshots", "no-snapshots", {"filter.enabled=true", "state.dir="}},
             {"dedup + snapshots 1s",
@@ -203,7 +221,25 @@ kdedup::Result<SnapshotFigures> snapshot_figures(int port) {
   return f;
 }
 
+/// User + system CPU seconds of a process so far (/proc/PID/stat).
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  double utime = 0, stime = 0;
+  // Fields after the command: state is field 3; utime 14 and stime 15.
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::strtod(f.c_str(), nullptr);
+    if (i == 15) stime = std::strtod(f.c_str(), nullptr);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 struct Measurement {
+  double cpu_per_record = 0;  ///< CPU seconds of the instances per timed record
   double records_per_s = 0;
   double seconds = 0;
   double produce_per_s = 0;  ///< the producer's own rate in the timed window
@@ -222,6 +258,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   ro.instances = opt.instances;
   ro.group = "kdedup-bench";
   ro.overrides = mode.overrides;
+  ro.repartition_topic = mode.repartition_topic;
   // The rig gives each instance a metrics port it does not report; with one
   // instance, choose it here so /metrics can be read.
   int metrics_port = -1;
@@ -247,11 +284,18 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   so.seed = 42;  // both modes see the same stream
   tb::ClickStream stream(so);
   tb::Click click;
+  std::uint64_t produced = 0;
 
   auto produce = [&](std::uint64_t n) -> kdedup::Status {
-    for (std::uint64_t i = 0; i < n && stream.next(click); ++i) {
-      auto ok =
-          (*producer)->produce(ro.input_topic, -1, click.key, click.value, click.timestamp_ms);
+    for (std::uint64_t i = 0; i < n && stream.next(click); ++i, ++produced) {
+      // Unkeyed: a fixed spread (record number mod partitions), the same for
+      // every run, unrelated to the identity.
+      const std::int32_t partition =
+          mode.random_partitions
+              ? static_cast<std::int32_t>((produced * 2654435761ULL) % opt.partitions)
+              : -1;
+      auto ok = (*producer)->produce(ro.input_topic, partition, click.key, click.value,
+                                     click.timestamp_ms);
       if (!ok) return ok;
     }
     return (*producer)->flush(std::chrono::seconds(60));
@@ -278,6 +322,12 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
     if (!f) return tl::unexpected(f.error());
     before = *f;
   }
+  auto instances_cpu = [&] {
+    double sum = 0;
+    for (int i = 0; i < opt.instances; ++i) sum += cpu_seconds(r.instance_pid(i));
+    return sum;
+  };
+  const double cpu0 = instances_cpu();
   const auto t0 = Clock::now();
   // Producing on this thread while the instance consumes; progress is checked
   // between produce batches so the timed window ends when all is committed.
@@ -286,6 +336,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   if (auto ok = wait_caught_up(std::chrono::seconds(300)); !ok) return tl::unexpected(ok.error());
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
+  m.cpu_per_record = (instances_cpu() - cpu0) / static_cast<double>(opt.records);
   if (metrics_port > 0) {
     auto f = snapshot_figures(metrics_port);
     if (!f) return tl::unexpected(f.error());
@@ -466,19 +517,25 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
 int main(int argc, char** argv) {
   Options opt;
   const char* usage =
-      "usage: pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P] "
+      "usage: pipeline_bench [--compare filter|snapshots|repartition | --repartition] [--records "
+      "N] [--partitions P] "
       "[--instances I] [--repeat R]\n"
       "       pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]\n";
   for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--repartition")) {
+      opt.compare = "repartition";
+      --i;  // a flag without value
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s: missing value\n%s", argv[i], usage);
       return 2;
     }
     if (!std::strcmp(argv[i], "--compare")) {
       opt.compare = argv[i + 1];
-      if (opt.compare != "filter" && opt.compare != "snapshots") {
-        std::fprintf(stderr, "--compare: '%s' is neither 'filter' nor 'snapshots'\n%s", argv[i + 1],
-                     usage);
+      if (opt.compare != "filter" && opt.compare != "snapshots" && opt.compare != "repartition") {
+        std::fprintf(stderr, "--compare: '%s' is not filter, snapshots or repartition\n%s",
+                     argv[i + 1], usage);
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--records")) {
@@ -527,9 +584,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s\n", mode.name.c_str(), m.error().message.c_str());
         return 1;
       }
-      std::printf("  round %d %-22s %10.0f records/s  (%.2f s, %lld out; producer %.0f/s)\n",
-                  round + 1, mode.name.c_str(), m->records_per_s, m->seconds,
-                  static_cast<long long>(m->output), m->produce_per_s);
+      std::printf(
+          "  round %d %-22s %10.0f records/s  %8.2f us CPU/record  (%.2f s, %lld out; producer "
+          "%.0f/s)\n",
+          round + 1, mode.name.c_str(), m->records_per_s, m->cpu_per_record * 1e6, m->seconds,
+          static_cast<long long>(m->output), m->produce_per_s);
       if (m->snapshots) {
         const SnapshotFigures& f = *m->snapshots;
         std::printf(
@@ -546,16 +605,22 @@ int main(int argc, char** argv) {
       runs[k].push_back(*m);
     }
   }
-  auto median = [](std::vector<Measurement> v) {
-    std::sort(v.begin(), v.end(),
-              [](auto& a, auto& b) { return a.records_per_s < b.records_per_s; });
-    return v[v.size() / 2].records_per_s;
+  auto median = [](std::vector<Measurement> v, double Measurement::*field) {
+    std::sort(v.begin(), v.end(), [&](auto& a, auto& b) { return a.*field < b.*field; });
+    return v[v.size() / 2].*field;
   };
-  const double first = median(runs[0]), second = median(runs[1]);
-  std::printf("  %-26s %10.0f records/s (median of %d)\n", cmp.first.name.c_str(), first,
-              opt.repeat);
-  std::printf("  %-26s %10.0f records/s (median of %d)\n", cmp.second.name.c_str(), second,
-              opt.repeat);
+  const double first = median(runs[0], &Measurement::records_per_s);
+  const double second = median(runs[1], &Measurement::records_per_s);
+  const double cpu_first = median(runs[0], &Measurement::cpu_per_record);
+  const double cpu_second = median(runs[1], &Measurement::cpu_per_record);
+  std::printf("  %-26s %10.0f records/s %8.2f us CPU/record (medians of %d)\n",
+              cmp.first.name.c_str(), first, cpu_first * 1e6, opt.repeat);
+  std::printf("  %-26s %10.0f records/s %8.2f us CPU/record (medians of %d)\n",
+              cmp.second.name.c_str(), second, cpu_second * 1e6, opt.repeat);
+  if (cpu_first > 0) {
+    std::printf("  %-26s %10.3f  (CPU seconds per record, %s / %s)\n", "CPU cost ratio",
+                cpu_second / cpu_first, cmp.second.slug.c_str(), cmp.first.slug.c_str());
+  }
   std::printf("  %-26s %10.3f  (target >= %.1f)\n",
               (cmp.second.slug + " / " + cmp.first.slug).c_str(), second / first, cmp.target);
   std::error_code ec;
