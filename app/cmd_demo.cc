@@ -23,6 +23,7 @@
 #include "command.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/config/config.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/testbroker/click_stream.h"
 #include "kdedup/testbroker/dedup_audit.h"
 #include "kdedup/testbroker/kafka_io.h"
@@ -35,9 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_interrupted{false};
 void on_interrupt(int) { g_interrupted = true; }
-
-constexpr const char* kSourcePartitionHeader = "kdedup-source-partition";
-constexpr const char* kSourceOffsetHeader = "kdedup-source-offset";
 
 // Used when config/local.yaml is not where the demo runs from: the same
 // settings, so `kdedup demo` works from any directory.
@@ -312,14 +310,18 @@ int demo_main(int argc, char** argv) {
   for (const auto& rec : *output) {
     tb::AuditOutput o;
     o.identity = rec.key.value_or("");
-    auto p = rec.header(kSourcePartitionHeader);
-    auto off = rec.header(kSourceOffsetHeader);
-    try {
-      if (p && off) {
-        o.source_partition = std::stoi(*p);
-        o.source_offset = std::stoll(*off);
-      }
-    } catch (const std::exception&) {
+    const auto topic = rec.header(kdedup::pipeline::kProvenanceTopicHeader);
+    const auto p = rec.header(kdedup::pipeline::kProvenancePartitionHeader);
+    const auto off = rec.header(kdedup::pipeline::kProvenanceOffsetHeader);
+    kdedup::pipeline::ProvenanceHeaders found;
+    if (topic) found.topic = *topic;
+    if (p) found.partition = *p;
+    if (off) found.offset = *off;
+    const auto parsed = kdedup::pipeline::parse_provenance(found);
+    if (parsed.provenance) {
+      o.source_partition = parsed.provenance->source.partition;
+      o.source_offset = parsed.provenance->offset;
+    } else if (parsed.malformed) {
       o.source_partition = -1;  // unreadable provenance counts as unknown
     }
     outs.push_back(std::move(o));

@@ -1,7 +1,6 @@
 #include "kdedup/pipeline/reconcile.h"
 
 #include <algorithm>
-#include <charconv>
 #include <memory>
 #include <set>
 
@@ -17,50 +16,9 @@ namespace kdedup::pipeline {
 
 namespace {
 
-/// Strict ASCII decimal, no sign, no spaces, fits int64.
-std::optional<std::int64_t> parse_decimal(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  std::int64_t value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || text.front() == '-') return std::nullopt;
-  return value;
-}
-
 constexpr std::size_t kMalformedExamples = 5;
 
 }  // namespace
-
-ProvenanceParse parse_provenance(const ProvenanceHeaders& h) {
-  ProvenanceParse out;
-  if (!h.topic && !h.partition && !h.offset) return out;
-  auto missing = [&](std::string_view name) {
-    out.malformed = fmt::format("provenance header '{}' is missing", name);
-    return out;
-  };
-  if (!h.topic) return missing(kProvenanceTopicHeader);
-  if (!h.partition) return missing(kProvenancePartitionHeader);
-  if (!h.offset) return missing(kProvenanceOffsetHeader);
-  if (h.topic->empty()) {
-    out.malformed = fmt::format("provenance header '{}' is empty", kProvenanceTopicHeader);
-    return out;
-  }
-  const auto partition = parse_decimal(*h.partition);
-  if (!partition || *partition > INT32_MAX) {
-    out.malformed = fmt::format("provenance header '{}' is not a partition number: '{}'",
-                                kProvenancePartitionHeader, *h.partition);
-    return out;
-  }
-  const auto offset = parse_decimal(*h.offset);
-  if (!offset) {
-    out.malformed = fmt::format("provenance header '{}' is not an offset: '{}'",
-                                kProvenanceOffsetHeader, *h.offset);
-    return out;
-  }
-  out.provenance = Provenance{
-      PartitionId{std::string(*h.topic), static_cast<std::int32_t>(*partition)}, *offset};
-  return out;
-}
 
 std::vector<std::int32_t> output_partitions_to_read(config::Partitioning partitioning,
                                                     std::int32_t input_partition,
@@ -342,11 +300,8 @@ Status read_ranges(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
     if (const RdKafka::Headers* hs = m->headers(); hs != nullptr) all = hs->get_all();
     for (const auto& h : all) {
       const std::string name = h.key();  // returned by value
-      const std::string_view value(static_cast<const char*>(h.value()),
-                                   h.value() ? h.value_size() : 0);
-      if (name == kProvenanceTopicHeader && !found.topic) found.topic = value;
-      if (name == kProvenancePartitionHeader && !found.partition) found.partition = value;
-      if (name == kProvenanceOffsetHeader && !found.offset) found.offset = value;
+      found.offer(name, std::string_view(static_cast<const char*>(h.value()),
+                                         h.value() ? h.value_size() : 0));
     }
     const ProvenanceParse parsed = parse_provenance(found);
     if (parsed.malformed) {
