@@ -26,6 +26,7 @@
 #include "command.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/config/config.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/testbroker/click_stream.h"
 #include "kdedup/testbroker/dedup_audit.h"
 #include "kdedup/testbroker/kafka_io.h"
@@ -39,10 +40,6 @@ using Clock = std::chrono::steady_clock;
 std::atomic<bool> g_interrupted{false};
 void on_interrupt(int) { g_interrupted = true; }
 
-constexpr const char* kSourcePartitionHeader = "kdedup-source-partition";
-constexpr const char* kSourceOffsetHeader = "kdedup-source-offset";
-constexpr const char* kOriginPartitionHeader = "kdedup-origin-partition";
-constexpr const char* kOriginOffsetHeader = "kdedup-origin-offset";
 constexpr const char* kInternalTopic = "clicks-by-id";
 
 // Used when config/local.yaml is not where the demo runs from: the same
@@ -117,8 +114,8 @@ kdedup::Result<std::vector<tb::AuditInput>> internal_topic_inputs(const std::str
   std::vector<tb::AuditInput> inputs;
   inputs.reserve(internal->size());
   for (const auto& rec : *internal) {
-    auto p = rec.header(kOriginPartitionHeader);
-    auto off = rec.header(kOriginOffsetHeader);
+    auto p = rec.header(kdedup::pipeline::kOriginPartitionHeader);
+    auto off = rec.header(kdedup::pipeline::kOriginOffsetHeader);
     if (!p || !off) {
       return kdedup::fail(fmt::format("internal topic record {}[{}]@{} has no origin headers",
                                       topic, rec.partition, rec.offset));
@@ -366,14 +363,18 @@ int demo_main(int argc, char** argv) {
   for (const auto& rec : *output) {
     tb::AuditOutput o;
     o.identity = rec.key.value_or("");
-    auto p = rec.header(kSourcePartitionHeader);
-    auto off = rec.header(kSourceOffsetHeader);
-    try {
-      if (p && off) {
-        o.source_partition = std::stoi(*p);
-        o.source_offset = std::stoll(*off);
-      }
-    } catch (const std::exception&) {
+    const auto topic = rec.header(kdedup::pipeline::kProvenanceTopicHeader);
+    const auto p = rec.header(kdedup::pipeline::kProvenancePartitionHeader);
+    const auto off = rec.header(kdedup::pipeline::kProvenanceOffsetHeader);
+    kdedup::pipeline::ProvenanceHeaders found;
+    if (topic) found.topic = *topic;
+    if (p) found.partition = *p;
+    if (off) found.offset = *off;
+    const auto parsed = kdedup::pipeline::parse_provenance(found);
+    if (parsed.provenance) {
+      o.source_partition = parsed.provenance->source.partition;
+      o.source_offset = parsed.provenance->offset;
+    } else if (parsed.malformed) {
       o.source_partition = -1;  // unreadable provenance counts as unknown
     }
     outs.push_back(std::move(o));

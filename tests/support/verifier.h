@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "kdedup/common/result.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/testbroker/kafka_io.h"
 
 namespace kdedup::testing {
@@ -117,13 +118,12 @@ struct VerifyReport {
 [[nodiscard]] Result<std::vector<InputRecord>> to_input_records(
     const std::vector<testbroker::KafkaRecord>& records, const std::string& extractor);
 
-/// Output records from a topic read, provenance parsed from the
-/// `<prefix>-topic/-partition/-offset` headers: kdedup-source-* (the dedup
-/// stage's input record), or kdedup-origin-* (the original input record
-/// behind the repartition stage).
+/// Output records from a topic read, provenance parsed from the headers
+/// `names`: kdedup-source-* (the dedup stage's input record), or
+/// kdedup-origin-* (the original input record behind the repartition stage).
 [[nodiscard]] std::vector<OutputRecord> to_output_records(
     const std::vector<testbroker::KafkaRecord>& records,
-    const std::string& prefix = "kdedup-source");
+    const pipeline::ProvenanceNames& names = pipeline::kSourceProvenance);
 
 /// Judges an output against the WHOLE input, every partition together: for
 /// input whose copies of one identity are spread over partitions (producers

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -30,7 +31,7 @@
 #include "kdedup/common/partitions.h"
 #include "kdedup/identity/extractor.h"
 #include "kdedup/pipeline/offset_tracker.h"
-#include "kdedup/pipeline/reconcile.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/pipeline/slice.h"
 #include "message_view.h"
 #include "repartition_topic.h"
@@ -193,9 +194,11 @@ struct Repartitioner::Impl final : public RdKafka::RebalanceCb, public RdKafka::
 
   Status build_clients();
   Status run(const std::atomic<bool>& stop);
+  Status open_topics();
   void process(RdKafka::Message& m);
-  bool produce(RdKafka::Message& m, const std::string& topic, std::int32_t partition,
-               Tag::Kind kind, const identity::ExtractError* error, Part& part);
+  Part* part_of(const rd_kafka_message_t& m);
+  bool produce(RdKafka::Message& m, rd_kafka_topic_t* topic, std::int32_t partition, Tag::Kind kind,
+               const identity::ExtractError* error, Part& part);
   void rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode err,
                     std::vector<RdKafka::TopicPartition*>& tps) override;
   void offset_commit_cb(RdKafka::ErrorCode err,
@@ -225,9 +228,18 @@ struct Repartitioner::Impl final : public RdKafka::RebalanceCb, public RdKafka::
   Events producer_events{fatal, "repartition producer"};
   std::unique_ptr<RdKafka::Producer> producer;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
+  // Topic handles of the producer (destroyed before it): no name lookup per
+  // record.
+  using TopicHandle = std::unique_ptr<rd_kafka_topic_t, decltype(&rd_kafka_topic_destroy)>;
+  TopicHandle internal_topic{nullptr, rd_kafka_topic_destroy};
+  TopicHandle dlq_topic{nullptr, rd_kafka_topic_destroy};
   // Consumer thread only (rebalance callbacks run inside consume()).
   std::map<PartitionId, Part> parts;
   std::map<PartitionId, std::int64_t> confirmed;
+  // The partition of the last record (part_of); reset by every rebalance.
+  const rd_kafka_topic_t* last_rkt = nullptr;
+  std::int32_t last_partition = -1;
+  Part* last_part = nullptr;
   bool joined_once = false;
   bool ran = false;
   std::chrono::milliseconds first_join_wait{15'000};
@@ -276,31 +288,41 @@ Status Repartitioner::Impl::build_clients() {
   return {};
 }
 
+Repartitioner::Impl::Part* Repartitioner::Impl::part_of(const rd_kafka_message_t& m) {
+  // Records come in runs of one partition: one map lookup per run.
+  if (m.rkt != last_rkt || m.partition != last_partition || last_part == nullptr) {
+    auto it = parts.find(PartitionId{rd_kafka_topic_name(m.rkt), m.partition});
+    last_part = it == parts.end() ? nullptr : &it->second;
+    last_rkt = m.rkt;
+    last_partition = m.partition;
+  }
+  return last_part;
+}
+
 void Repartitioner::Impl::process(RdKafka::Message& m) {
   counters.in.fetch_add(1, std::memory_order_relaxed);
-  auto it = parts.find(PartitionId{m.topic_name(), m.partition()});
-  if (it == parts.end()) return;  // fetched before a revocation: read again by the next owner
-  Part& part = it->second;
+  Part* part = part_of(*m.c_ptr());
+  if (part == nullptr) return;  // fetched before a revocation: read again by the next owner
   auto extracted = extractor.extract(view.of(m));
   if (extracted) {
     const std::int32_t slice = slice_of(fingerprinter(extracted->identity), partitions);
-    (void)produce(m, config.repartition.topic, slice, Tag::Kind::kRepartitioned, nullptr, part);
+    (void)produce(m, internal_topic.get(), slice, Tag::Kind::kRepartitioned, nullptr, *part);
     return;
   }
   const identity::ExtractError& error = extracted.error();
   switch (config.on_invalid) {
     case config::OnInvalid::kDlq:
-      (void)produce(m, config.dlq_topic, RdKafka::Topic::PARTITION_UA, Tag::Kind::kDeadLetter,
-                    &error, part);
+      (void)produce(m, dlq_topic.get(), RdKafka::Topic::PARTITION_UA, Tag::Kind::kDeadLetter,
+                    &error, *part);
       return;
     case config::OnInvalid::kPass:
       // No identity, so no slice: the input partition's number keeps the
       // input's order; the dedup stage passes it on.
-      (void)produce(m, config.repartition.topic, m.partition() % partitions, Tag::Kind::kPassed,
-                    nullptr, part);
+      (void)produce(m, internal_topic.get(), m.partition() % partitions, Tag::Kind::kPassed,
+                    nullptr, *part);
       return;
     case config::OnInvalid::kDrop:
-      if (!part.tracker->add(m.offset(), 0)) {
+      if (!part->tracker->add(m.offset(), 0)) {
         fatal.set(fmt::format("offsets of {}[{}] went backwards at {}", m.topic_name(),
                               m.partition(), m.offset()));
       }
@@ -316,7 +338,7 @@ void Repartitioner::Impl::process(RdKafka::Message& m) {
   }
 }
 
-bool Repartitioner::Impl::produce(RdKafka::Message& m, const std::string& topic,
+bool Repartitioner::Impl::produce(RdKafka::Message& m, rd_kafka_topic_t* topic,
                                   std::int32_t partition, Tag::Kind kind,
                                   const identity::ExtractError* error, Part& part) {
   if (!part.tracker->add(m.offset(), 1)) {
@@ -331,9 +353,15 @@ bool Repartitioner::Impl::produce(RdKafka::Message& m, const std::string& topic,
       rd_kafka_message_headers(m.c_ptr(), &in_headers) == RD_KAFKA_RESP_ERR_NO_ERROR
           ? rd_kafka_headers_copy(in_headers)
           : rd_kafka_headers_new(4);
-  const std::string partition_text = std::to_string(m.partition());
-  const std::string offset_text = std::to_string(m.offset());
-  const std::string& source = m.topic_name();
+  char partition_buf[16], offset_buf[24];
+  const std::string_view partition_text(
+      partition_buf,
+      std::to_chars(partition_buf, partition_buf + sizeof partition_buf, m.partition()).ptr -
+          partition_buf);
+  const std::string_view offset_text(
+      offset_buf,
+      std::to_chars(offset_buf, offset_buf + sizeof offset_buf, m.offset()).ptr - offset_buf);
+  const std::string_view source = rd_kafka_topic_name(m.c_ptr()->rkt);
   auto add = [headers](std::string_view name, std::string_view value) {
     rd_kafka_header_add(headers, name.data(), static_cast<ssize_t>(name.size()), value.data(),
                         static_cast<ssize_t>(value.size()));
@@ -364,7 +392,7 @@ bool Repartitioner::Impl::produce(RdKafka::Message& m, const std::string& topic,
   const std::size_t payload_len = m.len();
   for (;;) {
     rd_kafka_resp_err_t err = rd_kafka_producev(
-        producer->c_ptr(), RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+        producer->c_ptr(), RD_KAFKA_V_RKT(topic), RD_KAFKA_V_PARTITION(partition),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE(payload, payload_len),
         RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_TIMESTAMP(out_ts), RD_KAFKA_V_HEADERS(headers),
         RD_KAFKA_V_OPAQUE(tag.get()), RD_KAFKA_V_END);
@@ -378,7 +406,7 @@ bool Repartitioner::Impl::produce(RdKafka::Message& m, const std::string& topic,
     }
     rd_kafka_headers_destroy(headers);
     std::string reason = fmt::format("could not produce the record of {}[{}]@{} to topic '{}': {}",
-                                     source, m.partition(), m.offset(), topic,
+                                     source, m.partition(), m.offset(), rd_kafka_topic_name(topic),
                                      describe_kafka_error(static_cast<RdKafka::ErrorCode>(err)));
     counters.delivery_errors.fetch_add(1, std::memory_order_relaxed);
     part.tracker->failed(m.offset(), reason);
@@ -390,6 +418,7 @@ bool Repartitioner::Impl::produce(RdKafka::Message& m, const std::string& topic,
 void Repartitioner::Impl::rebalance_cb(RdKafka::KafkaConsumer* c, RdKafka::ErrorCode err,
                                        std::vector<RdKafka::TopicPartition*>& tps) {
   counters.rebalances.fetch_add(1, std::memory_order_relaxed);
+  last_part = nullptr;  // parts may change below
   const bool cooperative = c->rebalance_protocol() == "COOPERATIVE";
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
     joined_once = true;
@@ -540,9 +569,26 @@ void Repartitioner::Impl::update_lag() {
   counters.lag.store(lag, std::memory_order_relaxed);
 }
 
+Status Repartitioner::Impl::open_topics() {
+  internal_topic.reset(
+      rd_kafka_topic_new(producer->c_ptr(), config.repartition.topic.c_str(), nullptr));
+  if (config.on_invalid == config::OnInvalid::kDlq) {
+    dlq_topic.reset(rd_kafka_topic_new(producer->c_ptr(), config.dlq_topic.c_str(), nullptr));
+  }
+  if (!internal_topic || (config.on_invalid == config::OnInvalid::kDlq && !dlq_topic)) {
+    return fail("repartition producer: cannot create the topic handles: " +
+                describe_kafka_error(static_cast<RdKafka::ErrorCode>(rd_kafka_last_error())));
+  }
+  return {};
+}
+
 Status Repartitioner::Impl::run(const std::atomic<bool>& stop) {
   if (ran) return fail("a Repartitioner runs only once");
   ran = true;
+  // Topic handles only now, after prepare_topics(): a handle asks the
+  // cluster for the topic's metadata, which creates a missing topic with the
+  // broker's default partition count where auto.create.topics.enable is on.
+  if (auto s = open_topics(); !s) return s;
   std::atomic<bool> delivery_stop{false};
   std::thread delivery([&] {
     while (!delivery_stop.load(std::memory_order_relaxed)) producer->poll(50);

@@ -261,7 +261,10 @@ TEST(FilterCli, SimdEnvironmentCapsTheVectorLevel) {
   auto best = run_with(nullptr);
   ASSERT_EQ(best.exit_code, 0) << best.err;
   const std::string best_level = vector_of();
-  EXPECT_EQ(count_of(best.out, "\n"), 3001u);
+  // 3001 distinct ids; the timer filter (fpp 0.01, sized from the load) may
+  // drop a few as false positives, the same ones at every level.
+  EXPECT_LE(count_of(best.out, "\n"), 3001u);
+  EXPECT_GE(count_of(best.out, "\n"), 2950u);
   auto portable = run_with("portable");
   ASSERT_EQ(portable.exit_code, 0) << portable.err;
   EXPECT_EQ(vector_of(), "portable");

@@ -291,7 +291,7 @@ Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
 
 Result<VerifyReport> verify_topics_by_identity(TestBroker& broker, const std::string& input,
                                                const std::string& output, std::int64_t window_ms,
-                                               const std::string& provenance) {
+                                               const pipeline::ProvenanceNames& provenance) {
   auto marks = broker.watermarks(input);
   if (!marks) return fail(marks.error().message);
   for (const auto& m : *marks) {

@@ -163,11 +163,11 @@ Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
                                    double fpp = 0.0);
 /// Reads `input` and `output` completely and judges the output against the
 /// whole input, every partition together (verify_by_identity; exact filter).
-/// `provenance` is the output's provenance header prefix: kdedup-origin
-/// behind the repartition stage, kdedup-source without it.
+/// `provenance`: the output's provenance headers, kOriginProvenance behind
+/// the repartition stage, kSourceProvenance without it.
 Result<VerifyReport> verify_topics_by_identity(TestBroker& broker, const std::string& input,
                                                const std::string& output, std::int64_t window_ms,
-                                               const std::string& provenance);
+                                               const pipeline::ProvenanceNames& provenance);
 
 /// The same with the window and filter of `settings` (the exact filter:
 /// fpp 0; others: settings.fpp, default 0.01).

@@ -94,13 +94,14 @@ TEST(RepartitionE2E, UnkeyedInputEqualsTheOracleAndWithoutTheStageCopiesGetThrou
   ASSERT_TRUE(marks) << marks.error().message;
   EXPECT_EQ(marks->size(), 8u);
 
-  auto report = verify_topics_by_identity(b, "in", "out", 3'600'000, "kdedup-origin");
+  auto report = verify_topics_by_identity(b, "in", "out", 3'600'000, pipeline::kOriginProvenance);
   ASSERT_TRUE(report) << report.error().message;
   expect_exact(*report, feeder.produced());
 
   // Without the stage each partition is deduplicated on its own: copies of
   // one identity in different partitions are all emitted.
-  auto without = verify_topics_by_identity(b, "in", "out-plain", 3'600'000, "kdedup-source");
+  auto without =
+      verify_topics_by_identity(b, "in", "out-plain", 3'600'000, pipeline::kSourceProvenance);
   ASSERT_TRUE(without) << without.error().message;
   EXPECT_EQ(without->lost, 0u);
   EXPECT_GT(without->duplicated, without->oracle_distinct / 2)
@@ -148,7 +149,7 @@ TEST(RepartitionE2E, KillNineOfEitherInstanceLosesNothingAndEmitsNothingTwice) {
   EXPECT_TRUE(drained(b, "repart-kill", 120s))
       << instances[0]->log_tail() << instances[1]->log_tail();
   for (auto& i : instances) EXPECT_EQ(i->stop(), 0) << i->log_tail();
-  auto report = verify_topics_by_identity(b, "in", "out", 3'600'000, "kdedup-origin");
+  auto report = verify_topics_by_identity(b, "in", "out", 3'600'000, pipeline::kOriginProvenance);
   ASSERT_TRUE(report) << report.error().message;
   expect_exact(*report, feeder.produced());
   std::cout << "done in " << seconds_since(t0) << " s" << std::endl;
@@ -244,7 +245,7 @@ TEST(RepartitionE2E, CopiesACrashBetweenTheStagesMadeAreRemovedByTheDedupStage) 
   for (const auto& m : *internal) internal_records += m.high;
   EXPECT_EQ(internal_records, static_cast<std::int64_t>(feeder.produced()) + rewound)
       << "the rewound records were re-produced to the internal topic";
-  auto report = verify_topics_by_identity(b, "in", "out", 3'600'000, "kdedup-origin");
+  auto report = verify_topics_by_identity(b, "in", "out", 3'600'000, pipeline::kOriginProvenance);
   ASSERT_TRUE(report) << report.error().message;
   expect_exact(*report, feeder.produced());
 }

@@ -241,8 +241,11 @@ TEST(Verifier, ReadsKafkaRecordsWithKeyOrJsonIdentity) {
   EXPECT_TRUE(parsed[0].malformed.empty());
   EXPECT_FALSE(parsed[1].source_topic);
   EXPECT_TRUE(parsed[1].malformed.empty());
-  EXPECT_NE(parsed[2].malformed.find("kdedup-source-offset '-3'"), std::string::npos);
-  EXPECT_EQ(parsed[3].malformed, "incomplete provenance headers");
+  EXPECT_NE(parsed[2].malformed.find("kdedup-source-offset' is not an offset: '-3'"),
+            std::string::npos)
+      << parsed[2].malformed;
+  EXPECT_NE(parsed[3].malformed.find("'kdedup-source-partition' is missing"), std::string::npos)
+      << parsed[3].malformed;
 }
 
 }  // namespace

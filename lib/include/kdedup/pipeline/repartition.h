@@ -43,12 +43,12 @@
 #include "kdedup/common/result.h"
 #include "kdedup/config/config.h"
 #include "kdedup/filter/fingerprint.h"
+#include "kdedup/pipeline/provenance.h"
 
 namespace kdedup::pipeline {
 
-inline constexpr std::string_view kOriginTopicHeader = "kdedup-origin-topic";
-inline constexpr std::string_view kOriginPartitionHeader = "kdedup-origin-partition";
-inline constexpr std::string_view kOriginOffsetHeader = "kdedup-origin-offset";
+// kOriginTopicHeader, kOriginPartitionHeader, kOriginOffsetHeader:
+// provenance.h (one definition of every provenance header).
 
 /// H_S of seed 000 §3: the slice (internal partition, 0..partitions-1) of an
 /// identity with fingerprint `fp`. Both fingerprint halves are mixed again

@@ -22,6 +22,9 @@ namespace kdedup::testbroker {
 
 struct RigOptions {
   std::string kdedup_binary;
+  /// Started for each instance with kdedup's `run` command line; empty =
+  /// kdedup_binary (a benchmark's yardstick takes kdedup's place here).
+  std::string instance_binary;
   std::string config_path;             ///< YAML given to `kdedup run --config`
   std::vector<std::string> overrides;  ///< extra `--set key=value` for every instance
   std::string work_dir;                ///< logs and per-instance state dirs go here
@@ -53,6 +56,10 @@ class PipelineRig {
   [[nodiscard]] const std::string& bootstrap() const { return broker_->bootstrap(); }
   [[nodiscard]] const RigOptions& options() const { return options_; }
   [[nodiscard]] BrokerProcess& broker() { return *broker_; }
+
+  /// Starts one more instance (the group rebalances) with `overrides` after
+  /// the rig's own; returns its index.
+  [[nodiscard]] Result<int> add_instance(const std::vector<std::string>& overrides = {});
 
   /// Fails naming the instance, its exit status and its log tail if any
   /// instance has exited.
