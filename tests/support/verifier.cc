@@ -120,7 +120,9 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       const bool oracle_delivers =
           probabilistic ? in_output
                         : v == Verdict::kDistinct || (v == Verdict::kAmbiguous && in_output);
-      if (oracle_delivers) delivered[r->identity] = clock;
+      // Under refresh every occurrence renews the identity, whatever was
+      // decided about it (a false positive's drop renews it too).
+      if (oracle_delivers || spec.refresh) delivered[r->identity] = clock;
       if (v == Verdict::kDistinct) {
         ++report.oracle_distinct;
         if (!in_output && probabilistic) {

@@ -76,6 +76,10 @@ struct VerifySpec {
   /// and oracle-distinct records missing from the output are counted as
   /// false_positives, which may reach fp_bound, not as lost.
   double fpp = 0.0;
+  /// on_duplicate: refresh: every occurrence (delivered or not) renews its
+  /// identity, so a record is a duplicate iff its identity occurred within
+  /// the window before it.
+  bool refresh = false;
   bool check_payload = true;  ///< compare output key/value to the source record
   std::size_t examples = 5;   ///< examples kept per kind
 };

@@ -51,7 +51,7 @@ std::string run_config_yaml(const std::string& bootstrap, const RunSettings& s) 
   if (s.min_free_bytes) y << "  min_free_bytes: " << *s.min_free_bytes << "\n";
   y << "metrics:\n  address: \"127.0.0.1:0\"\n"
     << "log_level: " << s.log_level << "\n"
-    << s.extra_yaml;
+    << (s.refresh ? "on_duplicate: refresh\n" : "") << s.extra_yaml;
   return y.str();
 }
 
@@ -263,11 +263,12 @@ Result<VerifyReport> verify_topics(TestBroker& broker, const RunSettings& settin
   auto window = parse_duration_ms(settings.window);
   if (!window) return fail("window '" + settings.window + "': " + window.error().message);
   const double fpp = settings.filter == "exact" ? 0.0 : settings.fpp.value_or(0.01);
-  return verify_topics(broker, settings.input, settings.output, *window, fpp);
+  return verify_topics(broker, settings.input, settings.output, *window, fpp, settings.refresh);
 }
 
 Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
-                                   const std::string& output, std::int64_t window_ms, double fpp) {
+                                   const std::string& output, std::int64_t window_ms, double fpp,
+                                   bool refresh) {
   auto marks = broker.watermarks(input);
   if (!marks) return fail(marks.error().message);
   for (const auto& m : *marks) {
@@ -283,8 +284,9 @@ Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
   if (!out) return fail(out.error().message);
   auto inputs = to_input_records(*in, "key");
   if (!inputs) return fail(inputs.error().message);
-  VerifyReport report = verify_output(*inputs, to_output_records(*out),
-                                      VerifySpec{.window_ms = window_ms, .tick_ms = 0, .fpp = fpp});
+  VerifyReport report = verify_output(
+      *inputs, to_output_records(*out),
+      VerifySpec{.window_ms = window_ms, .tick_ms = 0, .fpp = fpp, .refresh = refresh});
   std::cout << report.to_string() << std::flush;
   return report;
 }

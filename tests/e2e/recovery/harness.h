@@ -44,6 +44,7 @@ struct RunSettings {
   int session_timeout_ms = 4000;
   std::map<std::string, std::string> consumer_extra;  ///< more consumer properties
   std::string log_level = "info";
+  bool refresh = false;    ///< on_duplicate: refresh (the verifier follows it)
   std::string extra_yaml;  ///< appended verbatim
 };
 
@@ -160,7 +161,7 @@ bool wait_committed_to_end(TestBroker& broker, const std::string& group, const s
 /// broker (low watermark > 0).
 Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
                                    const std::string& output, std::int64_t window_ms,
-                                   double fpp = 0.0);
+                                   double fpp = 0.0, bool refresh = false);
 /// Reads `input` and `output` completely and judges the output against the
 /// whole input, every partition together (verify_by_identity; exact filter).
 /// `provenance`: the output's provenance headers, kOriginProvenance behind
