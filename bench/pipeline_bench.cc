@@ -106,6 +106,12 @@ commit_interval: 200ms
 shutdown_timeout: 10s
 kafka:
   bootstrap.servers: ${KDEDUP_BOOTSTRAP}
+# The test broker's coordinator waits up to a session timeout (librdkafka's
+# default: 45 s) for members before it rebalances: keep it short, so a
+# measured rebalance is kdedup's work and not that wait.
+consumer:
+  session.timeout.ms: "6000"
+  heartbeat.interval.ms: "500"
 log_level: warn
 )";
 
