@@ -674,8 +674,7 @@ class Worker {
               : static_cast<RdKafka::ErrorCode>(rd_kafka_producev(
                     shared_.producer.c_ptr(), RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(partition),
                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                    RD_KAFKA_V_VALUE(in->payload, in->len),
-                    RD_KAFKA_V_KEY(in->key, key_len),
+                    RD_KAFKA_V_VALUE(in->payload, in->len), RD_KAFKA_V_KEY(in->key, key_len),
                     RD_KAFKA_V_TIMESTAMP(out_ts), RD_KAFKA_V_HEADERS(headers),
                     RD_KAFKA_V_OPAQUE(tag.get()), RD_KAFKA_V_END));
       if (err == RdKafka::ERR_NO_ERROR) {
