@@ -20,6 +20,13 @@
 //     --baseline-binary PATH adds passthrough and dedup (timer) of another
 //     kdedup binary (a build from before a change) to the same rounds.
 //
+//   --compare repartition (or --repartition): keyed input deduplicated
+//     directly against unkeyed input (each record to a fixed, identity-blind
+//     partition) re-keyed by the repartition stage (`repartition:`, internal
+//     topic of --partitions partitions) and then deduplicated, both stages in
+//     the measured process: what the stage costs. Target: at most 2x, i.e.
+//     records/s ratio >= 0.5 (the CPU ratio is printed beside it).
+//
 // Each measurement: fresh test broker and one `kdedup run` instance; a small
 // warm-up batch is produced and fully committed first (group joined,
 // partitions assigned), then the timed batch is produced while the instance
@@ -49,7 +56,7 @@
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
 //
-//   pipeline_bench [--compare filter|snapshots|cost] [--records N] [--partitions P]
+//   pipeline_bench [--compare filter|snapshots|cost|repartition] [--records N] [--partitions P]
 //                  [--instances I] [--repeat R]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
 //   pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]
@@ -132,8 +139,10 @@ struct Mode {
   std::string name;
   std::string slug;  ///< work dir name
   std::vector<std::string> overrides;
-  bool all_distinct = false;  ///< every record must come out (passthrough)
-  std::string binary;         ///< run this instead of kdedup (same command line)
+  bool all_distinct = false;       ///< every record must come out (passthrough)
+  std::string binary;              ///< run this instead of kdedup (same command line)
+  std::string repartition_topic;   ///< non-empty: run the repartition stage into it
+  bool random_partitions = false;  ///< produce unkeyed: partition unrelated to the key
 };
 
 struct Comparison {
@@ -150,6 +159,12 @@ Comparison comparison(const std::string& name) {
               {"filter.enabled=true", "state.snapshot_interval=1s"}}},
             0.8,
             true};
+  }
+  if (name == "repartition") {
+    Mode unkeyed{"unkeyed + repartition", "repartition", {"filter.enabled=true"}};
+    unkeyed.repartition_topic = "clicks-by-id";
+    unkeyed.random_partitions = true;
+    return {{{"keyed, dedup only", "keyed", {"filter.enabled=true"}}, unkeyed}, 0.5, false};
   }
   if (name == "cost") {
     // The physical limit first: the ratios are kdedup's cost over it.
@@ -276,6 +291,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   ro.instances = opt.instances;
   ro.group = "kdedup-bench";
   ro.overrides = mode.overrides;
+  ro.repartition_topic = mode.repartition_topic;
   // The rig gives each instance a metrics port it does not report; with one
   // instance, choose it here so /metrics can be read.
   int metrics_port = -1;
@@ -301,11 +317,19 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   so.seed = 42;  // both modes see the same stream
   tb::ClickStream stream(so);
   tb::Click click;
+  std::uint64_t produced = 0;
 
   auto produce = [&](std::uint64_t n) -> kdedup::Status {
-    for (std::uint64_t i = 0; i < n && stream.next(click); ++i) {
-      auto ok =
-          (*producer)->produce(ro.input_topic, -1, click.key, click.value, click.timestamp_ms);
+    for (std::uint64_t i = 0; i < n && stream.next(click); ++i, ++produced) {
+      // Unkeyed: record number times a large odd constant, mod partitions:
+      // the same spread every run, unrelated to the identity.
+      const std::int32_t partition =
+          mode.random_partitions
+              ? static_cast<std::int32_t>((produced * 2654435761ULL) %
+                                          static_cast<std::uint64_t>(opt.partitions))
+              : -1;
+      auto ok = (*producer)->produce(ro.input_topic, partition, click.key, click.value,
+                                     click.timestamp_ms);
       if (!ok) return ok;
     }
     return (*producer)->flush(std::chrono::seconds(60));
@@ -609,19 +633,27 @@ void print_snapshot_figures(const SnapshotFigures& f, const Mode& mode) {
 int main(int argc, char** argv) {
   Options opt;
   const char* usage =
-      "usage: pipeline_bench [--compare filter|snapshots|cost] [--records N] [--partitions P] "
+      "usage: pipeline_bench [--compare filter|snapshots|cost|repartition | --repartition] "
+      "[--records N] [--partitions P] "
       "[--instances I] [--repeat R]\n"
       "       pipeline_bench --idle-partitions P [--threads T] [--records N] "
       "[--baseline-binary PATH]\n";
   for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--repartition")) {
+      opt.compare = "repartition";
+      --i;  // a flag: no value follows
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s: missing value\n%s", argv[i], usage);
       return 2;
     }
     if (!std::strcmp(argv[i], "--compare")) {
       opt.compare = argv[i + 1];
-      if (opt.compare != "filter" && opt.compare != "snapshots" && opt.compare != "cost") {
-        std::fprintf(stderr, "--compare: '%s' is not 'filter', 'snapshots' or 'cost'\n%s",
+      if (opt.compare != "filter" && opt.compare != "snapshots" && opt.compare != "cost" &&
+          opt.compare != "repartition") {
+        std::fprintf(stderr,
+                     "--compare: '%s' is not 'filter', 'snapshots', 'cost' or 'repartition'\n%s",
                      argv[i + 1], usage);
         return 2;
       }

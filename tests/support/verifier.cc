@@ -120,7 +120,9 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       const bool oracle_delivers =
           probabilistic ? in_output
                         : v == Verdict::kDistinct || (v == Verdict::kAmbiguous && in_output);
-      if (oracle_delivers) delivered[r->identity] = clock;
+      // Under refresh every occurrence renews the identity, whatever was
+      // decided about it (a false positive's drop renews it too).
+      if (oracle_delivers || spec.refresh) delivered[r->identity] = clock;
       if (v == Verdict::kDistinct) {
         ++report.oracle_distinct;
         if (!in_output && probabilistic) {
@@ -232,7 +234,8 @@ Result<std::vector<InputRecord>> to_input_records(
   return out;
 }
 
-std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaRecord>& records) {
+std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaRecord>& records,
+                                            const pipeline::ProvenanceNames& names) {
   std::vector<OutputRecord> out;
   out.reserve(records.size());
   for (const auto& r : records) {
@@ -243,14 +246,14 @@ std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaR
     o.value = r.value;
     // The service's own parser (provenance.h): one definition of the
     // headers, judged the same way recovery judges them.
-    const auto topic = r.header(pipeline::kProvenanceTopicHeader);
-    const auto partition = r.header(pipeline::kProvenancePartitionHeader);
-    const auto offset = r.header(pipeline::kProvenanceOffsetHeader);
+    const auto topic = r.header(names.topic);
+    const auto partition = r.header(names.partition);
+    const auto offset = r.header(names.offset);
     pipeline::ProvenanceHeaders found;
     if (topic) found.topic = *topic;
     if (partition) found.partition = *partition;
     if (offset) found.offset = *offset;
-    const pipeline::ProvenanceParse parsed = pipeline::parse_provenance(found);
+    const pipeline::ProvenanceParse parsed = pipeline::parse_provenance(found, names);
     if (parsed.provenance) {
       o.source_topic = parsed.provenance->source.topic;
       o.source_partition = parsed.provenance->source.partition;

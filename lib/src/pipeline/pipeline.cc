@@ -674,8 +674,7 @@ class Worker {
               : static_cast<RdKafka::ErrorCode>(rd_kafka_producev(
                     shared_.producer.c_ptr(), RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(partition),
                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                    RD_KAFKA_V_VALUE(in->payload, in->len),
-                    RD_KAFKA_V_KEY(in->key, key_len),
+                    RD_KAFKA_V_VALUE(in->payload, in->len), RD_KAFKA_V_KEY(in->key, key_len),
                     RD_KAFKA_V_TIMESTAMP(out_ts), RD_KAFKA_V_HEADERS(headers),
                     RD_KAFKA_V_OPAQUE(tag.get()), RD_KAFKA_V_END));
       if (err == RdKafka::ERR_NO_ERROR) {
@@ -916,6 +915,7 @@ SliceOptions slice_options(const config::Config& config) {
   o.window_ms = config.window_ms();
   o.max_future_skew_ms = config.max_future_skew.count();
   o.filter_enabled = config.filter_enabled;
+  o.refresh = config.on_duplicate == config::OnDuplicate::kRefresh;
   o.filter = config.filter;
   o.memory = make_memory_budget(config);
   return o;
@@ -1549,7 +1549,8 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     const bool restored = plan_restores(*plan);
     ReplayRule rule(restored ? ReplayRule::Below::kSnapshot : ReplayRule::Below::kDelivered,
                     plan->committed_until, plan->rebuild_until, std::move(emitted),
-                    config.output.partitioning == config::Partitioning::kInput);
+                    config.output.partitioning == config::Partitioning::kInput,
+                    config.on_duplicate == config::OnDuplicate::kRefresh);
     const std::size_t delivered = rule.delivered();
     (*slice)->set_replay(std::move(rule));
 

@@ -21,36 +21,37 @@ std::optional<std::int64_t> parse_decimal(std::string_view text) {
 
 }  // namespace
 
-void ProvenanceHeaders::offer(std::string_view name, std::string_view value) {
-  if (name == kProvenanceTopicHeader && !topic) topic = value;
-  if (name == kProvenancePartitionHeader && !partition) partition = value;
-  if (name == kProvenanceOffsetHeader && !offset) offset = value;
+void ProvenanceHeaders::offer(std::string_view name, std::string_view value,
+                              const ProvenanceNames& names) {
+  if (name == names.topic && !topic) topic = value;
+  if (name == names.partition && !partition) partition = value;
+  if (name == names.offset && !offset) offset = value;
 }
 
-ProvenanceParse parse_provenance(const ProvenanceHeaders& h) {
+ProvenanceParse parse_provenance(const ProvenanceHeaders& h, const ProvenanceNames& names) {
   ProvenanceParse out;
   if (!h.topic && !h.partition && !h.offset) return out;
   auto missing = [&](std::string_view name) {
     out.malformed = fmt::format("provenance header '{}' is missing", name);
     return out;
   };
-  if (!h.topic) return missing(kProvenanceTopicHeader);
-  if (!h.partition) return missing(kProvenancePartitionHeader);
-  if (!h.offset) return missing(kProvenanceOffsetHeader);
+  if (!h.topic) return missing(names.topic);
+  if (!h.partition) return missing(names.partition);
+  if (!h.offset) return missing(names.offset);
   if (h.topic->empty()) {
-    out.malformed = fmt::format("provenance header '{}' is empty", kProvenanceTopicHeader);
+    out.malformed = fmt::format("provenance header '{}' is empty", names.topic);
     return out;
   }
   const auto partition = parse_decimal(*h.partition);
   if (!partition || *partition > INT32_MAX) {
     out.malformed = fmt::format("provenance header '{}' is not a partition number: '{}'",
-                                kProvenancePartitionHeader, *h.partition);
+                                names.partition, *h.partition);
     return out;
   }
   const auto offset = parse_decimal(*h.offset);
   if (!offset) {
-    out.malformed = fmt::format("provenance header '{}' is not an offset: '{}'",
-                                kProvenanceOffsetHeader, *h.offset);
+    out.malformed =
+        fmt::format("provenance header '{}' is not an offset: '{}'", names.offset, *h.offset);
     return out;
   }
   out.provenance = Provenance{

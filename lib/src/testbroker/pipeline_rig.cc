@@ -61,6 +61,11 @@ Result<std::unique_ptr<PipelineRig>> PipelineRig::start(const RigOptions& option
   bo.topics = {fmt::format("{}:{}", options.input_topic, options.partitions),
                fmt::format("{}:{}", options.output_topic, options.partitions),
                fmt::format("{}:1", options.dlq_topic)};
+  // The mock cluster has no admin API: the internal topic is created here,
+  // and the instances only check it (repartition.create_topic: false).
+  if (!options.repartition_topic.empty()) {
+    bo.topics.push_back(fmt::format("{}:{}", options.repartition_topic, options.partitions));
+  }
   bo.stderr_file = options.work_dir + "/broker.log";
   auto broker = BrokerProcess::start(bo);
   if (!broker) return tl::unexpected(broker.error());
@@ -89,6 +94,14 @@ Result<int> PipelineRig::add_instance(const std::vector<std::string>& overrides)
            fmt::format("metrics.address=127.0.0.1:{}", *port),
        }) {
     argv.insert(argv.end(), {"--set", set});
+  }
+  if (!o.repartition_topic.empty()) {
+    for (const auto& set :
+         std::vector<std::string>{"repartition.topic=" + o.repartition_topic,
+                                  fmt::format("repartition.partitions={}", o.partitions),
+                                  std::string("repartition.create_topic=false")}) {
+      argv.insert(argv.end(), {"--set", set});
+    }
   }
   for (const auto& set : o.overrides) argv.insert(argv.end(), {"--set", set});
   for (const auto& set : overrides) argv.insert(argv.end(), {"--set", set});
@@ -120,9 +133,22 @@ Status PipelineRig::check_instances() {
 }
 
 Result<GroupProgress> PipelineRig::progress() {
-  auto marks = query_watermarks(bootstrap(), options_.input_topic);
+  if (options_.repartition_topic.empty()) return progress_of(options_.group, options_.input_topic);
+  auto stage = progress_of(options_.group + "-repartition", options_.input_topic);
+  if (!stage) return stage;
+  auto dedup = progress_of(options_.group, options_.repartition_topic);
+  // The internal topic exists once the first instance created it.
+  if (!dedup) return GroupProgress{0, stage->end, false};
+  // The stage commits an input offset only once the internal topic holds its
+  // record: with the stage caught up, the internal topic is complete.
+  dedup->caught_up = dedup->caught_up && stage->caught_up;
+  return dedup;
+}
+
+Result<GroupProgress> PipelineRig::progress_of(const std::string& group, const std::string& topic) {
+  auto marks = query_watermarks(bootstrap(), topic);
   if (!marks) return tl::unexpected(marks.error());
-  auto committed = committed_offsets(bootstrap(), options_.group, options_.input_topic);
+  auto committed = committed_offsets(bootstrap(), group, topic);
   if (!committed) return tl::unexpected(committed.error());
   GroupProgress p;
   p.caught_up = true;

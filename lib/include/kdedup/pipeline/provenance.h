@@ -20,6 +20,22 @@ inline constexpr std::string_view kProvenanceTopicHeader = "kdedup-source-topic"
 inline constexpr std::string_view kProvenancePartitionHeader = "kdedup-source-partition";
 inline constexpr std::string_view kProvenanceOffsetHeader = "kdedup-source-offset";
 
+// The repartition stage (repartition.h) keeps the ORIGINAL input record's
+// provenance under other names: the dedup stage adds kdedup-source-* naming
+// the internal topic, and recovery reads the first occurrence of those.
+inline constexpr std::string_view kOriginTopicHeader = "kdedup-origin-topic";
+inline constexpr std::string_view kOriginPartitionHeader = "kdedup-origin-partition";
+inline constexpr std::string_view kOriginOffsetHeader = "kdedup-origin-offset";
+
+/// The names of one set of provenance headers.
+struct ProvenanceNames {
+  std::string_view topic, partition, offset;
+};
+inline constexpr ProvenanceNames kSourceProvenance{
+    kProvenanceTopicHeader, kProvenancePartitionHeader, kProvenanceOffsetHeader};
+inline constexpr ProvenanceNames kOriginProvenance{kOriginTopicHeader, kOriginPartitionHeader,
+                                                   kOriginOffsetHeader};
+
 /// The provenance header values of one output record (first occurrence of
 /// each name), as found.
 struct ProvenanceHeaders {
@@ -28,7 +44,8 @@ struct ProvenanceHeaders {
   std::optional<std::string_view> offset;
 
   /// Keeps `value` if `name` is one of the three and not seen yet.
-  void offer(std::string_view name, std::string_view value);
+  void offer(std::string_view name, std::string_view value,
+             const ProvenanceNames& names = kSourceProvenance);
 };
 
 /// Where an output record came from.
@@ -47,6 +64,9 @@ struct ProvenanceParse {
 /// Parses the three headers. All absent = not a kdedup record (neither set).
 /// Partial or non-decimal values (sign, spaces, empty, overflow, negative
 /// partition or offset) are malformed with a message naming the header.
-[[nodiscard]] ProvenanceParse parse_provenance(const ProvenanceHeaders& headers);
+/// `names` only words the messages (kOriginProvenance for the
+/// kdedup-origin-* headers).
+[[nodiscard]] ProvenanceParse parse_provenance(const ProvenanceHeaders& headers,
+                                               const ProvenanceNames& names = kSourceProvenance);
 
 }  // namespace kdedup::pipeline

@@ -35,6 +35,10 @@ struct RigOptions {
   std::string output_topic = "clicks-distinct";
   std::string dlq_topic = "clicks-dlq";
   std::string group = "kdedup-demo";
+  /// Non-empty: the instances run the repartition stage into this internal
+  /// topic (`partitions` partitions, created by kdedup) and progress() follows
+  /// both stages.
+  std::string repartition_topic;
 };
 
 struct GroupProgress {
@@ -61,7 +65,10 @@ class PipelineRig {
   /// instance has exited.
   [[nodiscard]] Status check_instances();
 
-  /// Committed offsets of the group against the input's high watermarks.
+  /// Committed offsets of the group against the input's high watermarks;
+  /// with a repartition stage, caught up once the stage's group committed
+  /// the whole input and the dedup group the whole internal topic
+  /// (`committed` counts the latter).
   [[nodiscard]] Result<GroupProgress> progress();
 
   /// SIGTERM every instance, wait (up to `grace`); returns an error naming
@@ -79,6 +86,8 @@ class PipelineRig {
 
  private:
   PipelineRig() = default;
+  [[nodiscard]] Result<GroupProgress> progress_of(const std::string& group,
+                                                  const std::string& topic);
   RigOptions options_;
   std::unique_ptr<BrokerProcess> broker_;
   std::vector<std::unique_ptr<ChildProcess>> instances_;
