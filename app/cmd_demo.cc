@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "command.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/config/config.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/testbroker/click_stream.h"
 #include "kdedup/testbroker/dedup_audit.h"
 #include "kdedup/testbroker/kafka_io.h"
@@ -36,8 +40,7 @@ using Clock = std::chrono::steady_clock;
 std::atomic<bool> g_interrupted{false};
 void on_interrupt(int) { g_interrupted = true; }
 
-constexpr const char* kSourcePartitionHeader = "kdedup-source-partition";
-constexpr const char* kSourceOffsetHeader = "kdedup-source-offset";
+constexpr const char* kInternalTopic = "clicks-by-id";
 
 // Used when config/local.yaml is not where the demo runs from: the same
 // settings, so `kdedup demo` works from any directory.
@@ -98,6 +101,36 @@ std::string self_binary() {
   return ec ? std::string("kdedup") : p.string();
 }
 
+/// --unkeyed: what the dedup stage read is the internal topic. Its records
+/// become the audit's input (identities are partitioned by H_S there, so
+/// the per-partition replay is the exact semantics over the whole input),
+/// after checking that it holds every input record (kdedup-origin-*).
+kdedup::Result<std::vector<tb::AuditInput>> internal_topic_inputs(const std::string& bootstrap,
+                                                                  const std::string& topic,
+                                                                  std::uint64_t records) {
+  auto internal = tb::read_topic(bootstrap, topic, std::chrono::seconds(60));
+  if (!internal) return kdedup::fail(internal.error().message);
+  std::set<std::pair<std::string, std::string>> origins;
+  std::vector<tb::AuditInput> inputs;
+  inputs.reserve(internal->size());
+  for (const auto& rec : *internal) {
+    auto p = rec.header(kdedup::pipeline::kOriginPartitionHeader);
+    auto off = rec.header(kdedup::pipeline::kOriginOffsetHeader);
+    if (!p || !off) {
+      return kdedup::fail(fmt::format("internal topic record {}[{}]@{} has no origin headers",
+                                      topic, rec.partition, rec.offset));
+    }
+    origins.emplace(*p, *off);
+    inputs.push_back({rec.partition, rec.offset, rec.key.value_or(""), rec.timestamp_ms});
+  }
+  if (origins.size() != records) {
+    return kdedup::fail(fmt::format(
+        "the internal topic holds {} of the {} input records: the repartition stage lost some",
+        origins.size(), records));
+  }
+  return inputs;
+}
+
 int fail_with(const std::string& message) {
   std::fprintf(stderr, "kdedup demo: %s\n", message.c_str());
   return 1;
@@ -119,6 +152,7 @@ int demo_main(int argc, char** argv) {
   std::string filter_type;
   int timeout_s = 120;
   bool keep_going = false;
+  bool unkeyed = false;
   app.add_option("--records", records, "Records to produce")->check(CLI::Range(1, 2'000'000));
   app.add_option("--partitions", partitions, "Input (and output) partitions")
       ->check(CLI::Range(1, 64));
@@ -133,6 +167,11 @@ int demo_main(int argc, char** argv) {
   app.add_option("--set", sets, "Extra config override key.path=value for every instance");
   app.add_option("--timeout", timeout_s, "Seconds to wait for the group to catch up")
       ->check(CLI::Range(5, 3600));
+  app.add_flag("--unkeyed", unkeyed,
+               "Produce the clicks with random partitioning (copies of one click land in "
+               "different partitions) and run with the repartition stage, which re-keys them by "
+               "identity into the internal topic '" +
+                   std::string(kInternalTopic) + "' first");
   app.add_flag("--keep-going", keep_going,
                "After the summary keep broker and instances running until Ctrl-C (explore with "
                "kcat at the printed bootstrap address)");
@@ -204,6 +243,13 @@ int demo_main(int argc, char** argv) {
   ro.work_dir = work;
   ro.partitions = partitions;
   ro.instances = instances;
+  if (unkeyed) {
+    ro.repartition_topic = kInternalTopic;
+    // Two consumer groups per instance: the test broker holds each join
+    // phase for session.timeout.ms - 1 s, so the default (45 s) would make a
+    // late joiner of either group wait that long, twice.
+    ro.overrides.insert(ro.overrides.begin(), "consumer.session.timeout.ms=6000");
+  }
   auto rig = tb::PipelineRig::start(ro);
   if (!rig) return fail_with(rig.error().message);
   auto& r = **rig;
@@ -230,6 +276,7 @@ int demo_main(int argc, char** argv) {
   ProgressLine progress;
   const auto t0 = Clock::now();
   tb::Click click;
+  std::mt19937_64 partition_rng(seed);
   for (std::uint64_t i = 0; stream.next(click); ++i) {
     if (g_interrupted) break;
     fraud += click.kind == tb::Click::Kind::kFraud;
@@ -238,7 +285,11 @@ int demo_main(int argc, char** argv) {
     inputs[i].identity = click.key;
     inputs[i].timestamp_ms = click.timestamp_ms;
     inputs[i].partition = -1;
-    if (auto ok = (*producer)->produce(ro.input_topic, -1, click.key, click.value,
+    const std::int32_t partition =
+        unkeyed
+            ? static_cast<std::int32_t>(partition_rng() % static_cast<std::uint64_t>(partitions))
+            : -1;  // the producer's partitioner on the key
+    if (auto ok = (*producer)->produce(ro.input_topic, partition, click.key, click.value,
                                        click.timestamp_ms, {}, i);
         !ok) {
       return fail_with(ok.error().message);
@@ -312,17 +363,30 @@ int demo_main(int argc, char** argv) {
   for (const auto& rec : *output) {
     tb::AuditOutput o;
     o.identity = rec.key.value_or("");
-    auto p = rec.header(kSourcePartitionHeader);
-    auto off = rec.header(kSourceOffsetHeader);
-    try {
-      if (p && off) {
-        o.source_partition = std::stoi(*p);
-        o.source_offset = std::stoll(*off);
-      }
-    } catch (const std::exception&) {
+    const auto topic = rec.header(kdedup::pipeline::kProvenanceTopicHeader);
+    const auto p = rec.header(kdedup::pipeline::kProvenancePartitionHeader);
+    const auto off = rec.header(kdedup::pipeline::kProvenanceOffsetHeader);
+    kdedup::pipeline::ProvenanceHeaders found;
+    if (topic) found.topic = *topic;
+    if (p) found.partition = *p;
+    if (off) found.offset = *off;
+    const auto parsed = kdedup::pipeline::parse_provenance(found);
+    if (parsed.provenance) {
+      o.source_partition = parsed.provenance->source.partition;
+      o.source_offset = parsed.provenance->offset;
+    } else if (parsed.malformed) {
       o.source_partition = -1;  // unreadable provenance counts as unknown
     }
     outs.push_back(std::move(o));
+  }
+  std::uint64_t spread = 0;  // identities whose copies are in more than one input partition
+  if (unkeyed) {
+    std::map<std::string, std::set<std::int32_t>> partitions_of;
+    for (const auto& in : inputs) partitions_of[in.identity].insert(in.partition);
+    for (const auto& [id, ps] : partitions_of) spread += ps.size() > 1;
+    auto internal = internal_topic_inputs(r.bootstrap(), kInternalTopic, records);
+    if (!internal) return fail_with(internal.error().message);
+    inputs = std::move(*internal);
   }
   auto report = tb::audit_dedup(inputs, outs, rules);
 
@@ -341,6 +405,12 @@ int demo_main(int argc, char** argv) {
           ? std::to_string(report.outputs)
           : fmt::format("{} ({} records in total)", report.distinct_outputs, report.outputs));
   row("duplicates dropped", std::to_string(dropped));
+  if (unkeyed) {
+    row("unkeyed input",
+        fmt::format("{} identities have copies in several of the {} partitions; the repartition "
+                    "stage re-keyed all {} records into '{}'",
+                    spread, partitions, records, kInternalTopic));
+  }
   row("false positives observed", fmt::format("{} of {} new records = {:.4f} (configured fpp "
                                               "{:g}, accepted up to {})",
                                               report.false_positives, report.new_candidates,

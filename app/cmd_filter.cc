@@ -197,6 +197,7 @@ struct Options {
   std::uint64_t capacity = 100'000;
   std::uint32_t ticks_per_window = 0;
   std::string growth = "density";
+  std::string on_duplicate = "keep_first";
   std::string salt;
   std::string stats;
   std::string max_future_skew = "1m";
@@ -298,6 +299,9 @@ Result<Run> prepare(const Options& o) {
   if (!(o.fpp > 0.0 && o.fpp < 0.5)) {
     return fail("--fpp: must be in (0, 0.5), got " + fmt::format("{}", o.fpp));
   }
+  if (o.on_duplicate != "keep_first" && o.on_duplicate != "refresh") {
+    return fail("--on-duplicate: '" + o.on_duplicate + "' is not keep_first or refresh");
+  }
   if (o.growth != "density" && o.growth != "cardinality") {
     return fail("--growth: '" + o.growth + "' is not density or cardinality");
   }
@@ -318,6 +322,7 @@ Result<Run> prepare(const Options& o) {
   if (!skew) return fail("--max-future-skew: " + skew.error().message);
   so.max_future_skew_ms = *skew;
   so.filter = run.config;
+  so.refresh = o.on_duplicate == "refresh";
   auto slice = pipeline::Slice::create(pipeline::PartitionId{"input", 0}, so);
   if (!slice) return fail(config_error(slice.error().message));
   run.slice = std::move(*slice);
@@ -395,6 +400,7 @@ int run_filter(const Options& o) {
   pipeline::ProcessorOptions po;
   po.on_invalid = o.strict ? config::OnInvalid::kFail : config::OnInvalid::kDlq;
   po.route_duplicates = run.duplicates.enabled();
+  po.refresh = o.on_duplicate == "refresh";
   po.time_from_extractor = !run.arrival_time;
   pipeline::PartitionProcessor processor(po, std::move(*run.extractor),
                                          filter::Fingerprinter(o.salt));
@@ -565,6 +571,10 @@ int filter_main(int argc, char** argv) {
   app.add_option("--ticks-per-window", o.ticks_per_window,
                  "Window precision in ticks (default: the filter type's)")
       ->check(CLI::Range(std::uint32_t{1}, std::numeric_limits<std::uint32_t>::max()));
+  app.add_option("--on-duplicate", o.on_duplicate,
+                 "keep_first: remember an identity one window from its delivery; refresh: every "
+                 "duplicate renews it (repeats stay suppressed while they continue)")
+      ->capture_default_str();
   app.add_option("--growth", o.growth, "Timer filter growth: density or cardinality")
       ->capture_default_str();
   app.add_option("--salt", o.salt, "Secret salt for identity hashing")->envname("KDEDUP_SALT");

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,7 @@
 #include "kdedup/metrics/server.h"
 #include "kdedup/pipeline/instrumentation.h"
 #include "kdedup/pipeline/pipeline.h"
+#include "kdedup/pipeline/repartition.h"
 #include "kdedup/state/snapshot_store.h"
 
 namespace {
@@ -65,6 +67,13 @@ void log_summary(const kdedup::config::Config& c) {
   spdlog::info("kdedup run: group '{}', input [{}] -> output '{}' (partitioning: {})", c.group_id,
                join(c.input.topics), c.output.topic,
                kdedup::config::to_string(c.output.partitioning));
+  if (c.repartition.enabled()) {
+    spdlog::info(
+        "repartition stage: group '{}' re-keys input [{}] by identity into '{}' ({} "
+        "partitions); the dedup stage reads '{}'",
+        kdedup::config::repartition_group(c), join(c.input.topics), c.repartition.topic,
+        c.repartition.partitions, c.repartition.topic);
+  }
   if (c.filter_enabled) {
     spdlog::info(
         "identity '{}', window {} (precision one tick = {}), filter {} fpp {} capacity hint {} "
@@ -86,10 +95,11 @@ void log_summary(const kdedup::config::Config& c) {
         c.identity.extractor);
   }
   spdlog::info(
-      "threads {}, batch_size {}, on_invalid {}{}, duplicates {}, commit every {}, "
-      "bootstrap {}",
+      "threads {}, batch_size {}, on_invalid {}{}, on_duplicate {}, duplicates {}, commit every "
+      "{}, bootstrap {}",
       c.threads, c.batch_size, kdedup::config::to_string(c.on_invalid),
       c.on_invalid == kdedup::config::OnInvalid::kDlq ? " -> '" + c.dlq_topic + "'" : "",
+      kdedup::config::to_string(c.on_duplicate),
       c.duplicates_topic.empty() ? "dropped" : "-> '" + c.duplicates_topic + "'",
       format_duration_ms(c.commit_interval.count()),
       bootstrap == c.kafka.end() ? "(unset)" : bootstrap->second);
@@ -124,10 +134,14 @@ struct Observability {
   kdedup::pipeline::SliceHooks hooks() {
     return instruments ? instruments->hooks() : kdedup::pipeline::SliceHooks{};
   }
-  void watch(const kdedup::pipeline::Pipeline& p, const kdedup::config::Config& c) {
+  void watch(const kdedup::pipeline::Pipeline& p, const kdedup::config::Config& c,
+             const kdedup::pipeline::Repartitioner* r) {
     if (!instruments) return;
     bridge = std::make_unique<kdedup::pipeline::StatsBridge>(
         *instruments, [&p] { return p.stats(); }, c.output.topic);
+    if (r != nullptr) {
+      bridge->watch_repartition([r] { return r->stats(); }, c.repartition.topic);
+    }
     bridge->start();
   }
   void stop_watching() {
@@ -136,6 +150,43 @@ struct Observability {
     metrics->health().set_not_ready("shutting down");
   }
 };
+
+/// Runs the dedup pipeline on this thread and, when configured, the
+/// repartition stage on its own. A SIGTERM stops both; a fatal error of
+/// either stops the other cleanly (its in-flight records are committed).
+/// True when both stopped cleanly.
+bool run_stages(kdedup::pipeline::Pipeline& pipeline,
+                kdedup::pipeline::Repartitioner* repartitioner) {
+  if (repartitioner == nullptr) {
+    auto status = pipeline.run(g_stop);
+    if (!status) spdlog::error("kdedup run stopped: {}", status.error().message);
+    return static_cast<bool>(status);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<bool> stages_done{false};
+  // The signal handler only sets g_stop; this forwards it to both stages.
+  std::thread relay([&] {
+    while (!stages_done.load()) {
+      if (g_stop.load()) stop.store(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  kdedup::Status repartitioned;
+  std::thread stage([&] {
+    repartitioned = repartitioner->run(stop);
+    if (!repartitioned) stop.store(true);
+  });
+  auto deduplicated = pipeline.run(stop);
+  if (!deduplicated) stop.store(true);
+  stage.join();
+  stages_done.store(true);
+  relay.join();
+  if (!repartitioned) {
+    spdlog::error("kdedup run stopped: repartition stage: {}", repartitioned.error().message);
+  }
+  if (!deduplicated) spdlog::error("kdedup run stopped: {}", deduplicated.error().message);
+  return repartitioned && deduplicated;
+}
 
 int run_main(int argc, char** argv) {
   CLI::App cli{
@@ -199,12 +250,27 @@ int run_main(int argc, char** argv) {
                  config.state.snapshot_records);
   }
 
+  // With the repartition stage the dedup stage reads the internal topic.
+  const kdedup::config::Config dedup = kdedup::config::dedup_stage(config);
+  std::unique_ptr<kdedup::pipeline::Repartitioner> repartitioner;
+  if (config.repartition.enabled()) {
+    auto r = kdedup::pipeline::Repartitioner::create(config);
+    if (!r) {
+      spdlog::error("configuration error: {}", r.error().message);
+      return 2;
+    }
+    if (auto topics = (*r)->prepare_topics(); !topics) {
+      spdlog::error("the topics do not match the configuration:\n{}", topics.error().message);
+      return 2;
+    }
+    repartitioner = std::move(*r);
+  }
   Observability observability;
-  if (auto started = observability.start(config); !started) {
+  if (auto started = observability.start(dedup); !started) {
     spdlog::error("configuration error: {}", started.error().message);
     return 2;
   }
-  auto pipeline = kdedup::pipeline::Pipeline::create(config, observability.hooks(), store.get());
+  auto pipeline = kdedup::pipeline::Pipeline::create(dedup, observability.hooks(), store.get());
   if (!pipeline) {
     spdlog::error("configuration error: {}", pipeline.error().message);
     return 2;
@@ -213,14 +279,10 @@ int run_main(int argc, char** argv) {
     spdlog::error("the topics do not match the configuration:\n{}", topics.error().message);
     return 2;
   }
-  observability.watch(**pipeline, config);
-  auto status = (*pipeline)->run(g_stop);
+  observability.watch(**pipeline, dedup, repartitioner.get());
+  const bool ok = run_stages(**pipeline, repartitioner.get());
   observability.stop_watching();
-  if (!status) {
-    spdlog::error("kdedup run stopped: {}", status.error().message);
-    return 1;
-  }
-  return 0;
+  return ok ? 0 : 1;
 }
 
 const kdedup::app::CommandRegistration kRegistration{

@@ -1,6 +1,7 @@
-// Pipeline throughput on the test broker: the same harness measures two
+// Pipeline throughput on the test broker: the same harness measures
 // configurations of `kdedup run` one after the other in one run, and prints
-// records/s for both and their ratio.
+// records/s and the measured process's CPU seconds (user + system, from
+// /proc) per million records for each, and their ratios.
 //
 //   --compare filter (default): the filter off (filter.enabled: false,
 //     passthrough: every record is distinct) against on (timer filter, fpp
@@ -10,6 +11,21 @@
 //     work dir, state.snapshot_interval: 1s); target ratio >= 0.8. The
 //     snapshots written, their bytes and write time during the timed part are
 //     read from the instance's /metrics before and after it (one instance).
+//
+//   --compare cost: the physical limit and what kdedup adds to it: a raw
+//     librdkafka copy (bench/raw_copy.cc: consume -> produce with the same
+//     client settings and batch size, auto commit, nothing else), passthrough,
+//     dedup with the timer filter and with the exact filter. Targets: CPU per
+//     record of dedup (timer) <= 1.3x the raw copy's, passthrough <= 1.2x.
+//     --baseline-binary PATH adds passthrough and dedup (timer) of another
+//     kdedup binary (a build from before a change) to the same rounds.
+//
+//   --compare repartition (or --repartition): keyed input deduplicated
+//     directly against unkeyed input (each record to a fixed, identity-blind
+//     partition) re-keyed by the repartition stage (`repartition:`, internal
+//     topic of --partitions partitions) and then deduplicated, both stages in
+//     the measured process: what the stage costs. Target: at most 2x, i.e.
+//     records/s ratio >= 0.5 (the CPU ratio is printed beside it).
 //
 // Each measurement: fresh test broker and one `kdedup run` instance; a small
 // warm-up batch is produced and fully committed first (group joined,
@@ -30,12 +46,19 @@
 // the sum of kdedup_filter_bytes and kdedup_memory_used_bytes are read once
 // every partition is assigned and nothing was produced, then again after
 // --records distinct keys (all inside the window, spread over the partitions
-// by key) were processed. --baseline-binary PATH runs the same against
+// by key) were processed; beside memory it prints how long the instance took
+// from its start to every partition assigned, the load's records/s and CPU
+// seconds per million records (produced first, then consumed), how long a
+// rebalance takes that moves half of the partitions to a second instance
+// (started to both holding a share of all), and the longest line either
+// instance logged. --threads T sets the instance's worker threads.
+// --baseline-binary PATH runs the same against
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
 //
-//   pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P]
+//   pipeline_bench [--compare filter|snapshots|cost|repartition] [--records N] [--partitions P]
 //                  [--instances I] [--repeat R]
+//   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
 //   pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]
 
 #include <arpa/inet.h>
@@ -51,6 +74,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -89,6 +113,12 @@ commit_interval: 200ms
 shutdown_timeout: 10s
 kafka:
   bootstrap.servers: ${KDEDUP_BOOTSTRAP}
+# The test broker's coordinator waits up to a session timeout (librdkafka's
+# default: 45 s) for members before it rebalances: keep it short, so a
+# measured rebalance is kdedup's work and not that wait.
+consumer:
+  session.timeout.ms: "6000"
+  heartbeat.interval.ms: "500"
 log_level: warn
 )";
 
@@ -100,6 +130,7 @@ struct Options {
   int repeat = 3;
   int idle_partitions = 0;      ///< > 0: the memory measurement instead
   std::string baseline_binary;  ///< memory measurement: also run this kdedup
+  int threads = 0;              ///< > 0: threads of the instance (--idle-partitions)
 };
 
 /// One side of a comparison: a name and the --set overrides that make it.
@@ -108,28 +139,64 @@ struct Mode {
   std::string name;
   std::string slug;  ///< work dir name
   std::vector<std::string> overrides;
-  bool all_distinct = false;  ///< every record must come out (passthrough)
+  bool all_distinct = false;       ///< every record must come out (passthrough)
+  std::string binary;              ///< run this instead of kdedup (same command line)
+  std::string repartition_topic;   ///< non-empty: run the repartition stage into it
+  bool random_partitions = false;  ///< produce unkeyed: partition unrelated to the key
 };
 
 struct Comparison {
-  Mode first, second;
-  double target = 0;
+  std::vector<Mode> modes;        ///< the first is the reference of the ratios
+  double target = 0;              ///< for the last mode against the first; 0 = none
   bool snapshot_figures = false;  ///< read snapshot metrics over the timed part
 };
 
 Comparison comparison(const std::string& name) {
   if (name == "snapshots") {
-    return {{"dedup, no snapshots", "no-snapshots", {"filter.enabled=true", "state.dir="}},
-            {"dedup + snapshots 1s",
-             "snapshots",
-             {"filter.enabled=true", "state.snapshot_interval=1s"}},
+    return {{{"dedup, no snapshots", "no-snapshots", {"filter.enabled=true", "state.dir="}},
+             {"dedup + snapshots 1s",
+              "snapshots",
+              {"filter.enabled=true", "state.snapshot_interval=1s"}}},
             0.8,
             true};
   }
-  return {{"passthrough", "passthrough", {"filter.enabled=false"}, true},
-          {"dedup", "dedup", {"filter.enabled=true"}},
+  if (name == "repartition") {
+    Mode unkeyed{"unkeyed + repartition", "repartition", {"filter.enabled=true"}};
+    unkeyed.repartition_topic = "clicks-by-id";
+    unkeyed.random_partitions = true;
+    return {{{"keyed, dedup only", "keyed", {"filter.enabled=true"}}, unkeyed}, 0.5, false};
+  }
+  if (name == "cost") {
+    // The physical limit first: the ratios are kdedup's cost over it.
+    return {{{"raw librdkafka copy", "raw-copy", {}, true, RAW_COPY_BINARY},
+             {"passthrough", "passthrough", {"filter.enabled=false"}, true},
+             {"dedup (timer)", "dedup-timer", {"filter.enabled=true", "filter.type=timer"}},
+             {"dedup (exact)", "dedup-exact", {"filter.enabled=true", "filter.type=exact"}}},
+            0,
+            false};
+  }
+  return {{{"passthrough", "passthrough", {"filter.enabled=false"}, true},
+           {"dedup", "dedup", {"filter.enabled=true"}}},
           0.9,
           false};
+}
+
+/// CPU seconds (user + system) a process has used so far, from
+/// /proc/PID/stat; negative when unreadable.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  // Fields 3.. after the name: state is field 3, utime 14, stime 15.
+  for (int f = 3; f <= 15 && rest >> field; ++f) {
+    if (f == 14) utime = std::stoull(field);
+    if (f == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 /// Sums of the instance's metric samples that matter while snapshotting.
@@ -205,6 +272,7 @@ kdedup::Result<SnapshotFigures> snapshot_figures(int port) {
 
 struct Measurement {
   double records_per_s = 0;
+  double cpu_seconds = -1;  ///< of the measured instance(s) over the timed part
   double seconds = 0;
   double produce_per_s = 0;  ///< the producer's own rate in the timed window
   std::int64_t output = 0;
@@ -216,12 +284,14 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
                                     bool snapshot_figures_wanted) {
   tb::RigOptions ro;
   ro.kdedup_binary = KDEDUP_BINARY;
+  ro.instance_binary = mode.binary;
   ro.config_path = config;
   ro.work_dir = work + "/" + mode.slug;
   ro.partitions = opt.partitions;
   ro.instances = opt.instances;
   ro.group = "kdedup-bench";
   ro.overrides = mode.overrides;
+  ro.repartition_topic = mode.repartition_topic;
   // The rig gives each instance a metrics port it does not report; with one
   // instance, choose it here so /metrics can be read.
   int metrics_port = -1;
@@ -247,11 +317,19 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   so.seed = 42;  // both modes see the same stream
   tb::ClickStream stream(so);
   tb::Click click;
+  std::uint64_t produced = 0;
 
   auto produce = [&](std::uint64_t n) -> kdedup::Status {
-    for (std::uint64_t i = 0; i < n && stream.next(click); ++i) {
-      auto ok =
-          (*producer)->produce(ro.input_topic, -1, click.key, click.value, click.timestamp_ms);
+    for (std::uint64_t i = 0; i < n && stream.next(click); ++i, ++produced) {
+      // Unkeyed: record number times a large odd constant, mod partitions:
+      // the same spread every run, unrelated to the identity.
+      const std::int32_t partition =
+          mode.random_partitions
+              ? static_cast<std::int32_t>((produced * 2654435761ULL) %
+                                          static_cast<std::uint64_t>(opt.partitions))
+              : -1;
+      auto ok = (*producer)->produce(ro.input_topic, partition, click.key, click.value,
+                                     click.timestamp_ms);
       if (!ok) return ok;
     }
     return (*producer)->flush(std::chrono::seconds(60));
@@ -278,6 +356,12 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
     if (!f) return tl::unexpected(f.error());
     before = *f;
   }
+  auto instances_cpu = [&] {
+    double sum = 0;
+    for (int i = 0; i < opt.instances; ++i) sum += cpu_seconds(r.instance_pid(i));
+    return sum;
+  };
+  const double cpu0 = instances_cpu();
   const auto t0 = Clock::now();
   // Producing on this thread while the instance consumes; progress is checked
   // between produce batches so the timed window ends when all is committed.
@@ -286,6 +370,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   if (auto ok = wait_caught_up(std::chrono::seconds(300)); !ok) return tl::unexpected(ok.error());
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
+  m.cpu_seconds = instances_cpu() - cpu0;
   if (metrics_port > 0) {
     auto f = snapshot_figures(metrics_port);
     if (!f) return tl::unexpected(f.error());
@@ -365,12 +450,56 @@ kdedup::Result<MemoryFigures> memory_figures(pid_t pid, int port) {
   return f;
 }
 
+/// What one instance with many partitions did besides its memory.
+struct ScaleFigures {
+  double ready_s = 0;        ///< start to every partition assigned
+  double records_per_s = 0;  ///< produce start to everything committed
+  double cpu_per_million = 0;
+  double rebalance_s = 0;  ///< a second instance started to both holding a share
+  std::size_t longest_log_line = 0;
+};
+
+struct ScaleRun {
+  MemoryFigures idle, loaded;
+  ScaleFigures scale;
+};
+
+/// Length of the longest line of a text file.
+std::size_t longest_line(const std::string& path) {
+  std::ifstream in(path);
+  std::size_t longest = 0;
+  for (std::string line; std::getline(in, line);) longest = std::max(longest, line.size());
+  return longest;
+}
+
+/// Starts a second instance and waits until both hold a share of the
+/// partitions and together all of them: the rebalance's duration.
+kdedup::Result<double> rebalance_seconds(tb::PipelineRig& r, const Options& opt, int first_port) {
+  auto port = tb::free_loopback_port();
+  if (!port) return tl::unexpected(port.error());
+  const auto t0 = Clock::now();
+  auto added = r.add_instance({fmt::format("metrics.address=127.0.0.1:{}", *port)});
+  if (!added) return tl::unexpected(added.error());
+  const auto deadline = t0 + std::chrono::seconds(300);
+  for (;;) {
+    if (auto ok = r.check_instances(); !ok) return tl::unexpected(ok.error());
+    auto a = memory_figures(r.instance_pid(0), first_port);
+    auto b = memory_figures(r.instance_pid(*added), *port);
+    if (a && b && a->assigned > 0 && b->assigned > 0 &&
+        a->assigned + b->assigned == opt.idle_partitions) {
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    if (Clock::now() > deadline) return kdedup::fail("the rebalance did not settle in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 /// One `kdedup run` (binary `binary`) assigned opt.idle_partitions
-/// partitions: memory once idle, then after opt.records distinct keys.
-kdedup::Result<std::pair<MemoryFigures, MemoryFigures>> measure_memory(const Options& opt,
-                                                                       const std::string& work,
-                                                                       const std::string& config,
-                                                                       const std::string& binary) {
+/// partitions: memory once idle, then after opt.records distinct keys; how
+/// long it took to be assigned everything, the load's rate and CPU, and a
+/// rebalance that moves half of the partitions to a second instance.
+kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& work,
+                                        const std::string& config, const std::string& binary) {
   tb::RigOptions ro;
   ro.kdedup_binary = binary;
   ro.config_path = config;
@@ -383,6 +512,9 @@ kdedup::Result<std::pair<MemoryFigures, MemoryFigures>> measure_memory(const Opt
   // No snapshots: a pre-sized baseline would write its whole state at stop.
   ro.overrides = {"filter.enabled=true", "filter.capacity=1000000",
                   "state.dir=", fmt::format("metrics.address=127.0.0.1:{}", *port)};
+  if (opt.threads > 0) ro.overrides.push_back(fmt::format("threads={}", opt.threads));
+  ScaleRun run;
+  const auto started = Clock::now();
   auto rig = tb::PipelineRig::start(ro);
   if (!rig) return tl::unexpected(rig.error());
   auto& r = **rig;
@@ -398,9 +530,13 @@ kdedup::Result<std::pair<MemoryFigures, MemoryFigures>> measure_memory(const Opt
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  run.scale.ready_s = std::chrono::duration<double>(Clock::now() - started).count();
   std::this_thread::sleep_for(std::chrono::seconds(3));  // a few stats rounds
   auto idle = memory_figures(pid, *port);
   if (!idle) return tl::unexpected(idle.error());
+  run.idle = *idle;
+  const double cpu0 = cpu_seconds(pid);
+  const auto load_started = Clock::now();
 
   auto producer = tb::RecordProducer::create(r.bootstrap(), {{"linger.ms", "20"}});
   if (!producer) return tl::unexpected(producer.error());
@@ -425,14 +561,23 @@ kdedup::Result<std::pair<MemoryFigures, MemoryFigures>> measure_memory(const Opt
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_started).count();
+  run.scale.records_per_s = static_cast<double>(opt.records) / load_s;
+  run.scale.cpu_per_million = (cpu_seconds(pid) - cpu0) * 1e6 / static_cast<double>(opt.records);
   std::this_thread::sleep_for(std::chrono::seconds(3));
   auto loaded = memory_figures(pid, *port);
   if (!loaded) return tl::unexpected(loaded.error());
+  run.loaded = *loaded;
   producer->reset();
+  auto moved = rebalance_seconds(r, opt, *port);
+  if (!moved) return tl::unexpected(moved.error());
+  run.scale.rebalance_s = *moved;
   if (auto ok = r.stop_instances(); !ok) {
     std::fprintf(stderr, "note: %s\n", ok.error().message.c_str());
   }
-  return std::pair{*idle, *loaded};
+  run.scale.longest_log_line =
+      std::max(longest_line(r.instance_log(0)), longest_line(r.instance_log(1)));
+  return run;
 }
 
 int memory_main(const Options& opt, const std::string& work, const std::string& config) {
@@ -446,39 +591,70 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
   std::vector<std::pair<std::string, std::string>> binaries;
   if (!opt.baseline_binary.empty()) binaries.emplace_back("baseline", opt.baseline_binary);
   binaries.emplace_back("this build", KDEDUP_BINARY);
+  std::vector<ScaleFigures> runs;
   for (std::size_t b = 0; b < binaries.size(); ++b) {
     auto m = measure_memory(opt, work + "/memory-" + std::to_string(b), config, binaries[b].second);
     if (!m) {
       std::fprintf(stderr, "%s: %s\n", binaries[b].first.c_str(), m.error().message.c_str());
       return 1;
     }
-    for (const auto& [state, f] : {std::pair{"idle", m->first}, std::pair{"loaded", m->second}}) {
+    for (const auto& [state, f] : {std::pair{"idle", m->idle}, std::pair{"loaded", m->loaded}}) {
       std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", binaries[b].first.c_str(), state,
                   f.process.rss_mib, f.process.hwm_mib, f.filter_mib, f.used_mib);
     }
     std::fflush(stdout);
+    runs.push_back(m->scale);
+  }
+  std::printf(
+      "\n| binary | start to all assigned s | records/s | CPU s per million | rebalance of "
+      "half s | longest log line |\n|---|---|---|---|---|---|\n");
+  for (std::size_t b = 0; b < binaries.size(); ++b) {
+    const ScaleFigures& f = runs[b];
+    std::printf("| %s | %.1f | %.0f | %.2f | %.1f | %zu |\n", binaries[b].first.c_str(), f.ready_s,
+                f.records_per_s, f.cpu_per_million, f.rebalance_s, f.longest_log_line);
   }
   return 0;
 }
 
 }  // namespace
 
+void print_snapshot_figures(const SnapshotFigures& f, const Mode& mode) {
+  std::printf(
+      "          during the timed part: %.0f snapshots (%.0f failed), %.1f MiB written, "
+      "%.3f s writing; workers busy %.2f s\n",
+      f.snapshots, f.failures, f.bytes / (1024.0 * 1024.0), f.write_seconds, f.busy_seconds);
+  if (mode.slug == "snapshots" && f.snapshots == 0) {
+    std::printf(
+        "          no snapshot was written during the timed part: it is shorter than "
+        "the interval, use more --records\n");
+  }
+}
+
 int main(int argc, char** argv) {
   Options opt;
   const char* usage =
-      "usage: pipeline_bench [--compare filter|snapshots] [--records N] [--partitions P] "
+      "usage: pipeline_bench [--compare filter|snapshots|cost|repartition | --repartition] "
+      "[--records N] [--partitions P] "
       "[--instances I] [--repeat R]\n"
-      "       pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]\n";
+      "       pipeline_bench --idle-partitions P [--threads T] [--records N] "
+      "[--baseline-binary PATH]\n";
   for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--repartition")) {
+      opt.compare = "repartition";
+      --i;  // a flag: no value follows
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s: missing value\n%s", argv[i], usage);
       return 2;
     }
     if (!std::strcmp(argv[i], "--compare")) {
       opt.compare = argv[i + 1];
-      if (opt.compare != "filter" && opt.compare != "snapshots") {
-        std::fprintf(stderr, "--compare: '%s' is neither 'filter' nor 'snapshots'\n%s", argv[i + 1],
-                     usage);
+      if (opt.compare != "filter" && opt.compare != "snapshots" && opt.compare != "cost" &&
+          opt.compare != "repartition") {
+        std::fprintf(stderr,
+                     "--compare: '%s' is not 'filter', 'snapshots', 'cost' or 'repartition'\n%s",
+                     argv[i + 1], usage);
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--records")) {
@@ -491,6 +667,8 @@ int main(int argc, char** argv) {
       opt.repeat = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--idle-partitions")) {
       opt.idle_partitions = std::max(1, std::atoi(argv[i + 1]));
+    } else if (!std::strcmp(argv[i], "--threads")) {
+      opt.threads = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--baseline-binary")) {
       opt.baseline_binary = argv[i + 1];
     } else {
@@ -498,7 +676,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const Comparison cmp = comparison(opt.compare);
+  Comparison cmp = comparison(opt.compare);
+  if (opt.compare == "cost" && !opt.baseline_binary.empty()) {
+    // Before and after a change, side by side in the same run.
+    cmp.modes.push_back({"passthrough (baseline)",
+                         "baseline-passthrough",
+                         {"filter.enabled=false"},
+                         true,
+                         opt.baseline_binary});
+    cmp.modes.push_back({"dedup timer (baseline)",
+                         "baseline-dedup-timer",
+                         {"filter.enabled=true", "filter.type=timer"},
+                         false,
+                         opt.baseline_binary});
+  }
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/kdedup-bench-XXXXXX";
   if (!mkdtemp(tmpl.data())) return 1;
@@ -517,47 +708,53 @@ int main(int argc, char** argv) {
       "instance(s), producer and pipeline concurrent\n",
       opt.compare.c_str(), static_cast<unsigned long long>(opt.records), opt.partitions,
       opt.instances);
-  const Mode* modes[2] = {&cmp.first, &cmp.second};
-  std::vector<Measurement> runs[2];
+  const std::size_t n = cmp.modes.size();
+  std::vector<std::vector<Measurement>> runs(n);
   for (int round = 0; round < opt.repeat; ++round) {
-    for (int k = 0; k < 2; ++k) {
-      const Mode& mode = *modes[k];
+    for (std::size_t k = 0; k < n; ++k) {
+      const Mode& mode = cmp.modes[k];
       auto m = measure(opt, work + "/" + std::to_string(round), config, mode, cmp.snapshot_figures);
       if (!m) {
         std::fprintf(stderr, "%s: %s\n", mode.name.c_str(), m.error().message.c_str());
         return 1;
       }
-      std::printf("  round %d %-22s %10.0f records/s  (%.2f s, %lld out; producer %.0f/s)\n",
-                  round + 1, mode.name.c_str(), m->records_per_s, m->seconds,
-                  static_cast<long long>(m->output), m->produce_per_s);
-      if (m->snapshots) {
-        const SnapshotFigures& f = *m->snapshots;
-        std::printf(
-            "          during the timed part: %.0f snapshots (%.0f failed), %.1f MiB written, "
-            "%.3f s writing; workers busy %.2f s\n",
-            f.snapshots, f.failures, f.bytes / (1024.0 * 1024.0), f.write_seconds, f.busy_seconds);
-        if (mode.slug == "snapshots" && f.snapshots == 0) {
-          std::printf(
-              "          no snapshot was written during the timed part: it is shorter than "
-              "the interval, use more --records\n");
-        }
-      }
+      std::printf(
+          "  round %d %-22s %10.0f records/s  %6.2f CPU s per million  (%.2f s, %lld out; "
+          "producer %.0f/s)\n",
+          round + 1, mode.name.c_str(), m->records_per_s,
+          m->cpu_seconds * 1e6 / static_cast<double>(opt.records), m->seconds,
+          static_cast<long long>(m->output), m->produce_per_s);
+      if (m->snapshots) print_snapshot_figures(*m->snapshots, mode);
       std::fflush(stdout);
       runs[k].push_back(*m);
     }
   }
-  auto median = [](std::vector<Measurement> v) {
-    std::sort(v.begin(), v.end(),
-              [](auto& a, auto& b) { return a.records_per_s < b.records_per_s; });
-    return v[v.size() / 2].records_per_s;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
   };
-  const double first = median(runs[0]), second = median(runs[1]);
-  std::printf("  %-26s %10.0f records/s (median of %d)\n", cmp.first.name.c_str(), first,
-              opt.repeat);
-  std::printf("  %-26s %10.0f records/s (median of %d)\n", cmp.second.name.c_str(), second,
-              opt.repeat);
-  std::printf("  %-26s %10.3f  (target >= %.1f)\n",
-              (cmp.second.slug + " / " + cmp.first.slug).c_str(), second / first, cmp.target);
+  std::vector<double> rate(n), cpu(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    std::vector<double> r, c;
+    for (const auto& m : runs[k]) {
+      r.push_back(m.records_per_s);
+      c.push_back(m.cpu_seconds * 1e6 / static_cast<double>(opt.records));
+    }
+    rate[k] = median(r);
+    cpu[k] = median(c);
+  }
+  std::printf("  medians of %d rounds; ratios against %s\n", opt.repeat, cmp.modes[0].name.c_str());
+  std::printf("  %-24s %12s %10s %14s %10s\n", "mode", "records/s", "ratio", "CPU s/million",
+              "ratio");
+  for (std::size_t k = 0; k < n; ++k) {
+    std::printf("  %-24s %12.0f %10.3f %14.2f %10.3f\n", cmp.modes[k].name.c_str(), rate[k],
+                rate[k] / rate[0], cpu[k], cpu[k] / cpu[0]);
+  }
+  if (cmp.target > 0) {
+    std::printf("  %-26s %10.3f  (target >= %.1f)\n",
+                (cmp.modes[n - 1].slug + " / " + cmp.modes[0].slug).c_str(), rate[n - 1] / rate[0],
+                cmp.target);
+  }
   std::error_code ec;
   std::filesystem::remove_all(work, ec);
   return 0;

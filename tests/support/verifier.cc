@@ -1,9 +1,9 @@
 #include "verifier.h"
 
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/testbroker/dedup_audit.h"
 
 #include <algorithm>
-#include <charconv>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -30,15 +30,6 @@ void note(std::size_t& count, std::vector<std::string>& examples, std::size_t ke
           std::string text) {
   ++count;
   if (examples.size() < keep) examples.push_back(std::move(text));
-}
-
-template <class T>
-std::optional<T> parse_decimal(const std::string& text) {
-  T value{};
-  if (text.empty() || text[0] == '-' || text[0] == '+') return std::nullopt;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
 }
 
 /// How the oracle judged one input record.
@@ -129,7 +120,9 @@ VerifyReport verify_output(const std::vector<InputRecord>& input,
       const bool oracle_delivers =
           probabilistic ? in_output
                         : v == Verdict::kDistinct || (v == Verdict::kAmbiguous && in_output);
-      if (oracle_delivers) delivered[r->identity] = clock;
+      // Under refresh every occurrence renews the identity, whatever was
+      // decided about it (a false positive's drop renews it too).
+      if (oracle_delivers || spec.refresh) delivered[r->identity] = clock;
       if (v == Verdict::kDistinct) {
         ++report.oracle_distinct;
         if (!in_output && probabilistic) {
@@ -241,7 +234,8 @@ Result<std::vector<InputRecord>> to_input_records(
   return out;
 }
 
-std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaRecord>& records) {
+std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaRecord>& records,
+                                            const pipeline::ProvenanceNames& names) {
   std::vector<OutputRecord> out;
   out.reserve(records.size());
   for (const auto& r : records) {
@@ -250,20 +244,23 @@ std::vector<OutputRecord> to_output_records(const std::vector<testbroker::KafkaR
     o.offset = r.offset;
     o.key = r.key;
     o.value = r.value;
-    auto topic = r.header("kdedup-source-topic");
-    auto partition = r.header("kdedup-source-partition");
-    auto offset = r.header("kdedup-source-offset");
-    if (topic || partition || offset) {
+    // The service's own parser (provenance.h): one definition of the
+    // headers, judged the same way recovery judges them.
+    const auto topic = r.header(names.topic);
+    const auto partition = r.header(names.partition);
+    const auto offset = r.header(names.offset);
+    pipeline::ProvenanceHeaders found;
+    if (topic) found.topic = *topic;
+    if (partition) found.partition = *partition;
+    if (offset) found.offset = *offset;
+    const pipeline::ProvenanceParse parsed = pipeline::parse_provenance(found, names);
+    if (parsed.provenance) {
+      o.source_topic = parsed.provenance->source.topic;
+      o.source_partition = parsed.provenance->source.partition;
+      o.source_offset = parsed.provenance->offset;
+    } else if (parsed.malformed) {
       o.source_topic = topic;
-      if (partition) o.source_partition = parse_decimal<std::int32_t>(*partition);
-      if (offset) o.source_offset = parse_decimal<std::int64_t>(*offset);
-      if (!topic || !partition || !offset) {
-        o.malformed = "incomplete provenance headers";
-      } else if (!o.source_partition) {
-        o.malformed = "kdedup-source-partition '" + *partition + "' is not a decimal";
-      } else if (!o.source_offset) {
-        o.malformed = "kdedup-source-offset '" + *offset + "' is not a decimal";
-      }
+      o.malformed = *parsed.malformed;
     }
     out.push_back(std::move(o));
   }

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "kdedup/common/result.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/testbroker/kafka_io.h"
 
 namespace kdedup::testing {
@@ -75,6 +76,10 @@ struct VerifySpec {
   /// and oracle-distinct records missing from the output are counted as
   /// false_positives, which may reach fp_bound, not as lost.
   double fpp = 0.0;
+  /// on_duplicate: refresh: every occurrence (delivered or not) renews its
+  /// identity, so a record is a duplicate iff its identity occurred within
+  /// the window before it.
+  bool refresh = false;
   bool check_payload = true;  ///< compare output key/value to the source record
   std::size_t examples = 5;   ///< examples kept per kind
 };
@@ -117,9 +122,31 @@ struct VerifyReport {
 [[nodiscard]] Result<std::vector<InputRecord>> to_input_records(
     const std::vector<testbroker::KafkaRecord>& records, const std::string& extractor);
 
-/// Output records from a topic read, provenance parsed from the
-/// kdedup-source-topic/-partition/-offset headers.
+/// Output records from a topic read, provenance parsed from the headers
+/// `names`: kdedup-source-* (the dedup stage's input record), or
+/// kdedup-origin-* (the original input record behind the repartition stage).
 [[nodiscard]] std::vector<OutputRecord> to_output_records(
-    const std::vector<testbroker::KafkaRecord>& records);
+    const std::vector<testbroker::KafkaRecord>& records,
+    const pipeline::ProvenanceNames& names = pipeline::kSourceProvenance);
+
+/// Judges an output against the WHOLE input, every partition together: for
+/// input whose copies of one identity are spread over partitions (producers
+/// that do not key by identity, the repartition stage). Per identity, the
+/// emitted records (found through the provenance) sorted by timestamp:
+///   duplicated  an emission within `window` of the identity's previous
+///               emission (a false negative), or a second copy of a source
+///               offset;
+///   lost        an input record with no emission of its identity within
+///               `window` of its timestamp on either side (nothing
+///               represents it in the output);
+///   unexpected  output without provenance, naming no input record, or
+///               with key/value differing from it.
+/// Differences in (window, window + tick] are ambiguous (either is right).
+/// Order is not judged: copies from different partitions have no order.
+/// `oracle_distinct` counts the identity's emissions an exact filter over
+/// the merged input (by timestamp) makes.
+[[nodiscard]] VerifyReport verify_by_identity(const std::vector<InputRecord>& input,
+                                              const std::vector<OutputRecord>& output,
+                                              const VerifySpec& spec);
 
 }  // namespace kdedup::testing

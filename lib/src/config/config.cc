@@ -486,6 +486,46 @@ void check_metrics_address(Builder& b, const std::string& address) {
   }
 }
 
+// The internal topic is read by the dedup stage and written by the
+// repartition stage: it must be none of the other topics.
+void check_repartition(Builder& b, const Config& c, const std::set<std::string>& inputs) {
+  const RepartitionConfig& r = c.repartition;
+  if (!b.at({"repartition"})) return;
+  if (r.topic.empty()) {
+    b.error({"repartition", "topic"},
+            "required when the repartition block is present (the internal topic records are "
+            "re-keyed into); remove the block to deduplicate the input partitions directly");
+    return;
+  }
+  if (r.partitions < 1) {
+    b.error({"repartition", "partitions"},
+            "required: the internal topic's partition count (1 or more; the dedup stage's "
+            "slices, seed 000 §3)");
+  }
+  for (const auto& [name, topic] :
+       {std::pair<const char*, const std::string*>{"output.topic", &c.output.topic},
+        {"dlq_topic", &c.dlq_topic},
+        {"duplicates_topic", &c.duplicates_topic}}) {
+    if (!topic->empty() && *topic == r.topic) {
+      b.error({"repartition", "topic"},
+              "'" + r.topic + "' is also " + name + ": the internal topic must be its own");
+    }
+  }
+  if (inputs.count(r.topic)) {
+    b.error({"repartition", "topic"},
+            "'" + r.topic + "' is also an input topic: kdedup would repartition its own output");
+  }
+  if (r.replication_factor == 0 || r.replication_factor < -1) {
+    b.error({"repartition", "replication_factor"},
+            "must be -1 (the broker's default) or 1 or more, got " +
+                std::to_string(r.replication_factor));
+  }
+  if (!r.group_id.empty() && r.group_id == c.group_id) {
+    b.error({"repartition", "group_id"},
+            "must differ from group_id: the two stages are separate consumer groups");
+  }
+}
+
 Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>& warnings) {
   Builder b(doc, errors);
   Config c;
@@ -539,6 +579,14 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
                  : on_invalid == "drop" ? OnInvalid::kDrop
                  : on_invalid == "fail" ? OnInvalid::kFail
                                         : OnInvalid::kDlq;
+  c.on_duplicate = b.str({"on_duplicate"}, "keep_first") == "refresh" ? OnDuplicate::kRefresh
+                                                                      : OnDuplicate::kKeepFirst;
+  c.repartition.topic = b.str({"repartition", "topic"}, "");
+  c.repartition.partitions = b.number<std::int32_t>({"repartition", "partitions"}, 0);
+  c.repartition.create_topic = b.boolean({"repartition", "create_topic"}, true);
+  c.repartition.replication_factor =
+      static_cast<std::int16_t>(b.number<int>({"repartition", "replication_factor"}, -1));
+  c.repartition.group_id = b.str({"repartition", "group_id"}, "");
   c.dlq_topic = b.str({"dlq_topic"}, "");
   c.duplicates_topic = b.str({"duplicates_topic"}, "");
   c.delivery = b.str({"delivery"}, "idempotent") == "transactional" ? Delivery::kTransactional
@@ -582,6 +630,7 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
     b.error({"duplicates_topic"},
             "'" + c.duplicates_topic + "' must differ from the input and output topics");
   }
+  check_repartition(b, c, inputs);
   check_metrics_address(b, c.metrics.address);
 
   // Protected librdkafka keys.
@@ -783,8 +832,13 @@ std::string summary(const Config& c) {
   } else {
     out += "off (passthrough)";
   }
-  out += ", on_invalid " + std::string(to_string(c.on_invalid)) + ", delivery " +
-         to_string(c.delivery) + ", " + std::to_string(c.threads) + " threads";
+  out += ", on_invalid " + std::string(to_string(c.on_invalid)) + ", on_duplicate " +
+         to_string(c.on_duplicate) + ", delivery " + to_string(c.delivery) + ", " +
+         std::to_string(c.threads) + " threads";
+  if (c.repartition.enabled()) {
+    out += ", repartition -> '" + c.repartition.topic + "' (" +
+           std::to_string(c.repartition.partitions) + " partitions)";
+  }
   if (c.memory.max_bytes != 0) {
     std::ostringstream mib;
     mib.precision(1);
@@ -837,6 +891,22 @@ Result<std::uint64_t> parse_byte_size(std::string_view text) {
 const char* to_string(Partitioning value) noexcept {
   return value == Partitioning::kKey ? "key" : "input";
 }
+const char* to_string(OnDuplicate value) noexcept {
+  return value == OnDuplicate::kRefresh ? "refresh" : "keep_first";
+}
+
+std::string repartition_group(const Config& config) {
+  return config.repartition.group_id.empty() ? config.group_id + "-repartition"
+                                             : config.repartition.group_id;
+}
+
+Config dedup_stage(const Config& config) {
+  if (!config.repartition.enabled()) return config;
+  Config c = config;
+  c.input.topics = {config.repartition.topic};
+  return c;
+}
+
 const char* to_string(OnInvalid value) noexcept {
   switch (value) {
     case OnInvalid::kDlq:

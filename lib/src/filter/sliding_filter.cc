@@ -14,6 +14,17 @@
 
 namespace kdedup::filter {
 
+void test_and_refresh_batch(SlidingFilter& filter, std::span<const Fingerprint> fps,
+                            std::span<const Tick> ticks, std::span<Decision> out) {
+  // One element at a time: a batch call would decide a later copy before
+  // this one's renewal, and the cells a renewal touches can change the
+  // decisions of other fingerprints too (probabilistic filters).
+  for (std::size_t i = 0; i < fps.size(); ++i) {
+    out[i] = filter.test_and_insert(fps[i], ticks[i]);
+    if (out[i] == Decision::kDuplicate) filter.insert(fps[i], ticks[i]);
+  }
+}
+
 void SlidingFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
                                           std::span<const Tick> ticks, std::span<Decision> out) {
   for (std::size_t i = 0; i < fps.size(); ++i) out[i] = test_and_insert(fps[i], ticks[i]);

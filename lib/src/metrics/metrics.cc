@@ -139,6 +139,27 @@ struct Metrics::Families {
                                     "committed, or discarded by an abort.")),
         transaction_records_committed(transaction_records.Add({{"outcome", "committed"}})),
         transaction_records_discarded(transaction_records.Add({{"outcome", "discarded"}})),
+        repartition_in(counter(r, "kdedup_repartition_records_in_total",
+                               "Records the repartition stage read from the input topics.")
+                           .Add({})),
+        repartition_out(counter(r, "kdedup_repartition_records_total",
+                                "Records the repartition stage re-produced to the internal "
+                                "topic, acknowledged.")
+                            .Add({})),
+        repartition_invalid(counter(r, "kdedup_repartition_invalid_total",
+                                    "Records without identity at the repartition stage, by the "
+                                    "on_invalid action taken: dlq, drop or pass.")),
+        repartition_dlq(repartition_invalid.Add({{"action", "dlq"}})),
+        repartition_dropped(repartition_invalid.Add({{"action", "drop"}})),
+        repartition_passed(repartition_invalid.Add({{"action", "pass"}})),
+        repartition_lag(gauge(r, "kdedup_repartition_consumer_lag",
+                              "Records of the input topics not yet repartitioned by this "
+                              "instance's partitions (high watermark minus position).")
+                            .Add({})),
+        repartition_assigned(gauge(r, "kdedup_repartition_assigned_partitions",
+                                   "Input partitions currently assigned to this instance's "
+                                   "repartition stage.")
+                                 .Add({})),
         assigned(gauge(r, "kdedup_consumer_assigned_partitions",
                        "Input partitions currently assigned to this instance.")
                      .Add({})),
@@ -211,6 +232,14 @@ struct Metrics::Families {
   Family<Counter>& transaction_records;
   Counter& transaction_records_committed;
   Counter& transaction_records_discarded;
+  Counter& repartition_in;
+  Counter& repartition_out;
+  Family<Counter>& repartition_invalid;
+  Counter& repartition_dlq;
+  Counter& repartition_dropped;
+  Counter& repartition_passed;
+  Gauge& repartition_lag;
+  Gauge& repartition_assigned;
   Gauge& assigned;
   Gauge& workers;
   Gauge& producer_queue_messages;
@@ -465,6 +494,19 @@ void Metrics::add_transactions(std::uint64_t committed, std::uint64_t aborted,
   add_nonzero(&families_->transactions_aborted, aborted);
   add_nonzero(&families_->transaction_records_committed, records_committed);
   add_nonzero(&families_->transaction_records_discarded, records_discarded);
+}
+
+void Metrics::add_repartition(const RepartitionCounts& counts) {
+  add_nonzero(&families_->repartition_in, counts.in);
+  add_nonzero(&families_->repartition_out, counts.repartitioned);
+  add_nonzero(&families_->repartition_dlq, counts.dead_lettered);
+  add_nonzero(&families_->repartition_dropped, counts.dropped);
+  add_nonzero(&families_->repartition_passed, counts.passed);
+}
+
+void Metrics::set_repartition(std::int64_t lag_records, std::int64_t assigned_partitions) {
+  families_->repartition_lag.Set(static_cast<double>(lag_records));
+  families_->repartition_assigned.Set(static_cast<double>(assigned_partitions));
 }
 
 void Metrics::set_assigned_partitions(std::int64_t n) {

@@ -284,7 +284,32 @@ void StatsBridge::run() {
   }
 }
 
+void StatsBridge::watch_repartition(std::function<RepartitionStats()> source,
+                                    std::string internal_topic) {
+  repartition_ = std::move(source);
+  internal_topic_ = std::move(internal_topic);
+  instruments_.metrics().add_delivery_errors(internal_topic_, 0);
+}
+
+void StatsBridge::publish_repartition() {
+  if (!repartition_) return;
+  const RepartitionStats now = repartition_();
+  RepartitionStats& was = repartition_seen_;
+  metrics::Metrics& m = instruments_.metrics();
+  m.add_repartition({.in = now.in - was.in,
+                     .repartitioned = now.repartitioned - was.repartitioned,
+                     .dead_lettered = now.dead_lettered - was.dead_lettered,
+                     .dropped = now.dropped - was.dropped,
+                     .passed = now.passed - was.passed});
+  if (now.delivery_errors != was.delivery_errors) {
+    m.add_delivery_errors(internal_topic_, now.delivery_errors - was.delivery_errors);
+  }
+  m.set_repartition(now.lag, now.assigned);
+  was = now;
+}
+
 void StatsBridge::publish() {
+  publish_repartition();
   metrics::Metrics& m = instruments_.metrics();
   const PipelineStats s = source_();
   const std::int64_t wall = wall_ms_();

@@ -7,6 +7,7 @@ ProcessorOptions ProcessorOptions::of(const config::Config& config) {
   o.filter_enabled = config.filter_enabled;
   o.on_invalid = config.on_invalid;
   o.route_duplicates = !config.duplicates_topic.empty();
+  o.refresh = config.on_duplicate == config::OnDuplicate::kRefresh;
   return o;
 }
 
@@ -57,15 +58,17 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
       tick = slice.observe(extracted->time_ms.value_or(0), wall_ms);
     }
     if (extracted) {
-      if (replay == ReplayRule::Action::kDropped) {
-        // The previous owner dropped it; the filter is not asked again.
+      const bool dropped = replay == ReplayRule::Action::kDropped;
+      if (dropped) {
+        // The previous owner dropped it; the filter is not asked again
+        // (under refresh its drop renewed the identity: learned below).
         routes_[i] = Route::kDuplicate;
-        continue;
+        if (!options_.refresh) continue;
       }
       if (options_.filter_enabled) {
         fps_.push_back(fingerprinter_(extracted->identity));
         ticks_.push_back(*tick);
-        const bool learn = replay == ReplayRule::Action::kLearn;
+        const bool learn = replay == ReplayRule::Action::kLearn || dropped;
         learn_.push_back(learn ? 1 : 0);
         any_learn |= learn;
         decided_.push_back(i);

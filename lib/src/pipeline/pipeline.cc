@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
 
 #include <fmt/format.h>
@@ -40,6 +41,7 @@
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
 #include "kdedup/pipeline/partition_processor.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/pipeline/reconcile.h"
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/pipeline/transaction.h"
@@ -53,9 +55,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using MessagePtr = std::unique_ptr<RdKafka::Message>;
 
-constexpr const char* kSourceTopicHeader = "kdedup-source-topic";
-constexpr const char* kSourcePartitionHeader = "kdedup-source-partition";
-constexpr const char* kSourceOffsetHeader = "kdedup-source-offset";
 constexpr const char* kErrorHeader = "kdedup-error";
 constexpr const char* kErrorMessageHeader = "kdedup-error-message";
 
@@ -193,14 +192,30 @@ class OpenTransaction {
 /// Travels with one produced record as its msg_opaque and comes back in the
 /// delivery report. Holds shared ownership so a report arriving after the
 /// partition was released still has somewhere to go.
+/// One allocation per produced record and nothing to format: where the
+/// record came from is in its provenance headers, read on failure only.
 struct DeliveryTag {
   std::shared_ptr<OffsetTracker> tracker;
   std::shared_ptr<PartitionCounters> counters;
   std::int64_t offset;
-  std::string source;           // "topic[partition]@offset" for error messages
   const char* destination;      // "output", "duplicates" or "dead-letter"
   std::uint64_t txn_epoch = 0;  // delivery: transactional: the transaction it belongs to
 };
+
+/// "topic[partition]@offset" of the input record an output record was
+/// produced for, from its provenance headers (error messages only).
+std::string source_of(RdKafka::Message& output) {
+  ProvenanceHeaders found;
+  std::vector<RdKafka::Headers::Header> all;
+  if (const RdKafka::Headers* hs = output.headers(); hs != nullptr) all = hs->get_all();
+  for (const auto& h : all) {
+    found.offer(h.key(), std::string_view(static_cast<const char*>(h.value()),
+                                          h.value() != nullptr ? h.value_size() : 0));
+  }
+  const ProvenanceParse parsed = parse_provenance(found);
+  if (!parsed.provenance) return "(unknown)";
+  return parsed.provenance->source.str() + "@" + std::to_string(parsed.provenance->offset);
+}
 
 class DeliveryReports final : public RdKafka::DeliveryReportCb {
  public:
@@ -222,8 +237,8 @@ class DeliveryReports final : public RdKafka::DeliveryReportCb {
     // producer): this failure is permanent. Never skip, never commit past.
     tag->counters->delivery_errors.fetch_add(1, std::memory_order_relaxed);
     std::string reason = "could not deliver the " + std::string(tag->destination) +
-                         " record for input " + tag->source + " to topic '" + message.topic_name() +
-                         "': " + describe_kafka_error(message.err());
+                         " record for input " + source_of(message) + " to topic '" +
+                         message.topic_name() + "': " + describe_kafka_error(message.err());
     tag->tracker->failed(tag->offset, reason);
     fatal_.set(std::move(reason));
   }
@@ -238,8 +253,8 @@ class DeliveryReports final : public RdKafka::DeliveryReportCb {
     }
     tag.counters->delivery_errors.fetch_add(1, std::memory_order_relaxed);
     std::string reason = "could not deliver the " + std::string(tag.destination) +
-                         " record for input " + tag.source + " to topic '" + message.topic_name() +
-                         "': " + describe_kafka_error(message.err());
+                         " record for input " + source_of(message) + " to topic '" +
+                         message.topic_name() + "': " + describe_kafka_error(message.err());
     tag.tracker->failed(tag.offset, reason);
     txn_->doom(tag.txn_epoch, std::move(reason));
   }
@@ -304,6 +319,19 @@ class ClientEvents final : public RdKafka::EventCb {
   Clock::time_point last_log_{};
   RdKafka::ErrorCode last_err_ = RdKafka::ERR_NO_ERROR;
 };
+
+/// Owns a librdkafka header list until the producer takes it.
+struct HeadersGuard {
+  rd_kafka_headers_t* headers;
+  ~HeadersGuard() {
+    if (headers != nullptr) rd_kafka_headers_destroy(headers);
+  }
+};
+
+void add_header(rd_kafka_headers_t* headers, std::string_view name, std::string_view value) {
+  rd_kafka_header_add(headers, name.data(), static_cast<ssize_t>(name.size()), value.data(),
+                      static_cast<ssize_t>(value.size()));
+}
 
 /// A unit of work for a worker, processed strictly in queue order.
 struct Work {
@@ -441,6 +469,8 @@ class Worker {
           work.done->set_value();
           break;
         case Work::Kind::kStop:
+          for (auto& [name, rkt] : topics_) rd_kafka_topic_destroy(rkt);
+          topics_.clear();
           return;
       }
     }
@@ -455,8 +485,10 @@ class Worker {
       // out records per partition in runs, so groups are usually long.
       const auto& first = *records[begin];
       std::size_t end = begin + 1;
-      while (end < records.size() && records[end]->partition() == first.partition() &&
-             records[end]->topic_name() == first.topic_name()) {
+      // Same topic = same topic handle: no name copies per record.
+      const rd_kafka_message_t* head = records[begin]->c_ptr();
+      while (end < records.size() && records[end]->c_ptr()->partition == head->partition &&
+             records[end]->c_ptr()->rkt == head->rkt) {
         ++end;
       }
       PartitionId id{first.topic_name(), first.partition()};
@@ -606,38 +638,48 @@ class Worker {
   /// dooms the open transaction instead).
   bool produce(Slice& slice, RdKafka::Message& m, const std::string& topic, std::int32_t partition,
                const char* destination, const identity::ExtractError* error) {
-    RdKafka::Headers* headers = nullptr;
-    if (const RdKafka::Headers* hs = m.headers(); hs != nullptr && hs->size() > 0) {
-      headers = RdKafka::Headers::create(hs->get_all());
-    } else {
-      headers = RdKafka::Headers::create();
-    }
-    std::unique_ptr<RdKafka::Headers> owned_headers(headers);
-    const std::string offset_text = std::to_string(m.offset());
-    headers->add(kSourceTopicHeader, m.topic_name());
-    headers->add(kSourcePartitionHeader, std::to_string(m.partition()));
-    headers->add(kSourceOffsetHeader, offset_text);
+    // librdkafka's C API: the input's headers copied in one call, the
+    // provenance added without building strings, and the topic by handle
+    // (by name, every record is a locked lookup).
+    const rd_kafka_message_t* in = m.c_ptr();
+    rd_kafka_headers_t* input_headers = nullptr;
+    rd_kafka_headers_t* headers =
+        rd_kafka_message_headers(in, &input_headers) == RD_KAFKA_RESP_ERR_NO_ERROR
+            ? rd_kafka_headers_copy(input_headers)
+            : rd_kafka_headers_new(error != nullptr ? 5 : 3);
+    HeadersGuard owned_headers{headers};
+    const fmt::format_int offset_text(in->offset);
+    const fmt::format_int partition_text(in->partition);
+    add_header(headers, kProvenanceTopicHeader, rd_kafka_topic_name(in->rkt));
+    add_header(headers, kProvenancePartitionHeader, partition_text.c_str());
+    add_header(headers, kProvenanceOffsetHeader, offset_text.c_str());
     if (error != nullptr) {
-      headers->add(kErrorHeader, identity::to_string(error->reason));
-      headers->add(kErrorMessageHeader, error->message);
+      add_header(headers, kErrorHeader, identity::to_string(error->reason));
+      add_header(headers, kErrorMessageHeader, error->message);
     }
     // Timestamps <= 0 cannot be produced as such (0 asks the producer for
     // "now"); they leave with the time of production.
-    auto ts = m.timestamp();
-    const std::int64_t out_ts =
-        ts.type != RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE && ts.timestamp > 0
-            ? ts.timestamp
-            : 0;
-    auto tag = std::make_unique<DeliveryTag>(DeliveryTag{
-        slice.tracker(), slice.counters(), m.offset(), slice.id().str() + "@" + offset_text,
-        destination, shared_.txn != nullptr ? shared_.txn->epoch() : 0});
+    rd_kafka_timestamp_type_t ts_type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+    const std::int64_t ts = rd_kafka_message_timestamp(in, &ts_type);
+    const std::int64_t out_ts = ts_type != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts > 0 ? ts : 0;
+    auto tag = std::make_unique<DeliveryTag>(
+        DeliveryTag{slice.tracker(), slice.counters(), in->offset, destination,
+                    shared_.txn != nullptr ? shared_.txn->epoch() : 0});
+    rd_kafka_topic_t* rkt = topic_handle(topic);
+    const std::size_t key_len = in->key != nullptr ? in->key_len : 0;
     for (;;) {
-      RdKafka::ErrorCode err = shared_.producer.produce(
-          topic, partition, RdKafka::Producer::RK_MSG_COPY, m.payload(), m.len(), m.key_pointer(),
-          m.key_pointer() ? m.key_len() : 0, out_ts, headers, tag.get());
+      const auto err =
+          rkt == nullptr
+              ? RdKafka::ERR__UNKNOWN_TOPIC
+              : static_cast<RdKafka::ErrorCode>(rd_kafka_producev(
+                    shared_.producer.c_ptr(), RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(partition),
+                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                    RD_KAFKA_V_VALUE(in->payload, in->len), RD_KAFKA_V_KEY(in->key, key_len),
+                    RD_KAFKA_V_TIMESTAMP(out_ts), RD_KAFKA_V_HEADERS(headers),
+                    RD_KAFKA_V_OPAQUE(tag.get()), RD_KAFKA_V_END));
       if (err == RdKafka::ERR_NO_ERROR) {
-        owned_headers.release();  // librdkafka owns them now
-        tag.release();            // comes back in the delivery report
+        owned_headers.headers = nullptr;  // librdkafka owns them now
+        tag.release();                    // comes back in the delivery report
         if (shared_.txn != nullptr && error == nullptr && topic == shared_.config.output.topic) {
           shared_.txn->count_output();
         }
@@ -649,7 +691,7 @@ class Worker {
         continue;
       }
       std::string reason = "could not produce the " + std::string(destination) +
-                           " record for input " + slice.id().str() + "@" + offset_text +
+                           " record for input " + slice.id().str() + "@" + offset_text.str() +
                            " to topic '" + topic + "': " + describe_kafka_error(err);
       slice.counters()->delivery_errors.fetch_add(1, std::memory_order_relaxed);
       slice.tracker()->failed(m.offset(), reason);
@@ -674,7 +716,19 @@ class Worker {
   std::atomic<std::uint64_t> busy_nanos_{0};
   bool failed_ = false;  // stop processing after a fatal record-level error
 
+  /// The producer's handle of a destination topic, made on first use (a
+  /// handful per worker: output, duplicates, dead letters).
+  rd_kafka_topic_t* topic_handle(const std::string& name) {
+    for (const auto& [n, rkt] : topics_) {
+      if (n == name) return rkt;
+    }
+    rd_kafka_topic_t* rkt = rd_kafka_topic_new(shared_.producer.c_ptr(), name.c_str(), nullptr);
+    if (rkt != nullptr) topics_.emplace_back(name, rkt);
+    return rkt;  // null: an invalid name, reported by produce()
+  }
+
   // Worker-thread state, only touched by loop().
+  std::vector<std::pair<std::string, rd_kafka_topic_t*>> topics_;  // released at kStop
   std::map<PartitionId, std::unique_ptr<Slice>> slices_;
   PartitionProcessor processor_;
   BatchView batch_view_;
@@ -861,6 +915,7 @@ SliceOptions slice_options(const config::Config& config) {
   o.window_ms = config.window_ms();
   o.max_future_skew_ms = config.max_future_skew.count();
   o.filter_enabled = config.filter_enabled;
+  o.refresh = config.on_duplicate == config::OnDuplicate::kRefresh;
   o.filter = config.filter;
   o.memory = make_memory_budget(config);
   return o;
@@ -1494,7 +1549,8 @@ Result<std::map<PartitionId, std::int64_t>> Pipeline::Impl::recover(
     const bool restored = plan_restores(*plan);
     ReplayRule rule(restored ? ReplayRule::Below::kSnapshot : ReplayRule::Below::kDelivered,
                     plan->committed_until, plan->rebuild_until, std::move(emitted),
-                    config.output.partitioning == config::Partitioning::kInput);
+                    config.output.partitioning == config::Partitioning::kInput,
+                    config.on_duplicate == config::OnDuplicate::kRefresh);
     const std::size_t delivered = rule.delivered();
     (*slice)->set_replay(std::move(rule));
 

@@ -1,7 +1,6 @@
 #include "kdedup/pipeline/reconcile.h"
 
 #include <algorithm>
-#include <charconv>
 #include <memory>
 #include <set>
 
@@ -17,50 +16,9 @@ namespace kdedup::pipeline {
 
 namespace {
 
-/// Strict ASCII decimal, no sign, no spaces, fits int64.
-std::optional<std::int64_t> parse_decimal(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  std::int64_t value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || text.front() == '-') return std::nullopt;
-  return value;
-}
-
 constexpr std::size_t kMalformedExamples = 5;
 
 }  // namespace
-
-ProvenanceParse parse_provenance(const ProvenanceHeaders& h) {
-  ProvenanceParse out;
-  if (!h.topic && !h.partition && !h.offset) return out;
-  auto missing = [&](std::string_view name) {
-    out.malformed = fmt::format("provenance header '{}' is missing", name);
-    return out;
-  };
-  if (!h.topic) return missing(kProvenanceTopicHeader);
-  if (!h.partition) return missing(kProvenancePartitionHeader);
-  if (!h.offset) return missing(kProvenanceOffsetHeader);
-  if (h.topic->empty()) {
-    out.malformed = fmt::format("provenance header '{}' is empty", kProvenanceTopicHeader);
-    return out;
-  }
-  const auto partition = parse_decimal(*h.partition);
-  if (!partition || *partition > INT32_MAX) {
-    out.malformed = fmt::format("provenance header '{}' is not a partition number: '{}'",
-                                kProvenancePartitionHeader, *h.partition);
-    return out;
-  }
-  const auto offset = parse_decimal(*h.offset);
-  if (!offset) {
-    out.malformed = fmt::format("provenance header '{}' is not an offset: '{}'",
-                                kProvenanceOffsetHeader, *h.offset);
-    return out;
-  }
-  out.provenance = Provenance{
-      PartitionId{std::string(*h.topic), static_cast<std::int32_t>(*partition)}, *offset};
-  return out;
-}
 
 std::vector<std::int32_t> output_partitions_to_read(config::Partitioning partitioning,
                                                     std::int32_t input_partition,
@@ -153,62 +111,56 @@ struct Started {
   ~Started() { consumer->stop(topic, partition); }
 };
 
-/// The offset and timestamp (<= 0: none) of the first record at or after
-/// `offset`; none at the end of the partition.
-Result<std::optional<std::pair<std::int64_t, std::int64_t>>> read_at(RdKafka::Consumer& consumer,
-                                                                     RdKafka::Topic& topic,
-                                                                     std::int32_t partition,
-                                                                     std::int64_t offset,
-                                                                     Clock::time_point deadline) {
+/// Offset and timestamp (<= 0: none) of the first record at or after an
+/// offset; none at the end of the partition.
+using FirstRecord = std::optional<std::pair<std::int64_t, std::int64_t>>;
+
+/// The first record at or after `at[p]` of every partition p, read together
+/// through one queue (one round trip for all, not one each). Fails when
+/// nothing arrives for `step`.
+Result<std::map<std::int32_t, FirstRecord>> read_first_records(
+    RdKafka::Consumer& consumer, RdKafka::Topic& topic,
+    const std::map<std::int32_t, std::int64_t>& at, Clock::duration step) {
+  std::map<std::int32_t, FirstRecord> found;
   std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
-  if (RdKafka::ErrorCode code = consumer.start(&topic, partition, offset, queue.get());
-      code != RdKafka::ERR_NO_ERROR) {
-    return fail(fmt::format("cannot read {}[{}] at offset {}: {}", topic.name(), partition, offset,
-                            describe_kafka_error(code)));
+  std::vector<std::unique_ptr<Started>> started;
+  for (const auto& [p, offset] : at) {
+    if (RdKafka::ErrorCode code = consumer.start(&topic, p, offset, queue.get());
+        code != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("cannot read {}[{}] at offset {}: {}", topic.name(), p, offset,
+                              describe_kafka_error(code)));
+    }
+    started.push_back(std::unique_ptr<Started>(new Started{&consumer, &topic, p}));
   }
-  Started started{&consumer, &topic, partition};
-  for (;;) {
-    const int wait = remaining_ms(deadline);
+  auto stalled_at = Clock::now() + step;
+  while (found.size() < at.size()) {
+    const int wait = remaining_ms(stalled_at);
     if (wait <= 0) {
-      return fail(
-          fmt::format("reading {}[{}] at offset {} timed out", topic.name(), partition, offset));
+      for (const auto& [p, offset] : at) {
+        if (!found.count(p)) {
+          return fail(
+              fmt::format("reading {}[{}] at offset {} timed out", topic.name(), p, offset));
+        }
+      }
     }
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
     if (!m || m->err() == RdKafka::ERR__TIMED_OUT) continue;
-    if (m->err() == RdKafka::ERR__PARTITION_EOF) return std::nullopt;
-    if (m->err() != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("reading {}[{}] at offset {}: {}", topic.name(), partition, offset,
+    const std::int32_t p = m->partition();
+    if (!at.count(p) || found.count(p)) continue;  // later records of an answered partition
+    if (m->err() == RdKafka::ERR__PARTITION_EOF) {
+      found[p] = std::nullopt;
+    } else if (m->err() != RdKafka::ERR_NO_ERROR) {
+      return fail(fmt::format("reading {}[{}] at offset {}: {}", topic.name(), p, at.at(p),
                               describe_kafka_error(m->err())));
-    }
-    const auto ts = m->timestamp();
-    const std::int64_t t =
-        ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
-    return std::make_pair(m->offset(), t);
-  }
-}
-
-/// The first offset in [low, last] whose record's timestamp is >= target,
-/// by bisection (timestamps taken as non-decreasing; the record at `last`
-/// qualifies). About log2(last - low) single-record reads.
-Result<std::int64_t> search_offset_for_time(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
-                                            std::int32_t partition, std::int64_t low,
-                                            std::int64_t last, std::int64_t target,
-                                            Clock::time_point deadline) {
-  std::int64_t lo = std::max<std::int64_t>(0, low);
-  std::int64_t hi = std::max(lo, last);
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    auto r = read_at(consumer, topic, partition, mid, deadline);
-    if (!r) return tl::unexpected(r.error());
-    if (!*r || (*r)->first >= hi) {
-      hi = mid;  // nothing stored in [mid, hi): the answer is at or before mid
-    } else if ((*r)->second >= target) {
-      hi = mid;  // the first record from mid on qualifies
     } else {
-      lo = (*r)->first + 1;
+      const auto ts = m->timestamp();
+      const std::int64_t t =
+          ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
+      found[p] = std::make_pair(m->offset(), t);
     }
+    stalled_at = Clock::now() + step;
   }
-  return lo;
+  return found;
 }
 
 /// One partition of offsets_at_or_after(): the record at `last` has a
@@ -219,6 +171,46 @@ struct TimeQuery {
   std::int64_t last = 0;
 };
 
+/// For each partition, the first offset in [low, last] whose record's
+/// timestamp is >= its target, by bisection (timestamps taken as
+/// non-decreasing; the record at `last` qualifies). Every round reads the
+/// middle record of each unfinished partition together through one queue,
+/// so hundreds of partitions take about log2(last - low) rounds, not that
+/// many reads each one after the other. A round fails when nothing arrives
+/// for `step`.
+Result<std::map<std::int32_t, std::int64_t>> search_offsets_for_time(
+    RdKafka::Consumer& consumer, RdKafka::Topic& topic,
+    const std::map<std::int32_t, TimeQuery>& queries, Clock::duration step) {
+  struct Range {
+    std::int64_t lo = 0, hi = 0;
+  };
+  std::map<std::int32_t, Range> ranges;
+  for (const auto& [p, q] : queries) {
+    const std::int64_t lo = std::max<std::int64_t>(0, q.low);
+    ranges[p] = {lo, std::max(lo, q.last)};
+  }
+  for (;;) {
+    std::map<std::int32_t, std::int64_t> mids;
+    for (const auto& [p, r] : ranges) {
+      if (r.lo < r.hi) mids[p] = r.lo + (r.hi - r.lo) / 2;
+    }
+    if (mids.empty()) break;
+    auto read = read_first_records(consumer, topic, mids, step);
+    if (!read) return tl::unexpected(read.error());
+    for (const auto& [p, first] : *read) {
+      Range& r = ranges[p];
+      if (!first || first->first >= r.hi || first->second >= queries.at(p).target_ms) {
+        r.hi = mids.at(p);  // the answer is at or before mid
+      } else {
+        r.lo = first->first + 1;
+      }
+    }
+  }
+  std::map<std::int32_t, std::int64_t> found;
+  for (const auto& [p, r] : ranges) found[p] = r.lo;
+  return found;
+}
+
 /// For each partition of `topic`, the first offset whose record's timestamp
 /// is >= its target: offsetsForTimes for all of them in one call, and a
 /// bisection (search_offset_for_time) where the broker does not answer
@@ -228,6 +220,8 @@ Result<std::map<std::int32_t, std::int64_t>> offsets_at_or_after(
     const std::map<std::int32_t, TimeQuery>& queries, Clock::time_point deadline) {
   std::map<std::int32_t, std::int64_t> found;
   if (queries.empty()) return found;
+  // A search round may take as long as the whole call was given.
+  const auto span = deadline - Clock::now();
   std::vector<RdKafka::TopicPartition*> tps;
   for (const auto& [p, q] : queries) {
     tps.push_back(RdKafka::TopicPartition::create(topic.name(), p, q.target_ms));
@@ -241,22 +235,22 @@ Result<std::map<std::int32_t, std::int64_t>> offsets_at_or_after(
     return fail(
         fmt::format("offsets for times of '{}': {}", topic.name(), describe_kafka_error(code)));
   }
+  std::map<std::int32_t, TimeQuery> unanswered;
   for (auto* tp : tps) {
-    const TimeQuery& q = queries.at(tp->partition());
     if (tp->err() != RdKafka::ERR_NO_ERROR) {
       return fail(fmt::format("offsets for times of {}[{}]: {}", topic.name(), tp->partition(),
                               describe_kafka_error(tp->err())));
     }
     if (tp->offset() >= 0) {
       found[tp->partition()] = tp->offset();
-      continue;
+    } else {
+      // No answer although the record at `last` qualifies: search the offsets.
+      unanswered[tp->partition()] = queries.at(tp->partition());
     }
-    // No answer although the record at `last` qualifies: search the offsets.
-    auto at = search_offset_for_time(consumer, topic, tp->partition(), q.low, q.last, q.target_ms,
-                                     deadline);
-    if (!at) return tl::unexpected(at.error());
-    found[tp->partition()] = *at;
   }
+  auto searched = search_offsets_for_time(consumer, topic, unanswered, span);
+  if (!searched) return tl::unexpected(searched.error());
+  found.merge(*searched);
   return found;
 }
 
@@ -342,11 +336,8 @@ Status read_ranges(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
     if (const RdKafka::Headers* hs = m->headers(); hs != nullptr) all = hs->get_all();
     for (const auto& h : all) {
       const std::string name = h.key();  // returned by value
-      const std::string_view value(static_cast<const char*>(h.value()),
-                                   h.value() ? h.value_size() : 0);
-      if (name == kProvenanceTopicHeader && !found.topic) found.topic = value;
-      if (name == kProvenancePartitionHeader && !found.partition) found.partition = value;
-      if (name == kProvenanceOffsetHeader && !found.offset) found.offset = value;
+      found.offer(name, std::string_view(static_cast<const char*>(h.value()),
+                                         h.value() ? h.value_size() : 0));
     }
     const ProvenanceParse parsed = parse_provenance(found);
     if (parsed.malformed) {
@@ -387,12 +378,15 @@ Result<ReconcileReport> read_output(const ReconcileOptions& options,
     return fail(fmt::format("output reconciliation: tail_records must be positive, got {}",
                             options.tail_records));
   }
-  const auto deadline = Clock::now() + options.timeout;
+  // Every step has the timeout to itself (a step: the metadata, one
+  // partition's watermarks or time search, a read that keeps receiving):
+  // hundreds of partitions take longer than one timeout in all.
+  const auto step = [&] { return Clock::now() + options.timeout; };
   auto made = make_consumer(options);
   if (!made) return tl::unexpected(made.error());
   RdKafka::Consumer& consumer = **made;
 
-  auto count = partition_count(consumer, output_topic, deadline);
+  auto count = partition_count(consumer, output_topic, step());
   if (!count) return tl::unexpected(count.error());
   for (std::int32_t p : output_partitions) {
     if (p < 0 || p >= *count) {
@@ -407,19 +401,32 @@ Result<ReconcileReport> read_output(const ReconcileOptions& options,
       RdKafka::Topic::create(&consumer, output_topic, nullptr, err));
   if (!topic) return fail(fmt::format("output reconciliation: topic '{}': {}", output_topic, err));
 
-  // Where each partition's read starts: the first record at or after
-  // `since` (time), searched in [low, last]; `last` = the newest stored.
-  auto start_at_time = [&](std::int32_t p, std::int64_t low, std::int64_t last,
-                           std::int64_t since) -> Result<std::int64_t> {
-    // Deliveries at or after `since` exist (before `last`) only if the
-    // record at `last` is one.
-    auto newest = read_at(consumer, *topic, p, last, deadline);
+  // Where reads start: per partition, the first record at or after the
+  // query's time, searched in [low, last] (`last` = the newest stored); all
+  // partitions together.
+  auto starts_at_time = [&](const std::map<std::int32_t, TimeQuery>& wanted)
+      -> Result<std::map<std::int32_t, std::int64_t>> {
+    std::map<std::int32_t, std::int64_t> starts;
+    if (wanted.empty()) return starts;
+    std::map<std::int32_t, std::int64_t> newest_at;
+    for (const auto& [p, q] : wanted) newest_at[p] = q.last;
+    auto newest = read_first_records(consumer, *topic, newest_at, options.timeout);
     if (!newest) return fail("output reconciliation: " + newest.error().message);
-    if (!*newest || (*newest)->second < since) return last + 1;
-    auto at = offsets_at_or_after(consumer, *topic, {{p, TimeQuery{since, low, (*newest)->first}}},
-                                  deadline);
+    std::map<std::int32_t, TimeQuery> search;
+    for (const auto& [p, q] : wanted) {
+      // Deliveries at or after the time exist (before `last`) only if the
+      // record at `last` is one.
+      const FirstRecord& n = newest->at(p);
+      if (!n || n->second < q.target_ms) {
+        starts[p] = q.last + 1;
+      } else {
+        search[p] = TimeQuery{q.target_ms, q.low, n->first};
+      }
+    }
+    auto at = offsets_at_or_after(consumer, *topic, search, step());
     if (!at) return fail("output reconciliation: " + at.error().message);
-    return at->at(p);
+    starts.merge(*at);
+    return starts;
   };
 
   // 1. The tail of each partition, and back to since_ms where given. The
@@ -427,29 +434,30 @@ Result<ReconcileReport> read_output(const ReconcileOptions& options,
   //    for (the partitions being recovered are paused).
   std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> marks;   // low, high
   std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> ranges;  // [from, high)
+  std::map<std::int32_t, TimeQuery> back_to;
   for (std::int32_t p :
        std::set<std::int32_t>(output_partitions.begin(), output_partitions.end())) {
     std::int64_t low = 0;
     std::int64_t high = 0;
-    RdKafka::ErrorCode code = consumer.query_watermark_offsets(output_topic, p, &low, &high,
-                                                               std::max(1, remaining_ms(deadline)));
+    RdKafka::ErrorCode code = consumer.query_watermark_offsets(
+        output_topic, p, &low, &high, static_cast<int>(options.timeout.count()));
     if (code != RdKafka::ERR_NO_ERROR) {
       return fail(fmt::format("output reconciliation: watermarks of '{}' partition {}: {}",
                               output_topic, p, describe_kafka_error(code)));
     }
     if (high <= low) continue;  // empty partition: nothing emitted (or all expired)
     marks[p] = {low, high};
-    std::int64_t from = std::max(low, high - options.tail_records);
+    ranges[p] = {std::max(low, high - options.tail_records), high};
     if (auto since = since_ms.find(p); since != since_ms.end()) {
-      auto at = start_at_time(p, low, high - 1, since->second);
-      if (!at) return tl::unexpected(at.error());
-      from = std::min(from, *at);
+      back_to[p] = TimeQuery{since->second, low, high - 1};
     }
-    ranges[p] = {from, high};
   }
+  auto starts = starts_at_time(back_to);
+  if (!starts) return tl::unexpected(starts.error());
+  for (const auto& [p, at] : *starts) ranges[p].first = std::min(ranges[p].first, at);
   ReconcileReport report;
   std::map<std::pair<std::int32_t, PartitionId>, std::int64_t> lowest;
-  if (auto s = read_ranges(consumer, *topic, ranges, cover, on_delivery, options, deadline, report,
+  if (auto s = read_ranges(consumer, *topic, ranges, cover, on_delivery, options, step(), report,
                            lowest);
       !s) {
     return tl::unexpected(s.error());
@@ -461,6 +469,7 @@ Result<ReconcileReport> read_output(const ReconcileOptions& options,
   //    grow with output offsets, so a record below C proves the rest lies
   //    after it).
   std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> back;
+  std::map<std::int32_t, TimeQuery> further;
   for (const auto& [p, range] : ranges) {
     const std::int64_t low = marks.at(p).first;
     const std::int64_t from = range.first;
@@ -476,16 +485,19 @@ Result<ReconcileReport> read_output(const ReconcileOptions& options,
       if (c.since_ms) since = since ? std::min(*since, *c.since_ms) : *c.since_ms;
     }
     if (!needed) continue;
-    std::int64_t to = low;
-    if (!to_start) {
-      auto at = start_at_time(p, low, from - 1, *since);
-      if (!at) return tl::unexpected(at.error());
-      to = *at;
+    if (to_start) {
+      back[p] = {low, from};
+    } else {
+      further[p] = TimeQuery{*since, low, from - 1};
     }
-    if (to < from) back[p] = {to, from};
+  }
+  auto further_starts = starts_at_time(further);
+  if (!further_starts) return tl::unexpected(further_starts.error());
+  for (const auto& [p, to] : *further_starts) {
+    if (const std::int64_t from = ranges.at(p).first; to < from) back[p] = {to, from};
   }
   if (!back.empty()) {
-    if (auto s = read_ranges(consumer, *topic, back, cover, on_delivery, options, deadline, report,
+    if (auto s = read_ranges(consumer, *topic, back, cover, on_delivery, options, step(), report,
                              lowest);
         !s) {
       return tl::unexpected(s.error());
@@ -579,7 +591,7 @@ Result<std::map<PartitionId, CommitPoint>> find_commit_points(
     if (!rebuild.count(id)) continue;
     std::int64_t low = 0, high = 0;
     if (RdKafka::ErrorCode code = consumer.query_watermark_offsets(
-            id.topic, id.partition, &low, &high, std::max(1, remaining_ms(deadline)));
+            id.topic, id.partition, &low, &high, static_cast<int>(options.timeout.count()));
         code != RdKafka::ERR_NO_ERROR) {
       return fail(
           fmt::format("window start: offsets of {}: {}", id.str(), describe_kafka_error(code)));
@@ -588,7 +600,8 @@ Result<std::map<PartitionId, CommitPoint>> find_commit_points(
         TimeQuery{rewind_target_ms(ts, rewind_ms), low, committed.at(id) - 1};
   }
   for (const auto& [name, by_partition] : queries) {
-    auto found = offsets_at_or_after(consumer, *topics.at(name), by_partition, deadline);
+    auto found = offsets_at_or_after(consumer, *topics.at(name), by_partition,
+                                     Clock::now() + options.timeout);
     if (!found) return fail("window start: " + found.error().message);
     for (const auto& [p, offset] : *found) {
       CommitPoint& point = points[PartitionId{name, p}];

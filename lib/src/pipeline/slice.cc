@@ -41,9 +41,10 @@ Result<std::unique_ptr<Slice>> Slice::create(PartitionId id, const SliceOptions&
 }
 
 ReplayRule::ReplayRule(Below below, std::int64_t committed, std::int64_t rebuild_until,
-                       std::vector<std::int64_t> emitted, bool ordered_output)
+                       std::vector<std::int64_t> emitted, bool ordered_output, bool refresh)
     : below_(below),
       ordered_output_(ordered_output),
+      refresh_(refresh),
       committed_(committed),
       rebuild_until_(std::max(committed, rebuild_until)) {
   const std::int64_t from = below == Below::kSnapshot ? committed_ : INT64_MIN;
@@ -57,7 +58,8 @@ ReplayRule::Action ReplayRule::action(std::int64_t offset) const noexcept {
   if (offset >= rebuild_until_) return Action::kProcess;
   if (offset < committed_ && below_ == Below::kSnapshot) return Action::kDecide;
   if (std::binary_search(emitted_.begin(), emitted_.end(), offset)) return Action::kLearn;
-  if (offset < committed_) return Action::kSkip;
+  // Under refresh a dropped occurrence renewed its identity too.
+  if (offset < committed_) return refresh_ ? Action::kLearn : Action::kSkip;
   return ordered_output_ ? Action::kDropped : Action::kProcess;
 }
 
@@ -79,6 +81,7 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
       filter_(std::move(filter)),
       clock_(options.max_future_skew_ms, clock_ms),
       scale_(slice_scale(options, filter_.get())),
+      refresh_(options.refresh),
       next_offset_(next_offset) {
   if (filter_ && options.memory) filter_->set_memory_budget(options.memory);
   counters_->clock_ms.store(clock_ms, std::memory_order_relaxed);
@@ -107,8 +110,16 @@ void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const fil
     std::fill(out.begin(), out.end(), filter::Decision::kDistinct);
     return;
   }
+  auto decide_run = [this](std::span<const filter::Fingerprint> f, std::span<const filter::Tick> t,
+                           std::span<filter::Decision> o) {
+    if (refresh_) {
+      filter::test_and_refresh_batch(*filter_, f, t, o);
+    } else {
+      filter_->test_and_insert_batch(f, t, o);
+    }
+  };
   if (learn.empty()) {
-    filter_->test_and_insert_batch(fps, ticks, out);
+    decide_run(fps, ticks, out);
     return;
   }
   // Runs of decided records in one batch call, learned ones one by one.
@@ -116,9 +127,7 @@ void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const fil
   while (i < fps.size()) {
     std::size_t j = i;
     while (j < fps.size() && learn[j] == 0) ++j;
-    if (j > i)
-      filter_->test_and_insert_batch(fps.subspan(i, j - i), ticks.subspan(i, j - i),
-                                     out.subspan(i, j - i));
+    if (j > i) decide_run(fps.subspan(i, j - i), ticks.subspan(i, j - i), out.subspan(i, j - i));
     for (; j < fps.size() && learn[j] != 0; ++j) {
       filter_->insert(fps[j], ticks[j]);
       out[j] = filter::Decision::kDistinct;

@@ -61,36 +61,58 @@ Result<std::unique_ptr<PipelineRig>> PipelineRig::start(const RigOptions& option
   bo.topics = {fmt::format("{}:{}", options.input_topic, options.partitions),
                fmt::format("{}:{}", options.output_topic, options.partitions),
                fmt::format("{}:1", options.dlq_topic)};
+  // The mock cluster has no admin API: the internal topic is created here,
+  // and the instances only check it (repartition.create_topic: false).
+  if (!options.repartition_topic.empty()) {
+    bo.topics.push_back(fmt::format("{}:{}", options.repartition_topic, options.partitions));
+  }
   bo.stderr_file = options.work_dir + "/broker.log";
   auto broker = BrokerProcess::start(bo);
   if (!broker) return tl::unexpected(broker.error());
   rig->broker_ = std::move(*broker);
 
   for (int i = 0; i < options.instances; ++i) {
-    auto port = free_loopback_port();
-    if (!port) return tl::unexpected(port.error());
-    std::vector<std::string> argv{options.kdedup_binary, "run", "--config", options.config_path};
-    for (const auto& o : std::vector<std::string>{
-             "kafka.bootstrap.servers=" + rig->bootstrap(),
-             "group_id=" + options.group,
-             "input.topics=[" + options.input_topic + "]",
-             "output.topic=" + options.output_topic,
-             "dlq_topic=" + options.dlq_topic,
-             fmt::format("state.dir={}/state-{}", options.work_dir, i),
-             fmt::format("metrics.address=127.0.0.1:{}", *port),
-         }) {
-      argv.insert(argv.end(), {"--set", o});
-    }
-    for (const auto& o : options.overrides) argv.insert(argv.end(), {"--set", o});
-    ChildOptions co;
-    co.stderr_file = rig->instance_log(i);
-    // Configs such as config/local.yaml take the address from the environment.
-    co.env = {"KDEDUP_BOOTSTRAP=" + rig->bootstrap()};
-    auto child = ChildProcess::spawn(argv, co);
-    if (!child) return tl::unexpected(child.error());
-    rig->instances_.push_back(std::move(*child));
+    if (auto added = rig->add_instance(); !added) return tl::unexpected(added.error());
   }
   return rig;
+}
+
+Result<int> PipelineRig::add_instance(const std::vector<std::string>& overrides) {
+  const int i = static_cast<int>(instances_.size());
+  auto port = free_loopback_port();
+  if (!port) return tl::unexpected(port.error());
+  const RigOptions& o = options_;
+  std::vector<std::string> argv{o.instance_binary.empty() ? o.kdedup_binary : o.instance_binary,
+                                "run", "--config", o.config_path};
+  for (const auto& set : std::vector<std::string>{
+           "kafka.bootstrap.servers=" + bootstrap(),
+           "group_id=" + o.group,
+           "input.topics=[" + o.input_topic + "]",
+           "output.topic=" + o.output_topic,
+           "dlq_topic=" + o.dlq_topic,
+           fmt::format("state.dir={}/state-{}", o.work_dir, i),
+           fmt::format("metrics.address=127.0.0.1:{}", *port),
+       }) {
+    argv.insert(argv.end(), {"--set", set});
+  }
+  if (!o.repartition_topic.empty()) {
+    for (const auto& set :
+         std::vector<std::string>{"repartition.topic=" + o.repartition_topic,
+                                  fmt::format("repartition.partitions={}", o.partitions),
+                                  std::string("repartition.create_topic=false")}) {
+      argv.insert(argv.end(), {"--set", set});
+    }
+  }
+  for (const auto& set : o.overrides) argv.insert(argv.end(), {"--set", set});
+  for (const auto& set : overrides) argv.insert(argv.end(), {"--set", set});
+  ChildOptions co;
+  co.stderr_file = instance_log(i);
+  // Configs such as config/local.yaml take the address from the environment.
+  co.env = {"KDEDUP_BOOTSTRAP=" + bootstrap()};
+  auto child = ChildProcess::spawn(argv, co);
+  if (!child) return tl::unexpected(child.error());
+  instances_.push_back(std::move(*child));
+  return i;
 }
 
 PipelineRig::~PipelineRig() { stop(); }
@@ -111,9 +133,22 @@ Status PipelineRig::check_instances() {
 }
 
 Result<GroupProgress> PipelineRig::progress() {
-  auto marks = query_watermarks(bootstrap(), options_.input_topic);
+  if (options_.repartition_topic.empty()) return progress_of(options_.group, options_.input_topic);
+  auto stage = progress_of(options_.group + "-repartition", options_.input_topic);
+  if (!stage) return stage;
+  auto dedup = progress_of(options_.group, options_.repartition_topic);
+  // The internal topic exists once the first instance created it.
+  if (!dedup) return GroupProgress{0, stage->end, false};
+  // The stage commits an input offset only once the internal topic holds its
+  // record: with the stage caught up, the internal topic is complete.
+  dedup->caught_up = dedup->caught_up && stage->caught_up;
+  return dedup;
+}
+
+Result<GroupProgress> PipelineRig::progress_of(const std::string& group, const std::string& topic) {
+  auto marks = query_watermarks(bootstrap(), topic);
   if (!marks) return tl::unexpected(marks.error());
-  auto committed = committed_offsets(bootstrap(), options_.group, options_.input_topic);
+  auto committed = committed_offsets(bootstrap(), group, topic);
   if (!committed) return tl::unexpected(committed.error());
   GroupProgress p;
   p.caught_up = true;

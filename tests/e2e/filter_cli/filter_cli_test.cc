@@ -179,6 +179,7 @@ TEST(FilterCli, BadFlagsExitTwoNamingTheFlag) {
       {{"--key", "line", "--window", "1s", "--capacity", "0"}, "--capacity"},
       {{"--key", "line", "--window", "1s", "--ticks-per-window", "0"}, "--ticks-per-window"},
       {{"--key", "line", "--window", "1s", "--growth", "fast"}, "--growth"},
+      {{"--key", "line", "--window", "1s", "--on-duplicate", "renew"}, "--on-duplicate"},
       {{"--key", "line", "--window", "1s", "--input", "/nonexistent/in.txt"}, "--input"},
       {{"--key", "line", "--window", "1s", "--output", "/nonexistent/dir/out.txt"}, "--output"},
       {{"--key", "line", "--window", "1s", "--bogus"}, "--bogus"},
@@ -198,9 +199,10 @@ TEST(FilterCli, BadFlagsExitTwoNamingTheFlag) {
 TEST(FilterCli, HelpExitsZeroAndListsTheFlags) {
   auto r = run_kdedup({"filter", "--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (const char* flag : {"--key", "--time", "--window", "--fpp", "--filter", "--timer-bits",
-                           "--equal-timers", "--capacity", "--salt", "--stats", "--strict",
-                           "--duplicates", "--invalid", "--ticks-per-window", "--growth"}) {
+  for (const char* flag :
+       {"--key", "--time", "--window", "--fpp", "--filter", "--timer-bits", "--equal-timers",
+        "--capacity", "--salt", "--stats", "--strict", "--duplicates", "--invalid",
+        "--ticks-per-window", "--growth", "--on-duplicate"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -263,7 +265,10 @@ TEST(FilterCli, SimdEnvironmentCapsTheVectorLevel) {
   auto best = run_with(nullptr);
   ASSERT_EQ(best.exit_code, 0) << best.err;
   const std::string best_level = vector_of();
-  EXPECT_EQ(count_of(best.out, "\n"), 3001u);
+  // 3001 distinct ids; the timer filter (fpp 0.01, sized from the load) may
+  // drop a few as false positives, the same ones at every level.
+  EXPECT_LE(count_of(best.out, "\n"), 3001u);
+  EXPECT_GE(count_of(best.out, "\n"), 2950u);
   auto portable = run_with("portable");
   ASSERT_EQ(portable.exit_code, 0) << portable.err;
   EXPECT_EQ(vector_of(), "portable");
@@ -632,6 +637,47 @@ TEST(FilterCli, TimerOptionsOutOfRangeNameTheFlag) {
   r = run_kdedup({"filter", "--key", "line", "--window", "1s", "--equal-timers", "200"}, "a\n");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--equal-timers"), std::string::npos) << r.err;
+}
+
+// on_duplicate: refresh through the binary, on every filter type: "a"
+// repeats every 8 s under a 10 s window, so with refresh it is emitted once
+// while keep_first lets a copy through whenever 10 s passed since the last
+// delivery; after a pause of more than a window after its LAST occurrence it
+// is new again under both. The edge: an occurrence exactly one window after
+// the last one is still a duplicate.
+TEST(FilterCli, OnDuplicateRefreshKeepsRepeatsSuppressedWhileTheyContinue) {
+  std::vector<std::string> lines;
+  for (int t : {0, 8, 16, 24, 32, 40}) {
+    lines.push_back(R"({"id":"a","ts":)" + std::to_string(t * 1000) + "}");
+  }
+  lines.push_back(R"({"id":"b","ts":41000})");
+  lines.push_back(R"({"id":"a","ts":50000})");  // exactly 10 s after 40: a duplicate under refresh
+  lines.push_back(R"({"id":"a","ts":61000})");  // 11 s after 50: new again
+  const std::string input = join_lines(lines);
+  for (const char* type : {"exact", "timer", "aging"}) {
+    auto args = [&](const char* mode) {
+      return std::vector<std::string>{"filter",   "--filter",       type,       "--key",
+                                      "json:/id", "--time",         "json:/ts", "--window",
+                                      "10s",      "--on-duplicate", mode};
+    };
+    auto refresh = run_kdedup(args("refresh"), input);
+    ASSERT_EQ(refresh.exit_code, 0) << type << ": " << refresh.err;
+    auto keep = run_kdedup(args("keep_first"), input);
+    ASSERT_EQ(keep.exit_code, 0) << type << ": " << keep.err;
+    const bool aging = std::string(type) == "aging";
+    if (aging) {
+      // The aging filter's edge is soft (README): a@61, 11 s after the last
+      // occurrence, may still be held. Everything before it is exact.
+      EXPECT_EQ(refresh.out.rfind(join_lines({lines[0], lines[6]}), 0), 0u) << refresh.out;
+      EXPECT_LE(count_of(refresh.out, R"("id":"a")"), 2u) << refresh.out;
+      continue;
+    }
+    EXPECT_EQ(refresh.out, join_lines({lines[0], lines[6], lines[8]})) << type;
+    // keep_first: deliveries at 0, 16 (16 s after 0), 32, 50 (18 s after 32)
+    // and 61 (11 s after 50).
+    EXPECT_EQ(keep.out, join_lines({lines[0], lines[2], lines[4], lines[6], lines[7], lines[8]}))
+        << type;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <random>
 #include <sstream>
 
 #include <simdjson.h>
@@ -50,7 +51,7 @@ std::string run_config_yaml(const std::string& bootstrap, const RunSettings& s) 
   if (s.min_free_bytes) y << "  min_free_bytes: " << *s.min_free_bytes << "\n";
   y << "metrics:\n  address: \"127.0.0.1:0\"\n"
     << "log_level: " << s.log_level << "\n"
-    << s.extra_yaml;
+    << (s.refresh ? "on_duplicate: refresh\n" : "") << s.extra_yaml;
   return y.str();
 }
 
@@ -185,11 +186,13 @@ void Feeder::run(std::string bootstrap) {
   auto next = std::chrono::steady_clock::now();
   std::uint64_t i = 0;
   bool ok = true;
+  std::mt19937_64 partition_rng(options_.seed * 7919 + 1);
   while (!stop_ && (options_.limit == 0 || i < options_.limit)) {
     for (int b = 0; b < kBatch && (options_.limit == 0 || i < options_.limit); ++b, ++i) {
       const auto shift = static_cast<std::uint64_t>(static_cast<double>(i) * options_.drift);
       const std::uint64_t id = shift + draws.draw_identity();
-      const auto partition = static_cast<std::int32_t>(id % options_.partitions);
+      const auto partition = static_cast<std::int32_t>(
+          (options_.random_partitioning ? partition_rng() : id) % options_.partitions);
       std::string value = "{\"id\":" + std::to_string(id) + ",\"seq\":" + std::to_string(i) +
                           (padding.empty() ? "" : ",\"pad\":\"" + padding + "\"") + "}";
       if (auto s =
@@ -260,11 +263,12 @@ Result<VerifyReport> verify_topics(TestBroker& broker, const RunSettings& settin
   auto window = parse_duration_ms(settings.window);
   if (!window) return fail("window '" + settings.window + "': " + window.error().message);
   const double fpp = settings.filter == "exact" ? 0.0 : settings.fpp.value_or(0.01);
-  return verify_topics(broker, settings.input, settings.output, *window, fpp);
+  return verify_topics(broker, settings.input, settings.output, *window, fpp, settings.refresh);
 }
 
 Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
-                                   const std::string& output, std::int64_t window_ms, double fpp) {
+                                   const std::string& output, std::int64_t window_ms, double fpp,
+                                   bool refresh) {
   auto marks = broker.watermarks(input);
   if (!marks) return fail(marks.error().message);
   for (const auto& m : *marks) {
@@ -280,8 +284,30 @@ Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
   if (!out) return fail(out.error().message);
   auto inputs = to_input_records(*in, "key");
   if (!inputs) return fail(inputs.error().message);
-  VerifyReport report = verify_output(*inputs, to_output_records(*out),
-                                      VerifySpec{.window_ms = window_ms, .tick_ms = 0, .fpp = fpp});
+  VerifyReport report = verify_output(
+      *inputs, to_output_records(*out),
+      VerifySpec{.window_ms = window_ms, .tick_ms = 0, .fpp = fpp, .refresh = refresh});
+  std::cout << report.to_string() << std::flush;
+  return report;
+}
+
+Result<VerifyReport> verify_topics_by_identity(TestBroker& broker, const std::string& input,
+                                               const std::string& output, std::int64_t window_ms,
+                                               const pipeline::ProvenanceNames& provenance) {
+  auto marks = broker.watermarks(input);
+  if (!marks) return fail(marks.error().message);
+  for (const auto& m : *marks) {
+    if (m.low != 0) return fail("input " + input + " was truncated by the broker");
+  }
+  auto in = broker.read_topic(input, 60s);
+  if (!in) return fail(in.error().message);
+  auto out = broker.read_topic(output, 60s);
+  if (!out) return fail(out.error().message);
+  auto inputs = to_input_records(*in, "key");
+  if (!inputs) return fail(inputs.error().message);
+  VerifyReport report =
+      verify_by_identity(*inputs, to_output_records(*out, provenance),
+                         VerifySpec{.window_ms = window_ms, .tick_ms = 0, .fpp = 0.0});
   std::cout << report.to_string() << std::flush;
   return report;
 }

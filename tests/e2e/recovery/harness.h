@@ -44,6 +44,7 @@ struct RunSettings {
   int session_timeout_ms = 4000;
   std::map<std::string, std::string> consumer_extra;  ///< more consumer properties
   std::string log_level = "info";
+  bool refresh = false;    ///< on_duplicate: refresh (the verifier follows it)
   std::string extra_yaml;  ///< appended verbatim
 };
 
@@ -123,6 +124,10 @@ class Feeder {
     /// (every fault meets records whose fate the oracle can check) while an
     /// identity still repeats about 1 / drift times.
     double drift = 0.0;
+    /// Partition of each record drawn at random (seeded) instead of
+    /// identity % partitions: producers that do not key by the identity,
+    /// so copies of one identity land in different partitions.
+    bool random_partitioning = false;
   };
   Feeder(const std::string& bootstrap, Options options);
   ~Feeder();
@@ -156,7 +161,15 @@ bool wait_committed_to_end(TestBroker& broker, const std::string& group, const s
 /// broker (low watermark > 0).
 Result<VerifyReport> verify_topics(TestBroker& broker, const std::string& input,
                                    const std::string& output, std::int64_t window_ms,
-                                   double fpp = 0.0);
+                                   double fpp = 0.0, bool refresh = false);
+/// Reads `input` and `output` completely and judges the output against the
+/// whole input, every partition together (verify_by_identity; exact filter).
+/// `provenance`: the output's provenance headers, kOriginProvenance behind
+/// the repartition stage, kSourceProvenance without it.
+Result<VerifyReport> verify_topics_by_identity(TestBroker& broker, const std::string& input,
+                                               const std::string& output, std::int64_t window_ms,
+                                               const pipeline::ProvenanceNames& provenance);
+
 /// The same with the window and filter of `settings` (the exact filter:
 /// fpp 0; others: settings.fpp, default 0.01).
 Result<VerifyReport> verify_topics(TestBroker& broker, const RunSettings& settings);

@@ -543,3 +543,53 @@ TEST(Schema, EmbeddedSchemaIsTheSourceFile) {
 
 }  // namespace
 }  // namespace kdedup::config
+
+namespace kdedup::config {
+namespace {
+
+TEST(ConfigRepartition, OffByDefaultAndTheDedupStageReadsTheInput) {
+  auto r = check(kMinimal);
+  ASSERT_TRUE(r.ok()) << errors_of(r);
+  EXPECT_FALSE(r.config->repartition.enabled());
+  EXPECT_EQ(r.config->on_duplicate, OnDuplicate::kKeepFirst);
+  EXPECT_EQ(dedup_stage(*r.config).input.topics, (std::vector<std::string>{"in"}));
+}
+
+TEST(ConfigRepartition, TheDedupStageReadsTheInternalTopicInItsOwnGroup) {
+  auto r = check(std::string(kMinimal) +
+                 "repartition:\n  topic: in-by-id\n  partitions: 8\non_duplicate: refresh\n");
+  ASSERT_TRUE(r.ok()) << errors_of(r);
+  const Config& c = *r.config;
+  EXPECT_TRUE(c.repartition.enabled());
+  EXPECT_EQ(c.repartition.partitions, 8);
+  EXPECT_TRUE(c.repartition.create_topic);
+  EXPECT_EQ(c.repartition.replication_factor, -1);
+  EXPECT_EQ(repartition_group(c), "g-repartition");
+  EXPECT_EQ(dedup_stage(c).input.topics, (std::vector<std::string>{"in-by-id"}));
+  EXPECT_EQ(c.input.topics, (std::vector<std::string>{"in"}));
+  EXPECT_EQ(c.on_duplicate, OnDuplicate::kRefresh);
+  EXPECT_THAT(summary(c), HasSubstr("repartition -> 'in-by-id' (8 partitions)"));
+}
+
+TEST(ConfigRepartition, ErrorsNameTheKey) {
+  auto missing = check(std::string(kMinimal) + "repartition:\n  topic: x\n");
+  EXPECT_TRUE(has_error_at(missing, "repartition.partitions")) << errors_of(missing);
+  auto zero = check(std::string(kMinimal) + "repartition:\n  topic: x\n  partitions: 0\n");
+  EXPECT_TRUE(has_error_at(zero, "repartition.partitions")) << errors_of(zero);
+  auto output = check(std::string(kMinimal) + "repartition:\n  topic: out\n  partitions: 4\n");
+  EXPECT_TRUE(has_error_at(output, "repartition.topic", "output.topic")) << errors_of(output);
+  auto input = check(std::string(kMinimal) + "repartition:\n  topic: in\n  partitions: 4\n");
+  EXPECT_TRUE(has_error_at(input, "repartition.topic", "input topic")) << errors_of(input);
+  auto group =
+      check(std::string(kMinimal) + "repartition:\n  topic: x\n  partitions: 4\n  group_id: g\n");
+  EXPECT_TRUE(has_error_at(group, "repartition.group_id")) << errors_of(group);
+  auto rf = check(std::string(kMinimal) +
+                  "repartition:\n  topic: x\n  partitions: 4\n  replication_factor: 0\n");
+  EXPECT_TRUE(has_error_at(rf, "repartition.replication_factor")) << errors_of(rf);
+  auto dup = check(std::string(kMinimal) + "on_duplicate: renew\n");
+  EXPECT_FALSE(dup.ok());
+  EXPECT_THAT(errors_of(dup), HasSubstr("on_duplicate"));
+}
+
+}  // namespace
+}  // namespace kdedup::config

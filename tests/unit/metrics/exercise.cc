@@ -55,6 +55,8 @@ PartitionHandles exercise_every_metric(metrics::Metrics& m) {
   handles.push_back(m.partition("payments", 0));
   m.set_assigned_partitions(4);
   m.set_workers(2);
+  m.add_repartition({.in = 10, .repartitioned = 8, .dead_lettered = 1, .dropped = 1, .passed = 0});
+  m.set_repartition(42, 4);
   m.set_memory(64u << 20, 9u << 20, 0.01);
   m.add_rebalance();
   m.health().set_ready();

@@ -241,8 +241,47 @@ TEST(Verifier, ReadsKafkaRecordsWithKeyOrJsonIdentity) {
   EXPECT_TRUE(parsed[0].malformed.empty());
   EXPECT_FALSE(parsed[1].source_topic);
   EXPECT_TRUE(parsed[1].malformed.empty());
-  EXPECT_NE(parsed[2].malformed.find("kdedup-source-offset '-3'"), std::string::npos);
-  EXPECT_EQ(parsed[3].malformed, "incomplete provenance headers");
+  EXPECT_NE(parsed[2].malformed.find("kdedup-source-offset' is not an offset: '-3'"),
+            std::string::npos)
+      << parsed[2].malformed;
+  EXPECT_NE(parsed[3].malformed.find("'kdedup-source-partition' is missing"), std::string::npos)
+      << parsed[3].malformed;
+}
+
+}  // namespace
+}  // namespace kdedup::testing
+
+namespace kdedup::testing {
+namespace {
+
+// on_duplicate: refresh: "a" every 40 s under a 60 s window is one delivery
+// under refresh; the keep_first oracle wants it again at 80 s.
+TEST(Verifier, RefreshOracleRenewsOnEveryOccurrence) {
+  const std::vector<InputRecord> input{
+      InputRecord{"in", 0, 0, "a", kT0, "a", "v0"},
+      InputRecord{"in", 0, 1, "a", kT0 + 40'000, "a", "v1"},
+      InputRecord{"in", 0, 2, "a", kT0 + 80'000, "a", "v2"},
+      InputRecord{"in", 0, 3, "a", kT0 + 150'000, "a", "v3"},  // 70 s after the last
+  };
+  OutputRecord first;
+  first.source_topic = "in";
+  first.source_partition = 0;
+  first.source_offset = 0;
+  first.key = "a";
+  first.value = "v0";
+  OutputRecord last = first;
+  last.offset = 1;
+  last.source_offset = 3;
+  last.value = "v3";
+  VerifySpec refresh{.window_ms = 60'000, .tick_ms = 1'000, .refresh = true};
+  auto r = verify_output(input, {first, last}, refresh);
+  EXPECT_TRUE(r.ok()) << r.to_string();
+  EXPECT_EQ(r.oracle_distinct, 2u);
+  auto keep =
+      verify_output(input, {first, last}, VerifySpec{.window_ms = 60'000, .tick_ms = 1'000});
+  EXPECT_EQ(keep.lost, 1u) << "keep_first delivers a again at 80 s: " << keep.to_string();
+  auto missing = verify_output(input, {first}, refresh);
+  EXPECT_EQ(missing.lost, 1u) << missing.to_string();
 }
 
 }  // namespace

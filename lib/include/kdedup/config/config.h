@@ -41,6 +41,17 @@ enum class OnInvalid : std::uint8_t {
   kFail,  ///< stop the service with an error
 };
 
+/// What a duplicate does to its identity's time in the filter.
+enum class OnDuplicate : std::uint8_t {
+  /// First-test-then-set (seed 000 §4): only distinct records are inserted;
+  /// an identity is remembered for one window from its last delivery.
+  kKeepFirst,
+  /// A duplicate renews its identity (SlidingFilter::insert at its tick): a
+  /// stream of repeats stays suppressed while it continues. An identity that
+  /// repeats more often than once a window is never emitted again.
+  kRefresh,
+};
+
 /// How output is made durable relative to input offsets.
 enum class Delivery : std::uint8_t {
   kIdempotent,     ///< idempotent producer + output reconciliation on recovery
@@ -54,6 +65,20 @@ struct InputConfig {
 struct OutputConfig {
   std::string topic;  ///< required
   Partitioning partitioning = Partitioning::kInput;
+};
+
+/// The optional repartition stage (pipeline/repartition.h): input records
+/// are re-produced to an internal topic, partitioned by identity hash, and
+/// the dedup stage consumes that topic instead of the input.
+struct RepartitionConfig {
+  std::string topic;                     ///< the internal topic; empty = no repartition stage
+  std::int32_t partitions = 0;           ///< its partition count (>= 1 when topic is set)
+  bool create_topic = true;              ///< create it when missing (else it must exist)
+  std::int16_t replication_factor = -1;  ///< for creation; -1 = the broker's default
+  /// The repartition stage's consumer group; empty = "<group_id>-repartition".
+  std::string group_id;
+
+  [[nodiscard]] bool enabled() const noexcept { return !topic.empty(); }
 };
 
 struct IdentityConfig {
@@ -114,6 +139,8 @@ struct Config {
   std::uint32_t threads = 2;
   std::uint32_t batch_size = 512;
   OnInvalid on_invalid = OnInvalid::kDlq;
+  OnDuplicate on_duplicate = OnDuplicate::kKeepFirst;
+  RepartitionConfig repartition;
   std::string dlq_topic;         ///< non-empty when on_invalid = dlq
   std::string duplicates_topic;  ///< empty = drop duplicates (counted)
   Delivery delivery = Delivery::kIdempotent;
@@ -221,5 +248,15 @@ struct LoadReport {
 [[nodiscard]] const char* to_string(Partitioning value) noexcept;
 [[nodiscard]] const char* to_string(OnInvalid value) noexcept;
 [[nodiscard]] const char* to_string(Delivery value) noexcept;
+[[nodiscard]] const char* to_string(OnDuplicate value) noexcept;
+
+/// The repartition stage's consumer group: repartition.group_id, or
+/// "<group_id>-repartition".
+[[nodiscard]] std::string repartition_group(const Config& config);
+
+/// The config of the dedup stage when the repartition stage is on: the same
+/// config reading the internal topic (repartition.topic) instead of
+/// input.topics. Without repartition: `config` itself.
+[[nodiscard]] Config dedup_stage(const Config& config);
 
 }  // namespace kdedup::config

@@ -9,7 +9,8 @@
 //
 // Decisions follow first-test-then-set (seed 000 §4): a fingerprint is
 // inserted only when the filter judges it distinct, so duplicates never
-// extend their own lifetime.
+// extend their own lifetime (unless the caller asks for that with
+// test_and_refresh_batch, `on_duplicate: refresh`).
 //
 // Threading: a filter instance is owned by one thread (the worker that owns
 // its Slice). No method is thread-safe; stats() and serialize() must be
@@ -115,6 +116,15 @@ class SlidingFilter {
   /// Full state in a versioned, checksummed envelope (kdedup/common/bytes.h).
   [[nodiscard]] virtual std::string serialize() const = 0;
 };
+
+/// `on_duplicate: refresh`: the decisions test_and_insert makes, with every
+/// duplicate also renewing its identity (insert at its tick) before the next
+/// element is decided, so a later copy in the same batch sees the renewal.
+/// An identity then stays a duplicate while it keeps occurring at least once
+/// per window, and is forgotten one window after its LAST occurrence (not its
+/// last delivery). Same clock rule and `out` length as test_and_insert_batch.
+void test_and_refresh_batch(SlidingFilter& filter, std::span<const Fingerprint> fps,
+                            std::span<const Tick> ticks, std::span<Decision> out);
 
 /// Fills in defaults (ticks_per_window by type) and checks ranges; the error
 /// names the offending field.

@@ -101,6 +101,16 @@ struct BatchCounts {
 
 class Metrics;
 
+/// Counts of the repartition stage (pipeline/repartition.h) since the last
+/// call to Metrics::add_repartition.
+struct RepartitionCounts {
+  std::uint64_t in = 0;             ///< records read from the input topics
+  std::uint64_t repartitioned = 0;  ///< acknowledged by the internal topic
+  std::uint64_t dead_lettered = 0;  ///< without identity, on_invalid: dlq
+  std::uint64_t dropped = 0;        ///< without identity, on_invalid: drop
+  std::uint64_t passed = 0;         ///< without identity, on_invalid: pass (forwarded)
+};
+
 /// The per-partition handle. See the file comment for its threading rules.
 class PartitionMetrics {
  public:
@@ -213,6 +223,10 @@ class Metrics {
   void add_delivery_errors(std::string_view topic, std::uint64_t n);
   void add_rebalance();
   void set_assigned_partitions(std::int64_t n);
+  /// The repartition stage's counts since the last call, and its consumer
+  /// lag (records, summed over its assigned partitions) and assignment.
+  void add_repartition(const RepartitionCounts& counts);
+  void set_repartition(std::int64_t lag_records, std::int64_t assigned_partitions);
   void set_workers(std::int64_t n);
   /// The memory budget (0 = none), the filter state reserved against it and
   /// the fpp the filters size for now (filter/memory_budget.h); 0 keeps

@@ -40,6 +40,7 @@
 #include "kdedup/metrics/audit_sampler.h"
 #include "kdedup/metrics/metrics.h"
 #include "kdedup/pipeline/pipeline.h"
+#include "kdedup/pipeline/repartition.h"
 #include "kdedup/pipeline/slice.h"
 #include "kdedup/pipeline/stats.h"
 
@@ -237,6 +238,11 @@ class StatsBridge {
   /// with itself (the bridge thread, or the caller when not started).
   void publish();
 
+  /// Also publishes the repartition stage's counters, lag and assignment
+  /// (kdedup_repartition_*) each round; `internal_topic` labels its delivery
+  /// errors. Call before start().
+  void watch_repartition(std::function<RepartitionStats()> source, std::string internal_topic);
+
   /// Statistics documents that did not parse since start (tests, logs).
   [[nodiscard]] std::uint64_t statistics_rejected() const noexcept { return statistics_rejected_; }
 
@@ -247,6 +253,11 @@ class StatsBridge {
   };
 
   void run();
+  void publish_repartition();
+
+  std::function<RepartitionStats()> repartition_;
+  std::string internal_topic_;
+  RepartitionStats repartition_seen_;
 
   Instrumentation& instruments_;
   Source source_;

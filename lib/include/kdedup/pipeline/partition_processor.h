@@ -64,6 +64,10 @@ struct ProcessorOptions {
   bool filter_enabled = true;  ///< false: every record with identity is distinct
   config::OnInvalid on_invalid = config::OnInvalid::kDlq;
   bool route_duplicates = false;  ///< duplicates go to RecordSinks::duplicate
+  /// on_duplicate: refresh. The Slice's SliceOptions::refresh makes the
+  /// filter renew duplicates; here it makes a replayed record the previous
+  /// owner dropped (ReplayRule::kDropped) renew its identity as well.
+  bool refresh = false;
   /// Decide each record at the timestamp its extractor reads from the record
   /// (a time spec, `kdedup filter --time json:/ptr`) instead of
   /// RecordIn::timestamp_ms; a record whose time cannot be read has no

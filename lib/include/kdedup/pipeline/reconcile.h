@@ -12,11 +12,8 @@
 //   window before C (recovery.h), so the output is also read back to the
 //   first record at or after a given event time.
 //
-// Every distinct record kdedup produces carries provenance headers (written
-// by the pipeline's produce path):
-//   kdedup-source-topic      input topic name
-//   kdedup-source-partition  input partition, ASCII decimal
-//   kdedup-source-offset     input offset, ASCII decimal
+// Every distinct record kdedup produces carries provenance headers
+// (provenance.h, written by the pipeline's produce path).
 // What is read of each output partition: the last `tail_records` records
 // (from max(low, high - N) to high), and, when a rebuild needs it, every
 // record from the first one whose timestamp is at or after `since_ms` (found
@@ -54,39 +51,10 @@
 #include "kdedup/common/result.h"
 #include "kdedup/config/config.h"
 #include "kdedup/identity/record.h"
+#include "kdedup/pipeline/provenance.h"
 #include "kdedup/pipeline/slice.h"
 
 namespace kdedup::pipeline {
-
-inline constexpr std::string_view kProvenanceTopicHeader = "kdedup-source-topic";
-inline constexpr std::string_view kProvenancePartitionHeader = "kdedup-source-partition";
-inline constexpr std::string_view kProvenanceOffsetHeader = "kdedup-source-offset";
-
-/// The provenance header values of one output record (first occurrence of
-/// each name), as found.
-struct ProvenanceHeaders {
-  std::optional<std::string_view> topic;
-  std::optional<std::string_view> partition;
-  std::optional<std::string_view> offset;
-};
-
-/// Where an output record came from.
-struct Provenance {
-  PartitionId source;
-  std::int64_t offset = 0;
-};
-
-/// Parse result: a provenance, nothing (a record kdedup did not write: no
-/// provenance header at all), or an error naming the malformed header.
-struct ProvenanceParse {
-  std::optional<Provenance> provenance;
-  std::optional<std::string> malformed;  ///< set when some header is present but unusable
-};
-
-/// Parses the three headers. All absent = not a kdedup record (neither set).
-/// Partial or non-decimal values (sign, spaces, empty, overflow, negative
-/// partition or offset) are malformed with a message naming the header.
-[[nodiscard]] ProvenanceParse parse_provenance(const ProvenanceHeaders& headers);
 
 /// Output partitions to read for input partition `input_partition`.
 [[nodiscard]] std::vector<std::int32_t> output_partitions_to_read(

@@ -73,6 +73,9 @@ struct SliceOptions {
   std::int64_t window_ms = 0;
   std::int64_t max_future_skew_ms = 60'000;
   bool filter_enabled = true;  ///< false = passthrough: every record is distinct
+  /// on_duplicate: refresh: a duplicate renews its identity (decide() uses
+  /// filter::test_and_refresh_batch).
+  bool refresh = false;
   filter::FilterConfig filter;
   /// The process's memory budget, shared by every Slice's filter (attached
   /// when the Slice is built, new or restored); null = not accounted.
@@ -119,6 +122,15 @@ struct SliceStart {
 ///                      while X-1 (sent to another output partition) never
 ///                      got there, and "everything up to H" would lose X-1;
 ///   offset >= end      kProcess (decided, routed, produced).
+///
+/// With `refresh` (on_duplicate: refresh) every occurrence of an identity,
+/// delivered or dropped, renews it: an occurrence is a duplicate iff the
+/// identity occurred within the window before it, so the filter state at C
+/// is "every identity occurring in the last window before C, at its last
+/// occurrence". A rebuild from the output (kDelivered) therefore learns
+/// EVERY record below C (kLearn, not kSkip), and a kDropped record is
+/// learned too (PartitionProcessor inserts it while routing it as a
+/// duplicate).
 class ReplayRule {
  public:
   enum class Action : std::uint8_t { kProcess, kDecide, kLearn, kSkip, kDropped };
@@ -131,7 +143,7 @@ class ReplayRule {
   /// `ordered_output`: the outputs of this partition are in one output
   /// partition, in input order (partitioning: input).
   ReplayRule(Below below, std::int64_t committed, std::int64_t rebuild_until,
-             std::vector<std::int64_t> emitted, bool ordered_output = false);
+             std::vector<std::int64_t> emitted, bool ordered_output = false, bool refresh = false);
 
   [[nodiscard]] Action action(std::int64_t offset) const noexcept;
   /// First offset from which every record is processed normally.
@@ -142,6 +154,7 @@ class ReplayRule {
  private:
   Below below_ = Below::kSnapshot;
   bool ordered_output_ = false;
+  bool refresh_ = false;
   std::int64_t committed_ = 0;
   std::int64_t rebuild_until_ = 0;
   std::vector<std::int64_t> emitted_;  // sorted, unique, below rebuild_until_
@@ -179,7 +192,8 @@ class Slice {
   /// timestamps) and returns the tick it is judged at: scale().tick(clock).
   filter::Tick observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept;
 
-  /// First-test-then-set decisions for a batch (seed 000 §4). With the
+  /// First-test-then-set decisions for a batch (seed 000 §4); with
+  /// SliceOptions::refresh a duplicate also renews its identity. With the
   /// filter disabled every record is distinct. Where `learn[i]` is set
   /// (recovery: a record a previous owner delivered, ReplayRule::kLearn) the
   /// fingerprint is inserted without a test and out[i] is kDistinct; `learn`
@@ -215,6 +229,7 @@ class Slice {
   std::unique_ptr<filter::SlidingFilter> filter_;
   PartitionClock clock_;
   filter::TickScale scale_;
+  bool refresh_ = false;
   std::int64_t next_offset_;
   ReplayRule replay_;
   CaptureSchedule captures_;

@@ -22,6 +22,9 @@ namespace kdedup::testbroker {
 
 struct RigOptions {
   std::string kdedup_binary;
+  /// Started for each instance with kdedup's `run` command line; empty =
+  /// kdedup_binary (a benchmark's yardstick takes kdedup's place here).
+  std::string instance_binary;
   std::string config_path;             ///< YAML given to `kdedup run --config`
   std::vector<std::string> overrides;  ///< extra `--set key=value` for every instance
   std::string work_dir;                ///< logs and per-instance state dirs go here
@@ -32,6 +35,10 @@ struct RigOptions {
   std::string output_topic = "clicks-distinct";
   std::string dlq_topic = "clicks-dlq";
   std::string group = "kdedup-demo";
+  /// Non-empty: the instances run the repartition stage into this internal
+  /// topic (`partitions` partitions, created by kdedup) and progress() follows
+  /// both stages.
+  std::string repartition_topic;
 };
 
 struct GroupProgress {
@@ -50,11 +57,18 @@ class PipelineRig {
   [[nodiscard]] const RigOptions& options() const { return options_; }
   [[nodiscard]] BrokerProcess& broker() { return *broker_; }
 
+  /// Starts one more instance (the group rebalances) with `overrides` after
+  /// the rig's own; returns its index.
+  [[nodiscard]] Result<int> add_instance(const std::vector<std::string>& overrides = {});
+
   /// Fails naming the instance, its exit status and its log tail if any
   /// instance has exited.
   [[nodiscard]] Status check_instances();
 
-  /// Committed offsets of the group against the input's high watermarks.
+  /// Committed offsets of the group against the input's high watermarks;
+  /// with a repartition stage, caught up once the stage's group committed
+  /// the whole input and the dedup group the whole internal topic
+  /// (`committed` counts the latter).
   [[nodiscard]] Result<GroupProgress> progress();
 
   /// SIGTERM every instance, wait (up to `grace`); returns an error naming
@@ -72,6 +86,8 @@ class PipelineRig {
 
  private:
   PipelineRig() = default;
+  [[nodiscard]] Result<GroupProgress> progress_of(const std::string& group,
+                                                  const std::string& topic);
   RigOptions options_;
   std::unique_ptr<BrokerProcess> broker_;
   std::vector<std::unique_ptr<ChildProcess>> instances_;
