@@ -606,6 +606,16 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.state.rebuild_lateness =
       b.duration({"state", "rebuild_lateness"}, c.state.rebuild_lateness, true);
   c.memory.max_bytes = b.bytes({"memory", "max_bytes"}, c.memory.max_bytes);
+  if (c.memory.max_bytes != 0 && c.filter_enabled && c.filter.type == filter::FilterType::kTimer &&
+      c.filter.timer_bits == 4) {
+    // Measured (docs/performance.md "Memory budget"): 4-bit timers react an
+    // eighth of a window at a time, partitions starve one another and the
+    // filters saturate, dropping most new identities: refuse, not degrade.
+    b.error({"filter", "timer_bits"},
+            "4-bit timers cannot share a memory budget (memory.max_bytes is set): under "
+            "pressure they saturate and drop most new records; use timer_bits 8 or 16, or no "
+            "memory.max_bytes");
+  }
   c.metrics.address = b.str({"metrics", "address"}, c.metrics.address);
   c.metrics.per_partition = b.boolean({"metrics", "per_partition"}, true);
   c.metrics.audit_sample =

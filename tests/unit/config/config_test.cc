@@ -591,5 +591,20 @@ TEST(ConfigRepartition, ErrorsNameTheKey) {
   EXPECT_THAT(errors_of(dup), HasSubstr("on_duplicate"));
 }
 
+// 4-bit timers saturate under a memory budget (docs/performance.md): the
+// combination is refused naming the key, each alone is fine.
+TEST(ConfigLoad, FourBitTimersUnderAMemoryBudgetAreRefused) {
+  auto both =
+      check(std::string(kMinimal) + "filter: {timer_bits: 4}\nmemory: {max_bytes: 256MiB}\n");
+  EXPECT_FALSE(both.ok());
+  EXPECT_TRUE(has_error_at(both, "filter.timer_bits", "memory budget")) << errors_of(both);
+  EXPECT_TRUE(check(std::string(kMinimal) + "filter: {timer_bits: 4}\n").ok());
+  EXPECT_TRUE(
+      check(std::string(kMinimal) + "filter: {timer_bits: 8}\nmemory: {max_bytes: 256MiB}\n").ok());
+  EXPECT_TRUE(check(std::string(kMinimal) +
+                    "filter: {type: aging, timer_bits: 4}\nmemory: {max_bytes: 256MiB}\n")
+                  .ok());
+}
+
 }  // namespace
 }  // namespace kdedup::config
