@@ -163,7 +163,7 @@ int demo_main(int argc, char** argv) {
                  "Base config for the instances (a built-in equivalent of config/local.yaml is "
                  "used if the file does not exist)");
   std::vector<std::string> sets;
-  app.add_option("--filter", filter_type, "Override filter.type (timer, aging, exact)");
+  app.add_option("--filter", filter_type, "Override filter.type (timer, aging, exact, compact)");
   app.add_option("--set", sets, "Extra config override key.path=value for every instance");
   app.add_option("--timeout", timeout_s, "Seconds to wait for the group to catch up")
       ->check(CLI::Range(5, 3600));

@@ -554,7 +554,8 @@ int filter_main(int argc, char** argv) {
                  "Times beyond the wall clock plus this count as wall clock plus this, as in "
                  "kdedup run (default 1m)");
   app.add_option("--fpp", o.fpp, "Target false-positive probability")->capture_default_str();
-  app.add_option("--filter", o.filter, "Filter type: timer, exact or aging")->capture_default_str();
+  app.add_option("--filter", o.filter, "Filter type: timer, exact, aging or compact")
+      ->capture_default_str();
   app.add_option("--timer-bits", o.timer_bits, "Timer filter: bits per cell")
       ->check(CLI::IsMember({4, 8, 16}))
       ->capture_default_str();

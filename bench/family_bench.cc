@@ -1,6 +1,6 @@
-// The filter family side by side: timer (4/8/16-bit timers), aging (seed 002)
-// and exact, on the same generated streams in one run. Prints markdown
-// tables; asserts nothing.
+// The filter family side by side: timer (4/8/16-bit timers), aging (seed 002),
+// compact (cuckoo table with tick tags) and exact, on the same generated
+// streams in one run. Prints markdown tables; asserts nothing.
 //
 // 1. Streams (seed 000 §7): identities drawn uniformly or Zipf(alpha = 1)
 //    from a domain sized for a chosen duplicate share, at a steady rate and
@@ -16,13 +16,27 @@
 //    - the false-positive rate against the exact oracle (seed 000
 //      Definition 4), split into never-delivered identities ("new") and
 //      identities whose last delivery left the window ("expired": the edge
-//      of the window), and false negatives, which must be 0.
-// 2. seed 002 Table 2: bits per element of the aging filter at error rates
+//      of the window), the rate over every identity not delivered within
+//      the last 1.1 windows ("beyond 1.1 W": new ones and those well past
+//      the edge), and false negatives, which must be 0.
+// 2. The compact filter on the same streams at fpp 0.1, 0.01 and 0.001, each
+//    started with a capacity hint 10x too small, right, and 100x too large:
+//    bits per in-window id at the end of the stream (memory follows load),
+//    tables, FP rates as above.
+// 3. seed 002 Table 2: bits per element of the aging filter at error rates
 //    0.1 .. 1e-5 on a stream of distinct identities (seed 002 §7.2), started
 //    10x under-dimensioned, measured at every tick of the last window (min -
 //    max, like the paper's ranges), next to the (k, l) model, the paper's
 //    range, the false-positive rate on identities never inserted (§7.3), and
-//    the 8-bit timer filter at the same target.
+//    the 8-bit timer filter at the same target. The compact filter runs the
+//    same in-window identities at its own default tick (W = 10), started
+//    from its floor with the hint 10x too small and, in a second run, 100x
+//    too large (memory follows load: the hint only caps the first table
+//    below the floor); beside its bits per id and FP on absent ids, the FP
+//    on just-expired ids (delivered W + 1 ticks before the query, so past
+//    the window) for aging and compact. Then the compact filter alone on
+//    the same stream at finer ticks (W = 10 .. 253: 4- to 8-bit tags), at
+//    fpp 1% and 0.1%: the cost of a finer window edge.
 //
 // 3. Capacity mis-set (memory follows load, DESIGN.md): every filter type on
 //    a steady and a 5x burst stream of (almost) distinct identities, with
@@ -36,11 +50,13 @@
 //    - at the end of the run (the last two windows run at the base rate);
 //    each next to the pre-sized figure of that filter and fpp (timer: a
 //    filter sized for the window, 512 / lambda bits; aging: the (k, l)
-//    model; exact: its own steady state), and the FP rate against the
+//    model; compact: a table sized for the window at its target load;
+//    exact: its own steady state), and the FP rate against the
 //    oracle and FN. Targets: end <= 1.5x, peak <= 2x, FP <= 1.2x fpp, FN 0.
 //
 // 4. Memory budget: four partitions' filters sharing a MemoryBudget smaller
-//    than they need at the target (1.3x, 2x, 4x; fpp 0.1%, 50k distinct ids
+//    than they need at the target (1.3x, 2x, 4x, and 1.1x for compact, whose
+//    slot shrinks from 17 to at best 8 bits at fpp 0.1%; fpp 0.1%, 50k distinct ids
 //    per window each, six windows, the partitions interleaved tick by tick
 //    as workers run them): the level the budget ends at and its effective
 //    fpp, the largest estimate any partition reported in the last three
@@ -49,8 +65,8 @@
 //    the last three windows (worst and mean), FN, and the largest
 //    reservation against the budget.
 //
-// Usage: family_bench [--scale X] [--skip-streams] [--skip-table2] [--skip-misset]
-//                     [--skip-budget]
+// Usage: family_bench [--scale X] [--skip-streams] [--skip-compact] [--skip-table2]
+//                     [--skip-misset] [--skip-budget]
 //   --scale multiplies every stream's rate (default 1: ~200k events per
 //   window at the base rate, ~1M in-window identities in Table 2, ~100k
 //   in-window identities at the base rate of the mis-set streams).
@@ -63,10 +79,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "kdedup/filter/aging_filter.h"
+#include "kdedup/filter/compact_filter.h"
 #include "kdedup/filter/exact_filter.h"
 #include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
@@ -81,6 +99,7 @@ namespace {
 using kdedup::filter::AgingFilter;
 using kdedup::filter::AgingShape;
 using kdedup::filter::choose_aging_shape;
+using kdedup::filter::CompactFilter;
 using kdedup::filter::Decision;
 using kdedup::filter::FilterConfig;
 using kdedup::filter::FilterStats;
@@ -142,11 +161,14 @@ struct StreamResult {
   double fp_rate = 0;
   double fp_new = 0;
   double fp_expired = 0;
+  double fp_beyond = 0;        // not delivered within the last 1.1 windows, per event
+  double fp_beyond_first = 0;  // the same, per identity (first query of each absence)
   std::uint64_t false_negatives = 0;
   std::uint32_t subfilters = 0;
 };
 
-StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& events) {
+StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& events,
+                        bool timed = true) {
   StreamResult r;
   std::vector<Fingerprint> fps(events.size());
   std::vector<Tick> ticks(events.size());
@@ -154,7 +176,7 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
     fps[i] = events[i].fp;
     ticks[i] = events[i].tick;
   }
-  {  // Throughput, the filter alone.
+  if (timed) {  // Throughput, the filter alone.
     auto f = build(config);
     std::vector<Decision> out(kBatch);
     const auto start = Clock::now();
@@ -168,23 +190,36 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
   }
   // Accuracy against the oracle, on a fresh filter fed the same batches.
   auto f = build(config);
-  std::unordered_set<Fingerprint, FingerprintHash> delivered;
+  std::unordered_map<Fingerprint, Tick, FingerprintHash> delivered;  // last delivery
   std::uint64_t new_events = 0, new_fp = 0, expired_events = 0, expired_fp = 0;
+  std::uint64_t beyond_events = 0, beyond_fp = 0, beyond_first = 0, beyond_first_fp = 0;
+  std::unordered_set<Fingerprint, FingerprintHash> asked;  // queried since the last delivery
+  const double beyond = 1.1 * static_cast<double>(config.ticks_per_window);
   std::vector<Tick> deliveries;
   auto observe = [&](std::size_t, const Event& e, Decision d, bool in_window) {
     const bool duplicate = d == Decision::kDuplicate;
     if (!in_window) {
-      if (delivered.count(e.fp) == 0) {
+      auto last = delivered.find(e.fp);
+      if (last == delivered.end()) {
         ++new_events;
         new_fp += duplicate ? 1 : 0;
       } else {
         ++expired_events;
         expired_fp += duplicate ? 1 : 0;
       }
+      if (last == delivered.end() || static_cast<double>(e.tick - last->second) > beyond) {
+        ++beyond_events;
+        beyond_fp += duplicate ? 1 : 0;
+        if (asked.insert(e.fp).second) {
+          ++beyond_first;
+          beyond_first_fp += duplicate ? 1 : 0;
+        }
+      }
     }
     if (!duplicate) {
-      delivered.insert(e.fp);
+      delivered[e.fp] = e.tick;
       deliveries.push_back(e.tick);
+      asked.erase(e.fp);
     }
   };
   const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
@@ -203,8 +238,33 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
   r.fp_new = new_events ? static_cast<double>(new_fp) / static_cast<double>(new_events) : 0;
   r.fp_expired =
       expired_events ? static_cast<double>(expired_fp) / static_cast<double>(expired_events) : 0;
+  r.fp_beyond =
+      beyond_events ? static_cast<double>(beyond_fp) / static_cast<double>(beyond_events) : 0;
+  r.fp_beyond_first =
+      beyond_first ? static_cast<double>(beyond_first_fp) / static_cast<double>(beyond_first) : 0;
   r.false_negatives = counts.false_negatives;
   return r;
+}
+
+// The streams of sections 1 and 2, at 4096 fine ticks per window.
+StreamSpec stream_spec(Distribution dist, double burst, double scale) {
+  StreamSpec spec;
+  spec.distribution = dist;
+  const auto per_window = static_cast<std::uint64_t>(48 * scale * kFineTicks);
+  // Uniform: about one draw per identity per window; Zipf: a long tail.
+  spec.domain = dist == Distribution::kUniform ? per_window : 10 * per_window;
+  spec.base_rate = 48 * scale;  // per fine tick: ~200k events per window
+  spec.ticks = 6 * kFineTicks;
+  spec.burst_factor = burst;
+  spec.seed = 7;
+  return spec;
+}
+
+std::string stream_name(Distribution dist, double burst) {
+  return std::string(dist == Distribution::kUniform ? "uniform" : "zipf1") + " " +
+         (burst == 1.0   ? "steady"
+          : burst == 2.0 ? "2x burst"
+                         : "5x burst");
 }
 
 void streams_section(double scale) {
@@ -216,6 +276,7 @@ void streams_section(double scale) {
       {"timer-8", config_of(FilterType::kTimer, fpp, per_window, 8)},
       {"timer-16", config_of(FilterType::kTimer, fpp, per_window, 16)},
       {"aging", config_of(FilterType::kAging, fpp, per_window)},
+      {"compact", config_of(FilterType::kCompact, fpp, per_window)},
       {"exact", config_of(FilterType::kExact, fpp, per_window)},
   };
   std::printf("## Streams: fpp target %g, %" PRIu64
@@ -223,39 +284,113 @@ void streams_section(double scale) {
               fpp, per_window, kBatch);
   std::printf(
       "| stream | filter | W ticks | dup share | Mops/s | MiB at end | sub-filters | "
-      "bits/in-window id | FP rate | FP new ids | FP expired ids | FN |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "bits/in-window id | FP rate | FP new ids | FP expired ids | FP beyond 1.1 W, per event | "
+      "per identity | FN |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
     for (double burst : {1.0, 2.0, 5.0}) {
-      StreamSpec spec;
-      spec.distribution = dist;
-      // Uniform: about one draw per identity per window; Zipf: a long tail.
-      spec.domain = dist == Distribution::kUniform ? per_window : 10 * per_window;
-      spec.base_rate = base_rate;
-      spec.ticks = 6 * kFineTicks;
-      spec.burst_factor = burst;
-      spec.seed = 7;
-      const auto fine = kdedup::testing::generate_stream(spec);
-      char stream_name[64];
-      std::snprintf(stream_name, sizeof stream_name, "%s %s",
-                    dist == Distribution::kUniform ? "uniform" : "zipf1",
-                    burst == 1.0   ? "steady"
-                    : burst == 2.0 ? "2x burst"
-                                   : "5x burst");
+      const auto fine = kdedup::testing::generate_stream(stream_spec(dist, burst, scale));
       for (const Contender& c : contenders) {
         const auto events = on_ticks(fine, c.config.ticks_per_window);
         const StreamResult r = run_stream(c.config, events);
         std::printf(
-            "| %s | %s | %u | %.2f | %.2f | %.2f | %u | %.1f | %.2e | %.2e | %.2e | %" PRIu64
-            " |\n",
-            stream_name, c.name, c.config.ticks_per_window, r.duplicate_share, r.ops_per_s / 1e6,
-            static_cast<double>(r.bytes) / (1 << 20), r.subfilters, r.bits_per_element, r.fp_rate,
-            r.fp_new, r.fp_expired, r.false_negatives);
+            "| %s | %s | %u | %.2f | %.2f | %.2f | %u | %.1f | %.2e | %.2e | %.2e | %.2e | %.2e | "
+            "%" PRIu64 " |\n",
+            stream_name(dist, burst).c_str(), c.name, c.config.ticks_per_window, r.duplicate_share,
+            r.ops_per_s / 1e6, static_cast<double>(r.bytes) / (1 << 20), r.subfilters,
+            r.bits_per_element, r.fp_rate, r.fp_new, r.fp_expired, r.fp_beyond, r.fp_beyond_first,
+            r.false_negatives);
         std::fflush(stdout);
       }
     }
   }
   std::printf("\n");
+}
+
+void compact_section(double scale) {
+  const auto per_window = static_cast<std::uint64_t>(48 * scale * kFineTicks);
+  std::printf("## The compact filter at three targets and three capacity hints (%" PRIu64
+              " events per window at the base rate, 6 windows)\n\n",
+              per_window);
+  std::printf(
+      "| stream | fpp | capacity hint | f bits | tables at end | bits/in-window id | FP rate | "
+      "FP expired ids | FP beyond 1.1 W, per event | per identity | per identity / fpp | FN |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
+    for (double burst : {1.0, 5.0}) {
+      const auto fine = kdedup::testing::generate_stream(stream_spec(dist, burst, scale));
+      for (double fpp : {0.1, 0.01, 0.001}) {
+        for (double hint : {0.1, 1.0, 100.0}) {
+          const auto capacity = static_cast<std::uint64_t>(hint * static_cast<double>(per_window));
+          const FilterConfig c = config_of(FilterType::kCompact, fpp, capacity);
+          const auto events = on_ticks(fine, c.ticks_per_window);
+          const StreamResult r = run_stream(c, events, false);
+          std::printf(
+              "| %s | %g | %gx | %u | %u | %.1f | %.2e | %.2e | %.2e | %.2e | %.2f | %" PRIu64
+              " |\n",
+              stream_name(dist, burst).c_str(), fpp, hint,
+              kdedup::filter::compact_fingerprint_bits(fpp), r.subfilters, r.bits_per_element,
+              r.fp_rate, r.fp_expired, r.fp_beyond, r.fp_beyond_first, r.fp_beyond_first / fpp,
+              r.false_negatives);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  std::printf("\n");
+}
+
+// Bits per in-window id at each tick of the last of four windows, for a
+// filter fed `per_tick` distinct ids per tick; with probes of ids never
+// inserted and of ids delivered W + 1 ticks before (just past the window)
+// when the filter can answer without inserting (`contains`).
+struct Table2Run {
+  double lo = 1e300, hi = 0, last = 0;
+  std::uint64_t asked = 0, positives = 0;
+  std::uint64_t expired_asked = 0, expired_positives = 0;
+  std::uint32_t subfilters = 0;
+};
+
+template <class Contains>
+Table2Run table2_run(SlidingFilter& f, std::uint32_t window, std::uint64_t per_tick,
+                     std::uint64_t queries, std::uint64_t seed, const Contains& contains) {
+  Table2Run r;
+  const Tick total = 4 * static_cast<Tick>(window + 1);
+  std::vector<Fingerprint> fps(per_tick);
+  std::vector<Tick> ticks(per_tick);
+  std::vector<Decision> out(per_tick);
+  std::vector<std::uint64_t> delivered;  // per tick: the in-window ids are the ones delivered
+  std::uint64_t id = 0;
+  for (Tick t = 0; t < total; ++t) {
+    for (std::uint64_t j = 0; j < per_tick; ++j) {
+      fps[j] = kdedup::testing::identity_fingerprint(id++, seed);
+      ticks[j] = t;
+    }
+    f.test_and_insert_batch(fps, ticks, out);
+    delivered.push_back(
+        static_cast<std::uint64_t>(std::count(out.begin(), out.end(), Decision::kDistinct)));
+    if (t + window + 1 < total) continue;  // measure over the last window
+    std::uint64_t in_window = 0;
+    for (std::size_t j = delivered.size() - (window + 1); j < delivered.size(); ++j) {
+      in_window += delivered[j];
+    }
+    const double bits = static_cast<double>(f.stats().bytes) * 8.0 / static_cast<double>(in_window);
+    r.lo = std::min(r.lo, bits);
+    r.hi = std::max(r.hi, bits);
+    r.last = bits;
+    const std::uint64_t per = queries / (window + 1) + 1;
+    for (std::uint64_t q = 0; q < per; ++q, ++r.asked) {
+      r.positives += contains(kdedup::testing::identity_fingerprint(r.asked, 0xab5e), t) ? 1 : 0;
+    }
+    // Ids of tick t - W - 1, the first tick past the window.
+    const std::uint64_t first = (t - window - 1) * per_tick;
+    for (std::uint64_t q = 0; q < std::min(per, per_tick); ++q, ++r.expired_asked) {
+      const std::uint64_t gone = first + (q * 7919) % per_tick;
+      r.expired_positives += contains(kdedup::testing::identity_fingerprint(gone, seed), t) ? 1 : 0;
+    }
+  }
+  r.subfilters = f.stats().subfilters;
+  return r;
 }
 
 void table2_section(double scale) {
@@ -264,13 +399,17 @@ void table2_section(double scale) {
   const std::uint32_t window = 192;  // the aging default ticks_per_window
   const auto per_tick = static_cast<std::uint64_t>(5'200 * scale);
   const std::uint64_t in_window = per_tick * (window + 1);
+  const std::uint32_t compact_window = config_of(FilterType::kCompact, 0.01, 1).ticks_per_window;
+  const std::uint64_t compact_per_tick = in_window / (compact_window + 1);
   std::printf("## seed 002 Table 2: bits per delivered in-window id, %" PRIu64
-              " distinct ids per window, W = %u ticks\n\n",
-              in_window, window);
+              " distinct ids per window, W = %u ticks (compact: W = %u)\n\n",
+              in_window, window, compact_window);
   std::printf(
       "| error rate | (k, l) | model bits/id | aging bits/id (min-max, last window) | "
-      "paper range | aging FP on absent ids | slices | timer-8 bits/id |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "paper range | aging FP on absent ids | aging FP on just-expired ids | slices | "
+      "timer-8 bits/id | compact bits/id (min-max) | compact bits/id, hint 100x (min-max) | "
+      "compact FP on absent ids | compact FP on just-expired ids | compact tables |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < 5; ++i) {
     const double e = rates[i];
     FilterConfig ac = config_of(FilterType::kAging, e, in_window / 10);
@@ -279,53 +418,71 @@ void table2_section(double scale) {
     tc.ticks_per_window = window;
     AgingFilter aging(ac);
     auto timer = build(tc);
+    auto compact = build(config_of(FilterType::kCompact, e, in_window / 10));
+    auto compact_large = build(config_of(FilterType::kCompact, e, in_window * 100));
     const AgingShape shape = aging.shape();
-    double lo = 1e300, hi = 0, timer_bits = 0;
-    std::uint64_t id = 0, asked = 0, positives = 0;
     const std::uint64_t queries =
         std::min<std::uint64_t>(4'000'000, static_cast<std::uint64_t>(200.0 / e * scale) + 1);
-    const Tick total = 4 * window;
-    std::vector<Fingerprint> fps(per_tick);
-    std::vector<Tick> ticks(per_tick);
-    std::vector<Decision> out(per_tick);
-    // Identities each filter delivered per tick: the window's in-window ids
-    // are the ones delivered (a false positive is not stored).
-    std::vector<std::uint64_t> aging_delivered, timer_delivered;
-    const auto window_sum = [&](const std::vector<std::uint64_t>& per) {
-      const std::size_t from = per.size() > window + 1 ? per.size() - (window + 1) : 0;
-      std::uint64_t sum = 0;
-      for (std::size_t j = from; j < per.size(); ++j) sum += per[j];
-      return static_cast<double>(sum);
+    const Table2Run a =
+        table2_run(aging, window, per_tick, queries, 2,
+                   [&](const Fingerprint& x, Tick t) { return aging.contains(x, t); });
+    const Table2Run t =
+        table2_run(*timer, window, per_tick, 0, 2, [](const Fingerprint&, Tick) { return false; });
+    auto& cf = dynamic_cast<CompactFilter&>(*compact);
+    const Table2Run c =
+        table2_run(*compact, compact_window, compact_per_tick, queries, 2,
+                   [&](const Fingerprint& x, Tick when) { return cf.contains(x, when); });
+    const Table2Run cl = table2_run(*compact_large, compact_window, compact_per_tick, 0, 2,
+                                    [](const Fingerprint&, Tick) { return false; });
+    auto rate = [](std::uint64_t hits, std::uint64_t asked) {
+      return asked ? static_cast<double>(hits) / static_cast<double>(asked) : 0.0;
     };
-    const auto distinct = [&] {
-      return static_cast<std::uint64_t>(std::count(out.begin(), out.end(), Decision::kDistinct));
-    };
-    for (Tick t = 0; t < total; ++t) {
-      for (std::uint64_t j = 0; j < per_tick; ++j) {
-        fps[j] = kdedup::testing::identity_fingerprint(id++, 2);
-        ticks[j] = t;
-      }
-      aging.test_and_insert_batch(fps, ticks, out);
-      aging_delivered.push_back(distinct());
-      timer->test_and_insert_batch(fps, ticks, out);
-      timer_delivered.push_back(distinct());
-      if (t + window < total) continue;  // measure over the last window
-      const double bits =
-          static_cast<double>(aging.stats().bytes) * 8.0 / window_sum(aging_delivered);
-      lo = std::min(lo, bits);
-      hi = std::max(hi, bits);
-      timer_bits = static_cast<double>(timer->stats().bytes) * 8.0 / window_sum(timer_delivered);
-      for (std::uint64_t q = 0; q < queries / (window + 1) + 1; ++q, ++asked) {
-        positives +=
-            aging.contains(kdedup::testing::identity_fingerprint(asked, 0xab5e), t) ? 1 : 0;
-      }
-    }
     std::printf("| %g | (%u, %u) | %.1f | %.1f - %.1f | %s | %.2e (%" PRIu64 "/%" PRIu64
-                ") | %u | %.1f |\n",
-                e, shape.k, shape.l, shape.bits_per_element(), lo, hi, paper[i],
-                static_cast<double>(positives) / static_cast<double>(asked), positives, asked,
-                aging.stats().subfilters, timer_bits);
+                ") | %.2e | %u | %.1f | %.1f - %.1f | %.1f - %.1f | %.2e (%" PRIu64 "/%" PRIu64
+                ") | %.2e | %u |\n",
+                e, shape.k, shape.l, shape.bits_per_element(), a.lo, a.hi, paper[i],
+                rate(a.positives, a.asked), a.positives, a.asked,
+                rate(a.expired_positives, a.expired_asked), a.subfilters, t.last, c.lo, c.hi, cl.lo,
+                cl.hi, rate(c.positives, c.asked), c.positives, c.asked,
+                rate(c.expired_positives, c.expired_asked), c.subfilters);
     std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
+// The compact filter's cost of finer ticks: the Table 2 stream (about 1 M
+// distinct ids per window) at ticks_per_window 10 (the default), 13 (the
+// most with 4-bit tags) and the most each wider tag allows, at fpp 1% and
+// 0.1%, started from the floor.
+void compact_ticks_section(double scale) {
+  const std::uint64_t in_window = static_cast<std::uint64_t>(5'200 * scale) * 193;
+  std::printf("## The compact filter at finer ticks: bits per delivered in-window id, %" PRIu64
+              " distinct ids per window, from the floor\n\n",
+              in_window);
+  std::printf(
+      "| ticks per window | tag bits | window edge (one tick) | fpp | f bits | bits/id (min-max, "
+      "last window) | FP on absent ids | FP on just-expired ids | tables |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (std::uint32_t window : {10U, 13U, 29U, 61U, 125U, 253U}) {
+    for (double fpp : {0.01, 0.001}) {
+      FilterConfig c = config_of(FilterType::kCompact, fpp, in_window / 10);
+      c.ticks_per_window = window;
+      auto f = build(c);
+      auto& cf = dynamic_cast<CompactFilter&>(*f);
+      const std::uint64_t per_tick = in_window / (window + 1);
+      const std::uint64_t queries = static_cast<std::uint64_t>(200.0 / fpp * scale) + 1;
+      const Table2Run r =
+          table2_run(*f, window, per_tick, queries, 3,
+                     [&](const Fingerprint& x, Tick t) { return cf.contains(x, t); });
+      auto rate = [](std::uint64_t hits, std::uint64_t asked) {
+        return asked ? static_cast<double>(hits) / static_cast<double>(asked) : 0.0;
+      };
+      std::printf("| %u | %u | %.1f%% | %g | %u | %.1f - %.1f | %.2e | %.2e | %u |\n", window,
+                  cf.tag_bits(), 100.0 / window, fpp, cf.fingerprint_bits(), r.lo, r.hi,
+                  rate(r.positives, r.asked), rate(r.expired_positives, r.expired_asked),
+                  r.subfilters);
+      std::fflush(stdout);
+    }
   }
   std::printf("\n");
 }
@@ -390,6 +547,13 @@ double presized_bits(const FilterConfig& c, const std::vector<Event>& steady,
     }
     case FilterType::kAging:
       return choose_aging_shape(c.fpp).bits_per_element();
+    case FilterType::kCompact: {
+      FilterConfig exact_size = c;
+      exact_size.capacity = per_window;
+      auto t = CompactFilter::create_presized(exact_size);
+      return 8.0 * static_cast<double>((*t)->table_bytes().front()) /
+             static_cast<double>(per_window);
+    }
     default:
       return run_misset(c, steady).end_bits;
   }
@@ -404,11 +568,9 @@ void misset_section(double scale) {
     FilterType type;
     std::uint8_t bits;
   };
-  const Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},
-                        {"timer-8", FilterType::kTimer, 8},
-                        {"timer-16", FilterType::kTimer, 16},
-                        {"aging", FilterType::kAging, 8},
-                        {"exact", FilterType::kExact, 8}};
+  const Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},   {"timer-8", FilterType::kTimer, 8},
+                        {"timer-16", FilterType::kTimer, 16}, {"aging", FilterType::kAging, 8},
+                        {"compact", FilterType::kCompact, 8}, {"exact", FilterType::kExact, 8}};
   struct Hint {
     const char* name;
     double factor;
@@ -475,17 +637,29 @@ void budget_section(double scale) {
   };
   for (const Kind& kind :
        {Kind{"timer-4", FilterType::kTimer, 4}, Kind{"timer-8", FilterType::kTimer, 8},
-        Kind{"timer-16", FilterType::kTimer, 16}, Kind{"aging", FilterType::kAging, 8}}) {
-    for (double over : {1.3, 2.0, 4.0}) {
+        Kind{"timer-16", FilterType::kTimer, 16}, Kind{"aging", FilterType::kAging, 8},
+        Kind{"compact", FilterType::kCompact, 8}}) {
+    for (double over : {1.1, 1.3, 2.0, 4.0}) {
+      if (over == 1.1 && kind.type != FilterType::kCompact) continue;
       FilterConfig c = config_of(kind.type, fpp, 1'000, kind.bits);
       c.min_bytes = 4096;
       const Tick window = c.ticks_per_window;
       FilterConfig sized = c;
       sized.capacity = per_window;
-      const double need_one =
-          kind.type == FilterType::kTimer
-              ? static_cast<double>((*TimerFilter::create_presized(sized))->presized_bytes())
-              : static_cast<double>(per_window) * choose_aging_shape(fpp).bits_per_element() / 8;
+      double need_one = 0;
+      switch (kind.type) {
+        case FilterType::kTimer:
+          need_one = static_cast<double>((*TimerFilter::create_presized(sized))->presized_bytes());
+          break;
+        case FilterType::kCompact:
+          need_one =
+              static_cast<double>((*CompactFilter::create_presized(sized))->table_bytes().front());
+          break;
+        default:
+          need_one =
+              static_cast<double>(per_window) * choose_aging_shape(fpp).bits_per_element() / 8;
+          break;
+      }
       kdedup::filter::MemoryBudget::Options o;
       o.max_bytes = static_cast<std::uint64_t>(kPartitions * need_one / over);
       o.fpp = fpp;
@@ -551,12 +725,14 @@ void budget_section(double scale) {
 
 int main(int argc, char** argv) {
   double scale = 1.0;
-  bool streams = true, table2 = true, misset = true, budget = true;
+  bool streams = true, compact = true, table2 = true, misset = true, budget = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
       scale = std::atof(argv[++i]);
     } else if (std::strcmp(argv[i], "--skip-streams") == 0) {
       streams = false;
+    } else if (std::strcmp(argv[i], "--skip-compact") == 0) {
+      compact = false;
     } else if (std::strcmp(argv[i], "--skip-table2") == 0) {
       table2 = false;
     } else if (std::strcmp(argv[i], "--skip-misset") == 0) {
@@ -565,8 +741,8 @@ int main(int argc, char** argv) {
       budget = false;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--scale X] [--skip-streams] [--skip-table2] [--skip-misset] "
-                   "[--skip-budget]\n",
+                   "usage: %s [--scale X] [--skip-streams] [--skip-compact] [--skip-table2] "
+                   "[--skip-misset] [--skip-budget]\n",
                    argv[0]);
       return 2;
     }
@@ -576,7 +752,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (table2) table2_section(scale);
+  if (table2 && compact) compact_ticks_section(scale);
   if (streams) streams_section(scale);
+  if (compact) compact_section(scale);
   if (misset) misset_section(scale);
   if (budget) budget_section(scale);
   return 0;

@@ -1,4 +1,4 @@
-// Timer filter benchmark: prints tables, asserts nothing.
+// Timer and compact filter benchmark: prints tables, asserts nothing.
 //
 // 1. Throughput. For state sizes of 1 MiB, 64 MiB (and 1 GiB with --large):
 //    test-and-insert ops/s on one thread, one call per element and through
@@ -17,6 +17,11 @@
 //    --rounds times (default 3), the filter and the references alternating;
 //    the table gives the medians, and the ratios are medians of the per-round
 //    ratios, so that load from other processes hits both sides alike.
+//    The compact filter (fpp 1%, its default 10 ticks per window) runs in
+//    the same rounds at the same state sizes, pre-sized and filled for one
+//    window the same way: its batch rate is given beside the timer filter's
+//    and the random-line rate, with both ratios. A compact query reads two
+//    cache lines (its two buckets) where the timer filter reads one.
 // 2. Memory and accuracy. Bits per element of a filter pre-sized for the
 //    window, and the false-positive rate measured against an exact oracle
 //    (seed 000 Definition 4) in steady state, at fpp 1% and 0.1% for 4-, 8-
@@ -39,12 +44,14 @@
 #include <string>
 #include <vector>
 
+#include "kdedup/filter/compact_filter.h"
 #include "kdedup/filter/exact_filter.h"
 #include "kdedup/filter/simd.h"
 #include "kdedup/filter/timer_filter.h"
 
 namespace {
 
+using kdedup::filter::CompactFilter;
 using kdedup::filter::Decision;
 using kdedup::filter::ExactFilter;
 using kdedup::filter::FilterConfig;
@@ -154,6 +161,8 @@ double random_line_rate(std::uint64_t bytes, std::uint64_t reads, bool write,
 // Medians over the rounds; the ratios are medians of the per-round ratios.
 struct Throughput {
   double single = 0, batch = 0, random_line = 0, random_line_write = 0;
+  double compact = 0, compact_vs_timer = 0, compact_vs_reads = 0;  // 0: not measured
+  std::uint64_t compact_bytes = 0;
   double batch_avx2 = 0, batch_portable = 0;  // 0: not measured (the CPU lacks AVX2)
   double ratio = 0, ratio_write = 0;
   std::uint64_t bytes = 0;
@@ -166,8 +175,66 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// Batch test-and-insert ops/s of a compact filter (fpp 1%, its default tick)
+// pre-sized for `state_bytes` and filled for one window with distinct ids
+// at the rate it was sized for, then timed over `ops` more; sets `bytes`.
+double compact_rate(std::uint64_t state_bytes, std::uint64_t ops, std::uint64_t& bytes) {
+  FilterConfig c;
+  c.type = FilterType::kCompact;
+  c.fpp = 0.01;
+  c.max_bytes = std::max<std::uint64_t>(c.max_bytes, state_bytes);
+  auto presized = [](const FilterConfig& raw) -> std::unique_ptr<CompactFilter> {
+    auto config = kdedup::filter::normalize(raw);
+    if (!config) {
+      std::fprintf(stderr, "config: %s\n", config.error().message.c_str());
+      std::exit(1);
+    }
+    auto made = CompactFilter::create_presized(*config);
+    if (!made) {
+      std::fprintf(stderr, "compact filter: %s\n", made.error().message.c_str());
+      std::exit(1);
+    }
+    return std::move(*made);
+  };
+  {  // Capacity that makes the first table state_bytes.
+    const double per_byte =
+        static_cast<double>(c.capacity) / static_cast<double>(presized(c)->table_bytes().front());
+    c.capacity = static_cast<std::uint64_t>(per_byte * static_cast<double>(state_bytes) * 0.999);
+  }
+  // Pre-sized like the timer filter it is compared with (the filters kdedup
+  // runs start at the floor and size themselves from the rate).
+  auto made = presized(c);
+  auto& f = *made;
+  bytes = f.stats().bytes;
+  const std::uint32_t window = f.config().ticks_per_window;
+  constexpr std::size_t kChunk = 4096;
+  std::vector<Fingerprint> fps(kChunk);
+  std::vector<Tick> ticks(kChunk);
+  std::vector<Decision> decisions(kChunk);
+  DistinctStream stream;
+  // A distinct stream at the capacity's rate: the live load settles at the
+  // target load the table was sized for.
+  stream.per_tick = std::max<std::uint64_t>(1, c.capacity / (window + 1));
+  for (std::uint64_t done = 0; done < stream.per_tick * (window + 1); done += kChunk) {
+    stream.fill(fps, ticks);
+    f.test_and_insert_batch(fps, ticks, decisions);
+  }
+  double elapsed = 0;
+  for (std::uint64_t done = 0; done < ops; done += kChunk) {
+    stream.fill(fps, ticks);
+    const double start = CpuClock::now();
+    f.test_and_insert_batch(fps, ticks, decisions);
+    elapsed += seconds_since(start);
+  }
+  if (f.stats().subfilters != 1) {
+    std::fprintf(stderr, "note: compact filter holds %u tables at %" PRIu64 " bytes\n",
+                 f.stats().subfilters, state_bytes);
+  }
+  return static_cast<double>(((ops + kChunk - 1) / kChunk) * kChunk) / elapsed;
+}
+
 Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
-                              std::uint32_t ticks_per_window, int rounds) {
+                              std::uint32_t ticks_per_window, int rounds, bool compact) {
   FilterConfig c;
   c.type = FilterType::kTimer;
   c.timer_bits = 8;
@@ -224,6 +291,7 @@ Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
   const Simd best = kdedup::filter::simd_supported();
   out.single = run(false);  // no vector path: once is enough
   std::vector<double> batch, avx2, portable, reads, writes, ratio, ratio_write;
+  std::vector<double> compact_batch, compact_vs_timer, compact_vs_reads;
   for (int r = 0; r < rounds; ++r) {
     kdedup::filter::set_simd(best);
     batch.push_back(run(true));
@@ -235,6 +303,11 @@ Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
     writes.push_back(random_line_rate(state_bytes, ops, true, TimerFilter::kPrefetchDistance));
     ratio.push_back(batch.back() / reads.back());
     ratio_write.push_back(batch.back() / writes.back());
+    if (compact) {
+      compact_batch.push_back(compact_rate(state_bytes, ops, out.compact_bytes));
+      compact_vs_timer.push_back(compact_batch.back() / batch.back());
+      compact_vs_reads.push_back(compact_batch.back() / reads.back());
+    }
     if (best == Simd::kAvx512) {
       kdedup::filter::set_simd(Simd::kAvx2);
       avx2.push_back(run(true));
@@ -250,6 +323,11 @@ Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
   out.random_line_write = median(writes);
   out.ratio = median(ratio);
   out.ratio_write = median(ratio_write);
+  if (compact) {
+    out.compact = median(compact_batch);
+    out.compact_vs_timer = median(compact_vs_timer);
+    out.compact_vs_reads = median(compact_vs_reads);
+  }
   return out;
 }
 
@@ -362,15 +440,18 @@ int main(int argc, char** argv) {
 
   if (throughput) {
     const auto vector = kdedup::filter::to_string(kdedup::filter::simd_supported());
-    std::printf("### Throughput (8-bit timers, fpp 1%%, one thread, median of %d rounds)\n\n",
-                rounds);
+    std::printf(
+        "### Throughput (8-bit timers and the compact filter, fpp 1%%, one thread, median of %d "
+        "rounds)\n\n",
+        rounds);
     std::printf("Vector level of this CPU: %.*s\n\n", static_cast<int>(vector.size()),
                 vector.data());
     std::printf(
         "| state | W | single ops/s | batch ops/s | batch, avx2 | batch, portable | "
         "random-line reads/s | batch / random-line | random-line read+writes/s | "
-        "batch / read+write |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        "batch / read+write | compact batch ops/s (W 10) | compact / timer batch | "
+        "compact / random-line |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     struct Case {
       std::uint64_t size;
       std::uint32_t window;  // 0: the default
@@ -379,13 +460,21 @@ int main(int argc, char** argv) {
     if (large) cases.push_back({1ULL << 30, 0});
     for (const Case& cs : cases) {
       const std::uint64_t ops = cs.size >= (1ULL << 30) ? 40'000'000 : 20'000'000;
-      const Throughput t = measure_throughput(cs.size, ops, cs.window, rounds);
+      // The compact filter runs beside the timer at the default window only.
+      const Throughput t = measure_throughput(cs.size, ops, cs.window, rounds, cs.window == 0);
       char avx2[32] = "-";
       if (t.batch_avx2 > 0) std::snprintf(avx2, sizeof avx2, "%.2fM", t.batch_avx2 / 1e6);
-      std::printf("| %s | %u | %.2fM | %.2fM | %s | %.2fM | %.2fM | %.0f%% | %.2fM | %.0f%% |\n",
-                  human_bytes(t.bytes).c_str(), t.window, t.single / 1e6, t.batch / 1e6, avx2,
-                  t.batch_portable / 1e6, t.random_line / 1e6, 100.0 * t.ratio,
-                  t.random_line_write / 1e6, 100.0 * t.ratio_write);
+      char compact[96] = "- | - | -";
+      if (t.compact > 0) {
+        std::snprintf(compact, sizeof compact, "%.2fM (%s) | %.0f%% | %.0f%%", t.compact / 1e6,
+                      human_bytes(t.compact_bytes).c_str(), 100.0 * t.compact_vs_timer,
+                      100.0 * t.compact_vs_reads);
+      }
+      std::printf(
+          "| %s | %u | %.2fM | %.2fM | %s | %.2fM | %.2fM | %.0f%% | %.2fM | %.0f%% | %s |\n",
+          human_bytes(t.bytes).c_str(), t.window, t.single / 1e6, t.batch / 1e6, avx2,
+          t.batch_portable / 1e6, t.random_line / 1e6, 100.0 * t.ratio, t.random_line_write / 1e6,
+          100.0 * t.ratio_write, compact);
       std::fflush(stdout);
     }
     std::printf("\n");

@@ -233,7 +233,8 @@ def check_values_schema():
     for f in ["values.yaml", "ci/production-values.yaml"]:
         errs = list(jsonschema.Draft7Validator(schema).iter_errors(merged_values([os.path.join(CHART, f)]) if f != "values.yaml" else yaml.safe_load(open(os.path.join(CHART, f)))))
         check(not errs, f"{f} validates against values.schema.json: {[e.message for e in errs]}")
-    for typo in [{"replicaCont": 3}, {"metrics": {"serviceMonitr": {"enabled": True}}}, {"persistence": {"size": "lots"}}]:
+    for typo in [{"replicaCont": 3}, {"metrics": {"serviceMonitr": {"enabled": True}}}, {"persistence": {"size": "lots"}},
+                 {"config": {"filter": {"type": "cuckoo"}}}]:
         vals = merged_values([])
         def merge(d, s):
             for k, v in s.items():

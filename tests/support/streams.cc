@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "kdedup/filter/exact_filter.h"
 
@@ -94,6 +95,12 @@ double OracleCounts::fp_rate() const {
              : static_cast<double>(false_positives) / static_cast<double>(not_delivered);
 }
 
+double OracleCounts::first_query_fp_rate() const {
+  return first_queries == 0 ? 0.0
+                            : static_cast<double>(first_query_false_positives) /
+                                  static_cast<double>(first_queries);
+}
+
 OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event> events,
                                 std::size_t batch, const OracleObserver& observer) {
   filter::FilterConfig oracle_config;
@@ -102,6 +109,8 @@ OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event>
   filter::ExactFilter oracle(oracle_config);
 
   OracleCounts counts;
+  // Identities queried while not delivered since their last delivery.
+  std::unordered_set<Fingerprint, filter::FingerprintHash> asked;
   if (batch == 0) batch = 1;
   std::vector<Fingerprint> fps;
   std::vector<Tick> ticks;
@@ -125,12 +134,17 @@ OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event>
       const bool delivered = oracle.contains(e.fp, e.tick);
       const bool duplicate = decisions[j] == filter::Decision::kDuplicate;
       ++counts.events;
+      if (!delivered && asked.insert(e.fp).second) {
+        ++counts.first_queries;
+        counts.first_query_false_positives += duplicate ? 1 : 0;
+      }
       if (duplicate) {
         delivered ? ++counts.true_positives : ++counts.false_positives;
       } else {
         delivered ? ++counts.false_negatives : ++counts.true_negatives;
         // A false negative is a real re-delivery: the last delivery moves.
         oracle.insert(e.fp, e.tick);
+        asked.erase(e.fp);  // its next absence is a new one
       }
       if (observer) observer(start + j, e, decisions[j], delivered);
     }

@@ -84,8 +84,18 @@ struct OracleCounts {
   std::uint64_t true_negatives = 0;   ///< distinct, and not delivered within the window
   std::uint64_t false_positives = 0;  ///< duplicate, but not delivered within the window
   std::uint64_t false_negatives = 0;  ///< distinct, but delivered within the window
+  /// Per identity: events that are the first query of an identity since its
+  /// last delivery (or ever) while it is not delivered within the window,
+  /// and those of them judged duplicate. A false match lasts as long as the
+  /// entry it matches, so an identity that recurs meanwhile is judged a
+  /// duplicate again: fp_rate() counts every such event, this counts the
+  /// identity once per absence (the filter's false-positive probability).
+  std::uint64_t first_queries = 0;
+  std::uint64_t first_query_false_positives = 0;
   /// FP / (events whose truth is "not delivered"); 0 when there were none.
   [[nodiscard]] double fp_rate() const;
+  /// first_query_false_positives / first_queries; 0 when there were none.
+  [[nodiscard]] double first_query_fp_rate() const;
 };
 
 /// Called after each event: index in the stream, the event, the filter's

@@ -7,6 +7,7 @@
 
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/aging_filter.h"
+#include "kdedup/filter/compact_filter.h"
 #include "kdedup/filter/config_codec.h"
 #include "kdedup/filter/exact_filter.h"
 #include "kdedup/filter/timer_filter.h"
@@ -39,6 +40,8 @@ const char* to_string(FilterType type) noexcept {
       return "aging";
     case FilterType::kExact:
       return "exact";
+    case FilterType::kCompact:
+      return "compact";
   }
   return "unknown";
 }
@@ -47,7 +50,9 @@ Result<FilterType> parse_filter_type(std::string_view name) {
   if (name == "timer") return FilterType::kTimer;
   if (name == "aging") return FilterType::kAging;
   if (name == "exact") return FilterType::kExact;
-  return fail("unknown filter type '" + std::string(name) + "' (use timer, aging or exact)");
+  if (name == "compact") return FilterType::kCompact;
+  return fail("unknown filter type '" + std::string(name) +
+              "' (use timer, aging, exact or compact)");
 }
 
 Result<FilterConfig> normalize(FilterConfig c) {
@@ -69,6 +74,11 @@ Result<FilterConfig> normalize(FilterConfig c) {
       break;
     case FilterType::kExact:
       break;
+    case FilterType::kCompact:
+      if (c.fpp < CompactFilter::kMinFpp) {
+        return fail("fpp must be at least 1e-7 for the compact filter");
+      }
+      break;
     default:
       return fail("unknown filter type " + std::to_string(static_cast<int>(c.type)));
   }
@@ -77,6 +87,10 @@ Result<FilterConfig> normalize(FilterConfig c) {
     // (see timer_filter.h); the others default to the 8-bit timer's precision.
     if (c.type == FilterType::kTimer) {
       c.ticks_per_window = c.timer_bits == 4 ? 8 : c.timer_bits == 8 ? 192 : 4096;
+    } else if (c.type == FilterType::kCompact) {
+      // One tick is 10% of the window: the coarsest edge allowed, and 4-bit
+      // tags with room for the scrub (compact_filter.h).
+      c.ticks_per_window = 10;
     } else {
       c.ticks_per_window = 192;
     }
@@ -88,6 +102,21 @@ Result<FilterConfig> normalize(FilterConfig c) {
                 std::to_string(c.timer_bits) + "-bit timers (at most " +
                 std::to_string(max_timer_ticks_per_window(c.timer_bits)) +
                 "); use wider timer_bits or fewer ticks per window");
+  }
+  if (c.type == FilterType::kCompact) {
+    if (c.ticks_per_window > kMaxCompactTicksPerWindow) {
+      // Tags of at most 8 bits, with room for the scrub (compact_filter.h).
+      return fail("ticks_per_window " + std::to_string(c.ticks_per_window) +
+                  " is too large for the compact filter (at most " +
+                  std::to_string(kMaxCompactTicksPerWindow) + ")");
+    }
+    const unsigned tag = compact_tag_bits(c.ticks_per_window);
+    const unsigned code = tag == 4 ? 12 : 4 * tag;
+    if (code + CompactFilter::kSlots * compact_fingerprint_bits(c.fpp) > 121) {
+      return fail("fpp " + std::to_string(c.fpp) + " is too small for the compact filter with " +
+                  std::to_string(c.ticks_per_window) + " ticks per window (" + std::to_string(tag) +
+                  "-bit tags): raise fpp or use fewer ticks");
+    }
   }
   if (c.min_bytes == 0 || c.max_bytes < c.min_bytes) {
     return fail("max_bytes must be >= min_bytes > 0");
@@ -158,6 +187,11 @@ Result<std::unique_ptr<SlidingFilter>> make_filter(const FilterConfig& raw) {
       return std::unique_ptr<SlidingFilter>(std::make_unique<AgingFilter>(*config));
     case FilterType::kExact:
       return std::unique_ptr<SlidingFilter>(std::make_unique<ExactFilter>(*config));
+    case FilterType::kCompact: {
+      auto compact = CompactFilter::create(*config);
+      if (!compact) return tl::unexpected(compact.error());
+      return std::unique_ptr<SlidingFilter>(std::move(*compact));
+    }
     default:
       break;
   }
@@ -174,6 +208,8 @@ Result<std::unique_ptr<SlidingFilter>> restore_filter(std::string_view blob) {
       return AgingFilter::restore(env->payload, env->version);
     case FilterType::kExact:
       return ExactFilter::restore(env->payload, env->version);
+    case FilterType::kCompact:
+      return CompactFilter::restore(env->payload, env->version);
     default:
       break;
   }

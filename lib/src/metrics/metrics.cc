@@ -618,8 +618,9 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
                           "(max over partitions when aggregated).");
   auto fill =
       gauge_family("kdedup_filter_fill_ratio", "Live cells / cells of the partition's filter.");
-  auto subfilters = gauge_family("kdedup_filter_subfilters",
-                                 "Sub-filters (timer filter) or slices (aging filter) alive.");
+  auto subfilters = gauge_family(
+      "kdedup_filter_subfilters",
+      "Sub-filters (timer filter), slices (aging filter) or tables (compact filter) alive.");
   auto bytes = gauge_family("kdedup_filter_bytes", "Memory held by filter state.");
   auto clock_lag = gauge_family("kdedup_filter_clock_lag_seconds",
                                 "Wall clock minus the partition's window clock; 0 when the "

@@ -4,7 +4,11 @@
 
 #include <simdjson.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -402,6 +406,12 @@ std::string windowed_stream() {
   return input;
 }
 
+std::string fmt_double(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::size_t start = 0;
@@ -454,6 +464,148 @@ TEST(FilterCli, TimerFilterMatchesExactUpToFalsePositives) {
 TEST(FilterCli, AgingFilterMatchesExactUpToFalsePositives) {
   expect_close_to_exact({"--filter", "aging"});
   expect_close_to_exact({"--filter", "aging", "--capacity", "100"});
+}
+
+// Ids that repeat both inside a 10s window and after it: 30000 records,
+// 2ms apart, over 3000 ids (each about twice per window).
+std::string repeating_stream() {
+  std::string input;
+  for (std::uint64_t i = 0; i < 30'000; ++i) {
+    const std::uint64_t id = (i * 2654435761ULL >> 16) % 3'000;
+    input += "{\"id\":" + std::to_string(id) + ",\"ts\":" + std::to_string(i * 2) + "}\n";
+  }
+  return input;
+}
+
+// Judges `kdedup filter` output on repeating_stream() by seed 000
+// Definition 4: a record is a duplicate iff its id was *delivered* (emitted)
+// within the window, here at ticks of window / `ticks` on the max-so-far
+// clock, as kdedup filter maps time. A record emitted although delivered
+// within the window is a false negative; one dropped although not delivered
+// is a false positive (counted against the records not delivered).
+struct Verdict {
+  std::size_t emitted = 0, false_negatives = 0, false_positives = 0, not_delivered = 0;
+};
+
+Verdict judge(const std::string& input, const std::string& output, std::int64_t window_ms,
+              std::int64_t ticks) {
+  Verdict v;
+  const auto in = split_lines(input);
+  const auto out = split_lines(output);
+  std::map<std::int64_t, std::int64_t> last;  // id -> tick of its last delivery
+  std::int64_t clock = 0;
+  std::size_t o = 0;
+  for (const auto& line : in) {
+    const auto number = [&](const char* key) {
+      const auto at = line.find(key) + std::strlen(key);
+      return std::stoll(line.substr(at));
+    };
+    const std::int64_t id = number("\"id\":"), ts = number("\"ts\":");
+    clock = std::max(clock, ts);
+    const std::int64_t tick = clock * ticks / window_ms;
+    const auto it = last.find(id);
+    const bool delivered = it != last.end() && tick - it->second <= ticks;
+    const bool emitted = o < out.size() && out[o] == line;
+    if (emitted) {
+      ++o;
+      ++v.emitted;
+      v.false_negatives += delivered ? 1 : 0;
+      last[id] = tick;
+    } else if (!delivered) {
+      ++v.false_positives;
+    }
+    v.not_delivered += delivered ? 0 : 1;
+  }
+  EXPECT_EQ(o, out.size()) << "output is not the input's lines in order";
+  return v;
+}
+
+// The compact filter through the binary: no false negatives, false
+// positives near `fpp`.
+void expect_compact_judged(const std::vector<std::string>& extra, double fpp, std::int64_t ticks) {
+  const std::string input = repeating_stream();
+  std::vector<std::string> args{"filter",
+                                "--key",
+                                "json:/id",
+                                "--time",
+                                "json:/ts",
+                                "--window",
+                                "10s",
+                                "--filter",
+                                "compact",
+                                "--fpp",
+                                fmt_double(fpp),
+                                "--ticks-per-window",
+                                std::to_string(ticks)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = run_kdedup(args, input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("compact filter"), std::string::npos) << r.err;
+  const Verdict v = judge(input, r.out, 10'000, ticks);
+  EXPECT_EQ(v.false_negatives, 0u);
+  EXPECT_GT(v.emitted, 5'000u);
+  EXPECT_LT(v.emitted, 25'000u);  // in-window repeats were dropped
+  EXPECT_LE(static_cast<double>(v.false_positives),
+            2 * fpp * static_cast<double>(v.not_delivered) + 5)
+      << v.false_positives << " false positives of " << v.not_delivered;
+}
+
+TEST(FilterCli, CompactFilterHasNoFalseNegativesAndFewFalsePositives) {
+  expect_compact_judged({}, 0.01, 10);                           // its default tick
+  expect_compact_judged({"--capacity", "100"}, 0.01, 10);        // grows from a small start
+  expect_compact_judged({"--capacity", "10000000"}, 0.001, 10);  // a big hint: from the floor
+  expect_compact_judged({}, 0.1, 10);
+  expect_compact_judged({}, 0.01, 100);  // 7-bit tags
+  // The judge itself: the exact filter at the same ticks is judged perfect.
+  const std::string input = repeating_stream();
+  auto exact = run_kdedup({"filter", "--key", "json:/id", "--time", "json:/ts", "--window", "10s",
+                           "--filter", "exact", "--ticks-per-window", "10"},
+                          input);
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  const Verdict v = judge(input, exact.out, 10'000, 10);
+  EXPECT_EQ(v.false_negatives, 0u);
+  EXPECT_EQ(v.false_positives, 0u);
+}
+
+TEST(FilterCli, CompactForgetsOneTickAfterTheWindow) {
+  // The compact default of 10 ticks per window on a 10s window: ticks of 1s.
+  // "a" at 0 is alive while the clock's tick is <= 10 (clock < 11s), gone
+  // from 11s on, as with the exact filter (WindowPrecisionIsOneTick).
+  const std::string input = join_lines({R"({"id":"a","t":0})", R"({"id":"a","t":10999})",
+                                        R"({"id":"b","t":11000})", R"({"id":"a","t":11000})"});
+  auto r = run_kdedup({"filter", "--filter", "compact", "--key", "json:/id", "--time", "json:/t",
+                       "--window", "10s"},
+                      input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join_lines({R"({"id":"a","t":0})", R"({"id":"b","t":11000})",
+                               R"({"id":"a","t":11000})"}));
+}
+
+TEST(FilterCli, CompactReportsItsStatsAndRefusesWhatItCannotDo) {
+  TempDir dir;
+  auto r = run_kdedup({"filter", "--filter", "compact", "--key", "json:/id", "--time", "json:/ts",
+                       "--window", "10s", "--stats", dir.file("stats.json")},
+                      repeating_stream());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string text = read_file(dir.file("stats.json"));
+  simdjson::dom::parser parser;
+  auto doc = parser.parse(text);
+  ASSERT_FALSE(doc.error()) << text;
+  simdjson::dom::element f = doc.value()["filter"].value();
+  EXPECT_EQ(std::string_view(f["type"].get_string().value()), "compact");
+  EXPECT_GE(f["subfilters_peak"].get_uint64().value(), 1u);
+  EXPECT_GT(f["bytes_final"].get_uint64().value(), 0u);
+  EXPECT_LE(f["fpp_estimate"].get_double().value(), 0.01);
+  // More than 8-bit tags can hold, and a target its fingerprints cannot reach.
+  r = run_kdedup({"filter", "--filter", "compact", "--key", "line", "--window", "1s",
+                  "--ticks-per-window", "300"},
+                 "a\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--ticks-per-window"), std::string::npos) << r.err;
+  r = run_kdedup(
+      {"filter", "--filter", "compact", "--key", "line", "--window", "1s", "--fpp", "1e-9"}, "a\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--fpp"), std::string::npos) << r.err;
 }
 
 TEST(FilterCli, TimerIsTheDefaultAndReportsItsStats) {

@@ -1,11 +1,12 @@
 // The window's edge through `kdedup run` as a user runs it (DESIGN.md
 // "Clock"): an identity delivered at time t is a duplicate for every arrival
-// at or before t + window and, with the timer and exact filters, is
+// at or before t + window and, with the timer, exact and compact filters, is
 // forgotten by t + window + one tick. Pairs of records with the same
 // identity at explicit timestamps (ages 1 ms, window - 1 ms, window, and
 // window + one tick) go through the binary for windows of 250 ms, 1 s and
-// 1 m and every filter type; the same records go through `kdedup filter`,
-// which must make the same decisions.
+// 1 m and every filter type (each at its default ticks per window: one tick
+// is a tenth of the window for compact); the same records go through
+// `kdedup filter`, which must make the same decisions.
 
 #include <gtest/gtest.h>
 
@@ -26,6 +27,7 @@ struct EdgeCase {
   std::string window;  ///< as written in the config
   std::int64_t window_ms;
   std::string filter;
+  std::uint32_t ticks_per_window = 192;  ///< the type's default (timer at 8 bits, exact, aging)
 };
 
 void PrintTo(const EdgeCase& c, std::ostream* os) {
@@ -39,16 +41,15 @@ std::string case_name(const ::testing::TestParamInfo<EdgeCase>& info) {
 class WindowEdge : public ::testing::TestWithParam<EdgeCase> {};
 
 constexpr int kPairsPerAge = 6;
-constexpr std::uint32_t kTicksPerWindow = 192;  // every type's default at 8-bit timers
 
 TEST_P(WindowEdge, RunAndFilterDropEveryRepeatUpToTheWindowAndForgetWithinOneTick) {
   const EdgeCase& c = GetParam();
-  const filter::TickScale scale(c.window_ms, kTicksPerWindow);
+  const filter::TickScale scale(c.window_ms, c.ticks_per_window);
   const std::int64_t tick = scale.tick_ms_ceil();
   struct Age {
     std::int64_t ms;
     bool duplicate;  ///< what every filter must decide for the repeat
-    bool forgotten;  ///< timer and exact must emit the repeat (the aging edge is soft)
+    bool forgotten;  ///< timer, exact and compact must emit the repeat (the aging edge is soft)
   };
   const std::vector<Age> ages = {{1, true, false},
                                  {c.window_ms - 1, true, false},
@@ -146,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
                       EdgeCase{"250ms", 250, "aging"}, EdgeCase{"1s", 1'000, "timer"},
                       EdgeCase{"1s", 1'000, "exact"}, EdgeCase{"1s", 1'000, "aging"},
                       EdgeCase{"1m", 60'000, "timer"}, EdgeCase{"1m", 60'000, "exact"},
-                      EdgeCase{"1m", 60'000, "aging"}),
+                      EdgeCase{"1m", 60'000, "aging"}, EdgeCase{"250ms", 250, "compact", 10},
+                      EdgeCase{"1s", 1'000, "compact", 10}, EdgeCase{"1m", 60'000, "compact", 10}),
     case_name);
 
 }  // namespace

@@ -260,6 +260,20 @@ kafka: {other: x}
   EXPECT_TRUE(ticks.ok()) << errors_of(ticks);
 }
 
+TEST(ConfigLoad, CompactFilterTypeAndItsLimits) {
+  auto r = check(std::string(kMinimal) + "filter: {type: compact, fpp: 0.001}\n");
+  ASSERT_TRUE(r.ok()) << errors_of(r);
+  EXPECT_EQ(r.config->filter.type, filter::FilterType::kCompact);
+  EXPECT_EQ(r.config->filter.ticks_per_window, 10u);  // normalized: one tick is 10% of the window
+
+  auto ticks = check(std::string(kMinimal) + "filter: {type: compact, ticks_per_window: 300}\n");
+  EXPECT_TRUE(has_error_at(ticks, "filter.ticks_per_window", "compact")) << errors_of(ticks);
+  auto fpp = check(std::string(kMinimal) + "filter: {type: compact, fpp: 1e-8}\n");
+  EXPECT_TRUE(has_error_at(fpp, "filter.fpp", "compact")) << errors_of(fpp);
+  auto typo = check(std::string(kMinimal) + "filter: {type: cuckoo}\n");
+  EXPECT_TRUE(has_error_at(typo, "filter.type", "compact")) << errors_of(typo);
+}
+
 TEST(ConfigLoad, ProtectedLibrdkafkaKeysAreRejectedWithTheReason) {
   auto r = check(std::string(kMinimal) + R"(
 consumer: {enable.auto.commit: true, group.id: x, enable.auto.offset.store: true}

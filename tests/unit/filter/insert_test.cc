@@ -50,7 +50,7 @@ TEST_P(Insert, ALiveIdentityIsRenewed) {
   EXPECT_EQ(f->test_and_insert(a, 2 * kW), Decision::kDuplicate);
 }
 
-TEST_P(Insert, ExactAndTimerForgetOneWindowAfterTheLastInsert) {
+TEST_P(Insert, ExactTimerAndCompactForgetOneWindowAfterTheLastInsert) {
   if (GetParam() == FilterType::kAging) GTEST_SKIP() << "the aging filter's edge is soft";
   auto f = make(GetParam());
   const Fingerprint a{0x77, 0x1};
@@ -95,8 +95,8 @@ TEST_P(Insert, RebuildFromDeliveriesDecidesLikeTheOriginal) {
       << distinct << " distinct in the second half";
 }
 
-// For the exact and timer filters the rebuilt state is the original's,
-// byte for byte: the same cells are written at the same ticks.
+// For the exact, timer and compact filters the rebuilt state is the
+// original's, byte for byte: the same cells are written at the same ticks.
 TEST_P(Insert, RebuiltStateEqualsTheOriginal) {
   if (GetParam() == FilterType::kAging) {
     GTEST_SKIP() << "the aging filter's generations also count the clock moves of duplicates";
@@ -117,7 +117,7 @@ TEST_P(Insert, RebuiltStateEqualsTheOriginal) {
 
 INSTANTIATE_TEST_SUITE_P(EveryType, Insert,
                          ::testing::Values(FilterType::kTimer, FilterType::kAging,
-                                           FilterType::kExact),
+                                           FilterType::kExact, FilterType::kCompact),
                          [](const ::testing::TestParamInfo<FilterType>& p) {
                            return std::string(to_string(p.param));
                          });

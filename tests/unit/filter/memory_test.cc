@@ -1,9 +1,10 @@
 // Memory follows load (DESIGN.md): the shared MemoryBudget's contract, an
 // idle filter at its floor whatever the capacity hint, growth and shrink
-// (fold) of the timer filter with the load, restore-then-shrink, and every
-// filter type under a budget smaller than the load needs: within it (plus
-// the floors), no false negative, false positives within what the filter
-// reports, and back at the target fpp once the load falls.
+// (fold) of the timer filter with the load, restore-then-shrink (timer and
+// compact), and every filter type under a budget smaller than the load
+// needs: within it (plus the floors), no false negative, false positives
+// within what the filter reports, and back at the target fpp once the load
+// falls. (The compact filter's own growth and shrink: compact_filter_test.)
 
 #include "kdedup/filter/memory_budget.h"
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kdedup/filter/aging_filter.h"
+#include "kdedup/filter/compact_filter.h"
 #include "kdedup/filter/exact_filter.h"
 #include "kdedup/filter/timer_filter.h"
 #include "streams.h"
@@ -52,6 +54,23 @@ std::unique_ptr<SlidingFilter> make(const FilterConfig& c) {
   auto f = make_filter(c);
   EXPECT_TRUE(f.has_value()) << (f ? "" : f.error().message);
   return f ? std::move(*f) : nullptr;
+}
+
+// Bytes of filter state a filter of c's type, fpp and bits holds when it is
+// sized for exactly `ids` distinct identities per window (timer: its
+// pre-sized sub-filter; aging: the (k, l) model; compact: its pre-sized
+// table).
+std::uint64_t presized_bytes(FilterConfig c, std::uint64_t ids) {
+  c.capacity = ids;
+  switch (c.type) {
+    case FilterType::kTimer:
+      return (*TimerFilter::create_presized(c))->presized_bytes();
+    case FilterType::kCompact:
+      return (*CompactFilter::create_presized(c))->table_bytes().front();
+    default:
+      return static_cast<std::uint64_t>(static_cast<double>(ids) *
+                                        choose_aging_shape(c.fpp).bits_per_element() / 8);
+  }
 }
 
 // --- MemoryBudget -------------------------------------------------------------
@@ -208,9 +227,9 @@ TEST(MemoryBudget, EffectiveFppIsCapped) {
 // --- the floor ------------------------------------------------------------------
 
 TEST(MemoryFollowsLoad, AnIdleFilterHoldsTheFloorWhateverTheHint) {
-  for (FilterType type : {FilterType::kTimer, FilterType::kAging}) {
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging, FilterType::kCompact}) {
     for (std::uint8_t bits : {4, 8, 16}) {
-      if (type == FilterType::kAging && bits != 8) continue;
+      if (type != FilterType::kTimer && bits != 8) continue;
       auto f = make(config_of(type, 1'000'000, bits));
       ASSERT_TRUE(f);
       const FilterConfig& c = f->config();
@@ -224,6 +243,17 @@ TEST(MemoryFollowsLoad, AnIdleFilterHoldsTheFloorWhateverTheHint) {
 }
 
 // --- grow and shrink --------------------------------------------------------------
+
+// The filter types (and timer widths) that grow and shrink by parts.
+struct Kind {
+  const char* name;
+  FilterType type;
+  std::uint8_t bits;
+};
+constexpr Kind kGrowingKinds[] = {{"timer-4", FilterType::kTimer, 4},
+                                  {"timer-8", FilterType::kTimer, 8},
+                                  {"timer-16", FilterType::kTimer, 16},
+                                  {"compact", FilterType::kCompact, 8}};
 
 // `base` distinct ids per tick for two windows, 5x that for two, `base`
 // again for three: all distinct, so every arrival is a new identity.
@@ -324,12 +354,14 @@ TEST(MemoryFollowsLoad, ARestoredOversizedFilterShrinks) {
   // again: the restored filter shrinks as the original would, to within
   // 1.5x of the pre-sized figure two windows later, and keeps every identity
   // it delivered (before and after the snapshot) for the whole window.
-  for (std::uint8_t bits : {4, 8, 16}) {
-    SCOPED_TRACE(int(bits));
-    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
+  for (const Kind& kind : kGrowingKinds) {
+    SCOPED_TRACE(kind.name);
+    const FilterConfig c = config_of(kind.type, 1'000'000, kind.bits);
     const std::uint32_t window = c.ticks_per_window;
-    const double base = 20'000.0 / (window + 1);
-    const auto events = burst_stream(window, base, 11 + bits);
+    // Ids per window whose pre-sized filter is well above the 64 KiB floor.
+    const std::uint64_t ids = kind.type == FilterType::kCompact ? 100'000 : 20'000;
+    const double base = static_cast<double>(ids) / (window + 1);
+    const auto events = burst_stream(window, base, 11 + kind.bits);
     const Tick burst_end = 4 * (window + 1);  // the burst is the middle third of six windows
     auto original = make(c);
     std::vector<std::pair<Fingerprint, Tick>> delivered;
@@ -355,9 +387,7 @@ TEST(MemoryFollowsLoad, ARestoredOversizedFilterShrinks) {
         ASSERT_EQ(f.test_and_insert(fp, now), Decision::kDuplicate);
       }
     }
-    FilterConfig sized = c;
-    sized.capacity = 20'000;
-    const auto presized = (*TimerFilter::create_presized(sized))->stats().bytes;
+    const std::uint64_t presized = presized_bytes(c, ids);
     EXPECT_LT(f.stats().bytes, peak / 3);
     EXPECT_LE(static_cast<double>(f.stats().bytes), 1.5 * static_cast<double>(presized));
     EXPECT_LE(f.stats().fpp_estimate, c.fpp);
@@ -370,16 +400,25 @@ TEST(MemoryFollowsLoad, AQuietFilterAndItsSnapshotHoldTheFloor) {
   // quiet) is back at its floor, and so is a filter restored from its
   // snapshot. (A snapshot taken before that tick shrinks at the same tick
   // of its own clock: restore() runs the same check.)
-  FilterConfig c = config_of(FilterType::kTimer, 5'000'000, 8);
-  auto made = TimerFilter::create_presized(c);
-  ASSERT_TRUE(made);
-  for (std::uint64_t id = 0; id < 1000; ++id) {
-    (void)(*made)->test_and_insert(identity_fingerprint(id, 7), 10);
+  for (FilterType type : {FilterType::kTimer, FilterType::kCompact}) {
+    SCOPED_TRACE(to_string(type));
+    FilterConfig c = config_of(type, 5'000'000, 8);
+    std::unique_ptr<SlidingFilter> f;
+    if (type == FilterType::kTimer) {
+      f = std::move(*TimerFilter::create_presized(c));
+    } else {
+      f = std::move(*CompactFilter::create_presized(c));
+    }
+    ASSERT_GT(f->stats().bytes, 4 * c.min_bytes);
+    for (std::uint64_t id = 0; id < 1000; ++id) {
+      (void)f->test_and_insert(identity_fingerprint(id, 7), 10);
+    }
+    for (Tick t = 11; t < 10 + 2 * c.ticks_per_window; ++t) f->advance(t);
+    EXPECT_LE(f->stats().bytes, c.min_bytes + 16 * 1024);
+    auto restored = restore_filter(f->serialize());
+    ASSERT_TRUE(restored);
+    EXPECT_LE((*restored)->stats().bytes, c.min_bytes + 16 * 1024);
   }
-  for (Tick t = 11; t < 10 + 2 * c.ticks_per_window; ++t) (*made)->advance(t);
-  auto restored = restore_filter((*made)->serialize());
-  ASSERT_TRUE(restored);
-  EXPECT_LE((*restored)->stats().bytes, c.min_bytes + 16 * 1024);
 }
 
 // --- under a budget ---------------------------------------------------------------
@@ -433,22 +472,20 @@ BudgetRun run_two(FilterType type, std::uint8_t bits, const std::shared_ptr<Memo
 }
 
 TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
-  for (FilterType type : {FilterType::kTimer, FilterType::kAging}) {
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging, FilterType::kCompact}) {
     for (std::uint8_t bits : {4, 8, 16}) {
-      if (type == FilterType::kAging && bits != 8) continue;
+      if (type != FilterType::kTimer && bits != 8) continue;
       SCOPED_TRACE(std::string(to_string(type)) + " " + std::to_string(bits));
       const FilterConfig c = config_of(type, 1'000, bits, 0.01, 4096);
       const std::uint32_t window = c.ticks_per_window;
       // 30k ids per window per filter: a pre-sized pair needs about
-      // 2 x 30k x (44..235 bits) / 8; the budget is half of that.
-      FilterConfig sized = c;
-      sized.capacity = 30'000;
-      const std::uint64_t need =
-          type == FilterType::kTimer
-              ? 2 * (*TimerFilter::create_presized(sized))->presized_bytes()
-              : static_cast<std::uint64_t>(2 * 30'000 *
-                                           choose_aging_shape(c.fpp).bits_per_element() / 8);
-      const std::uint64_t limit = need / 2;
+      // 2 x 30k x (15..235 bits) / 8; the budget is half of that. (The
+      // compact filter saves at most 5 of its 13 bits a slot at fpp 1% by
+      // raising its fpp to 0.25: it gets a budget 10% short.)
+      const bool compact = type == FilterType::kCompact;
+      const std::uint64_t need = 2 * presized_bytes(c, 30'000);
+      const auto limit =
+          static_cast<std::uint64_t>(static_cast<double>(need) / (compact ? 1.1 : 2));
       auto budget = budget_of(limit, c.fpp);
       StreamSpec spec;
       spec.domain = 1ULL << 40;
@@ -458,8 +495,10 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
       const auto events = generate_stream(spec);
       const BudgetRun r = run_two(type, bits, budget, events);
       EXPECT_EQ(r.counts.false_negatives, 0U);
-      // Within the budget, plus each filter's floor (charged past it).
-      EXPECT_LE(r.worst_used, limit + 2 * c.min_bytes);
+      // Within the budget, plus each filter's floor (charged past it); the
+      // compact filter also charges a floor-sized table past it when it is
+      // full and refused (compact_filter.h, "Memory budget").
+      EXPECT_LE(r.worst_used, limit + (compact ? 4 : 2) * c.min_bytes);
       EXPECT_GE(r.worst_level, 1U) << "the budget was never short";
       // The filters report the fpp they run at: what was observed is within it.
       EXPECT_GT(r.worst_estimate, c.fpp);
@@ -469,16 +508,11 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
 }
 
 TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {
-  for (FilterType type : {FilterType::kTimer, FilterType::kAging}) {
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging, FilterType::kCompact}) {
     SCOPED_TRACE(to_string(type));
     const FilterConfig c = config_of(type, 1'000, 8, 0.01, 4096);
     const std::uint32_t window = c.ticks_per_window;
-    FilterConfig sized = c;
-    sized.capacity = 40'000;
-    const std::uint64_t need =
-        type == FilterType::kTimer
-            ? (*TimerFilter::create_presized(sized))->presized_bytes()
-            : static_cast<std::uint64_t>(40'000 * choose_aging_shape(c.fpp).bits_per_element() / 8);
+    const std::uint64_t need = presized_bytes(c, 40'000);
     auto budget = budget_of(need / 2, c.fpp);
     auto f = make(c);
     f->set_memory_budget(budget);
@@ -504,7 +538,8 @@ TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {
 
 TEST(MemoryBudgetFilters, ReleasedWhenTheFilterGoes) {
   auto budget = budget_of(0);
-  for (FilterType type : {FilterType::kTimer, FilterType::kAging, FilterType::kExact}) {
+  for (FilterType type :
+       {FilterType::kTimer, FilterType::kAging, FilterType::kExact, FilterType::kCompact}) {
     {
       auto f = make(config_of(type, 1'000));
       f->set_memory_budget(budget);

@@ -1,11 +1,10 @@
 // on_duplicate: refresh (filter::test_and_refresh_batch) on every filter
-// type: a duplicate renews its identity, so a stream of repeats at least
-// once per window stays suppressed for as long as it continues (where
-// keep_first, seed 000's first-test-then-set, lets one copy through every
-// window); the identity is forgotten one window after its LAST occurrence;
-// a renewal inside a batch is seen by the later copies of the same batch;
-// and on a whole stream the decisions match an exact refresh oracle
-// (no false negative at all, false positives within the target).
+// type (compact at 24 and at its default 10 ticks): a duplicate renews its identity, so a stream of
+// repeats at least once per window stays suppressed for as long as it continues (where keep_first,
+// seed 000's first-test-then-set, lets one copy through every window); the identity is forgotten
+// one window after its LAST occurrence; a renewal inside a batch is seen by the later copies of the
+// same batch; and on a whole stream the decisions match an exact refresh oracle (no false negative
+// at all, false positives within the target).
 
 #include <gtest/gtest.h>
 
@@ -27,13 +26,14 @@ struct Variant {
   FilterType type;
   std::uint8_t timer_bits = 8;
   std::string name;
+  std::uint32_t ticks = kW;  ///< ticks per window
 };
 
 std::unique_ptr<SlidingFilter> make(const Variant& v) {
   FilterConfig c;
   c.type = v.type;
   c.timer_bits = v.timer_bits;
-  c.ticks_per_window = v.type == FilterType::kTimer && v.timer_bits == 4 ? 12 : kW;
+  c.ticks_per_window = v.type == FilterType::kTimer && v.timer_bits == 4 ? 12 : v.ticks;
   c.fpp = 0.01;
   c.capacity = 5'000;
   auto f = make_filter(c);
@@ -171,7 +171,11 @@ INSTANTIATE_TEST_SUITE_P(EveryType, Refresh,
                                            Variant{FilterType::kTimer, 8, "timer8"},
                                            Variant{FilterType::kTimer, 16, "timer16"},
                                            Variant{FilterType::kAging, 8, "aging"},
-                                           Variant{FilterType::kExact, 8, "exact"}),
+                                           Variant{FilterType::kExact, 8, "exact"},
+                                           // 5-bit tags, and its default 10 ticks
+                                           // (4-bit tags stored sorted).
+                                           Variant{FilterType::kCompact, 8, "compact"},
+                                           Variant{FilterType::kCompact, 8, "compact10", 10}),
                          [](const ::testing::TestParamInfo<Variant>& p) { return p.param.name; });
 
 }  // namespace

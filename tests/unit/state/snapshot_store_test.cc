@@ -159,7 +159,7 @@ TEST_P(RoundTrip, LoadedFilterMakesTheSameDecisions) {
 
 INSTANTIATE_TEST_SUITE_P(EveryFilterType, RoundTrip,
                          ::testing::Values(FilterType::kExact, FilterType::kTimer,
-                                           FilterType::kAging),
+                                           FilterType::kAging, FilterType::kCompact),
                          [](const auto& param_info) {
                            return std::string(to_string(param_info.param));
                          });

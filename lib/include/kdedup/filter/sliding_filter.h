@@ -33,7 +33,7 @@ using Tick = std::uint64_t;
 
 enum class Decision : std::uint8_t { kDistinct = 0, kDuplicate = 1 };
 
-enum class FilterType : std::uint8_t { kTimer = 1, kAging = 2, kExact = 3 };
+enum class FilterType : std::uint8_t { kTimer = 1, kAging = 2, kExact = 3, kCompact = 4 };
 
 /// How the timer filter decides to grow (seed 000 §5).
 enum class Growth : std::uint8_t {
@@ -57,18 +57,18 @@ struct FilterConfig {
   std::uint8_t equal_timers = 0;  ///< k' of the equal-timers heuristic; 0 = off
   Growth growth = Growth::kDensity;
   /// The floor: what an idle filter holds at most (timer: its first
-  /// sub-filter; aging: its first k + l slices together), and the smallest
-  /// new timer sub-filter.
+  /// sub-filter; aging: its first k + l slices together; compact: its first
+  /// table), and the smallest new timer sub-filter or compact table.
   std::uint64_t min_bytes = 64 * 1024;
-  std::uint64_t max_bytes = 1024ULL << 20;  ///< largest new timer sub-filter
+  std::uint64_t max_bytes = 1024ULL << 20;  ///< largest new sub-filter / table (timer, compact)
 };
 
 /// Counters and sizes a filter reports; cheap to compute.
 struct FilterStats {
-  std::uint64_t bytes = 0;        ///< memory held by filter state
-  std::uint64_t cells = 0;        ///< cells (timer) / bits (aging) / entries (exact)
+  std::uint64_t bytes = 0;  ///< memory held by filter state
+  std::uint64_t cells = 0;  ///< cells (timer) / bits (aging) / entries (exact) / slots (compact)
   std::uint64_t live_cells = 0;   ///< cells currently non-empty
-  std::uint32_t subfilters = 0;   ///< sub-filters (timer) or slices (aging)
+  std::uint32_t subfilters = 0;   ///< sub-filters (timer), slices (aging) or tables (compact)
   std::uint64_t insertions = 0;   ///< distinct decisions since creation
   double fpp_estimate = 0.0;      ///< estimated false-positive probability now
   std::uint64_t slice0_bits = 0;  ///< aging: size of the newest slice; 0 otherwise
