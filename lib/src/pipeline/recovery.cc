@@ -18,6 +18,8 @@ const char* to_string(SnapshotRefusal refusal) noexcept {
       return "format_unknown";
     case SnapshotRefusal::kReadError:
       return "read_error";
+    case SnapshotRefusal::kConfirmStore:
+      return "confirm_store";
     case SnapshotRefusal::kAheadOfCommit:
       return "ahead_of_commit";
     case SnapshotRefusal::kBehindRetention:

@@ -52,6 +52,8 @@ const char* to_string(LoadFailure reason) noexcept {
       return "format_unknown";
     case LoadFailure::kReadError:
       return "read_error";
+    case LoadFailure::kConfirmStore:
+      return "confirm_store";
   }
   return "unknown";
 }

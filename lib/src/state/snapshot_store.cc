@@ -27,6 +27,7 @@
 #include "kdedup/common/bytes.h"
 #include "snapshot_format.h"
 #include "snapshot_ledger.h"
+#include "state_dir.h"
 
 namespace kdedup::state {
 namespace fs = std::filesystem;
@@ -36,72 +37,6 @@ using format::ChunkIdHash;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool contains(const std::string& text, std::string_view needle) {
-  return text.find(needle) != std::string::npos;
-}
-
-/// Pid of the process holding the RocksDB lock of `dir`, or 0 if unknown.
-/// RocksDB locks DIR/LOCK with fcntl(F_SETLK); F_GETLK reports the holder.
-long lock_holder(const std::string& dir) {
-  const int fd = ::open((dir + "/LOCK").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  struct flock probe {};
-  probe.l_type = F_WRLCK;
-  probe.l_whence = SEEK_SET;
-  const int rc = ::fcntl(fd, F_GETLK, &probe);
-  ::close(fd);
-  return rc == 0 && probe.l_type != F_UNLCK ? static_cast<long>(probe.l_pid) : 0;
-}
-
-/// Turns a failed DB::Open into a message naming the directory and the fix.
-std::string open_error(const rocksdb::Status& s, const std::string& dir, bool read_only) {
-  const std::string text = s.ToString();
-  if (s.IsIOError() && (contains(text, "lock") || contains(text, "LOCK"))) {
-    const long pid = lock_holder(dir);
-    return "another kdedup instance is using state dir " + dir +
-           (pid > 0 ? " (process " + std::to_string(pid) + " holds " + dir + "/LOCK)"
-                    : " (its LOCK is held, possibly by this process)") +
-           "; stop it or give each instance its own state.dir";
-  }
-  if (s.IsNoSpace() || contains(text, "No space left")) {
-    return "cannot open state dir " + dir + ": disk full; free space or enlarge the volume";
-  }
-  if (contains(text, "Permission denied") || contains(text, "Read-only file system")) {
-    return "state dir " + dir + " is not " + (read_only ? "readable" : "writable") +
-           " by this user (" + text + "); fix its ownership/permissions or the volume mount";
-  }
-  if (s.IsCorruption()) {
-    return "state dir " + dir + " holds a corrupted RocksDB database (" + text +
-           "); move the directory aside and restart: kdedup rebuilds filter state from Kafka";
-  }
-  if (read_only && s.IsInvalidArgument() && contains(text, "does not exist")) {
-    return "state dir " + dir + " holds no kdedup state (no RocksDB database in it)";
-  }
-  return "cannot open RocksDB database in state dir " + dir + ": " + text;
-}
-
-/// RocksDB's preferred compression among those this build supports.
-rocksdb::CompressionType pick_compression() {
-  const auto supported = rocksdb::GetSupportedCompressions();
-  for (auto c : {rocksdb::kZSTD, rocksdb::kLZ4Compression, rocksdb::kSnappyCompression}) {
-    if (std::find(supported.begin(), supported.end(), c) != supported.end()) return c;
-  }
-  return rocksdb::kNoCompression;
-}
-
-const char* compression_name(rocksdb::CompressionType c) {
-  switch (c) {
-    case rocksdb::kZSTD:
-      return "ZSTD";
-    case rocksdb::kLZ4Compression:
-      return "LZ4";
-    case rocksdb::kSnappyCompression:
-      return "Snappy";
-    default:
-      return "none";
-  }
-}
 
 /// Releases a RocksDB read snapshot when the scope ends.
 class ReadView {
@@ -150,7 +85,7 @@ class SnapshotStore::Impl {
 
   Status open() {
     rocksdb::Options o;
-    compression_ = pick_compression();
+    compression_ = dirs::pick_compression();
     o.compression = compression_;
     o.bottommost_compression = compression_;
     o.create_if_missing = !read_only_;
@@ -172,9 +107,31 @@ class SnapshotStore::Impl {
     const rocksdb::Status s =
         read_only_ ? rocksdb::DB::OpenForReadOnly(o, dir_, &raw) : rocksdb::DB::Open(o, dir_, &raw);
     db_.reset(raw);  // owned from here on, even if null
-    if (!s.ok()) return fail(open_error(s, dir_, read_only_));
+    if (!s.ok()) return fail(dirs::open_error(s, dir_, read_only_));
     if (auto checked = check_ledger(ledger); !checked) return checked;
     if (!read_only_) writer_ = std::thread([this] { run_writer(); });
+    return open_confirm();
+  }
+
+  /// The ConfirmStore in DIR/confirm: opened (created) with the options in
+  /// read-write mode, opened read-only when present otherwise.
+  Status open_confirm() {
+    const std::string path = dir_ + "/confirm";
+    if (read_only_) {
+      std::error_code ec;
+      if (!fs::exists(fs::path(path) / "CURRENT", ec)) return {};
+      auto store = ConfirmStore::open_read_only(path);
+      if (!store) return tl::unexpected(store.error());
+      confirm_ = std::move(*store);
+      return {};
+    }
+    if (!options_.confirm) return {};
+    ConfirmOptions o = *options_.confirm;
+    o.staged = true;
+    o.write_ahead_log = true;
+    auto store = ConfirmStore::open(path, o);
+    if (!store) return tl::unexpected(store.error());
+    confirm_ = std::move(*store);
     return {};
   }
 
@@ -204,6 +161,7 @@ class SnapshotStore::Impl {
   const StoreOptions options_;
   const bool read_only_;
   rocksdb::CompressionType compression_ = rocksdb::kNoCompression;
+  std::unique_ptr<ConfirmStore> confirm_;
 
  private:
   void run_writer() {
@@ -223,7 +181,7 @@ class SnapshotStore::Impl {
 
   std::string write_error(const rocksdb::Status& s, const PartitionKey& key) const {
     const std::string text = s.ToString();
-    if (s.IsNoSpace() || contains(text, "No space left")) {
+    if (s.IsNoSpace() || dirs::contains(text, "No space left")) {
       return "snapshot of " + key.to_string() + " not written: disk full in state dir " + dir_ +
              "; free space or enlarge the volume and restart kdedup (RocksDB accepts no "
              "more writes after this error)";
@@ -364,6 +322,15 @@ Result<WriteReport> SnapshotStore::Impl::write_capture(const SnapshotCapture& c)
     if (auto space = check_free_space(batch.GetDataSize(), key); !space) {
       // Nothing was written; the stored snapshot (if any) is unchanged.
       return tl::unexpected(space.error());
+    }
+    // Confirmed mode: the deliveries this snapshot's filter knows reach the
+    // confirm store, durably and bound to this manifest, before it exists.
+    if (confirm_) {
+      if (auto moved =
+              confirm_->flush_for_snapshot(key, c.next_offset, m.info.created_ms, c.clock_ms);
+          !moved) {
+        return fail("snapshot of " + key.to_string() + " not written: " + moved.error().message);
+      }
     }
     rocksdb::WriteOptions wo;
     wo.sync = options_.sync;
@@ -627,47 +594,6 @@ Result<std::vector<ListedSnapshot>> SnapshotStore::Impl::list() const {
 
 // ---- public surface ----
 
-namespace {
-
-/// Creates `dir` when its parent exists; checks it is a writable directory.
-Status prepare_dir(const std::string& dir, bool read_only) {
-  std::error_code ec;
-  const fs::path path(dir);
-  if (dir.empty()) return fail("state dir is empty; set state.dir");
-  const auto st = fs::status(path, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory) {
-    return fail("cannot access state dir " + dir + ": " + ec.message() +
-                "; fix the permissions of the directory or its parents");
-  }
-  if (fs::exists(st)) {
-    if (!fs::is_directory(st)) return fail("state dir " + dir + " exists but is not a directory");
-  } else if (read_only) {
-    return fail("state dir " + dir + " does not exist");
-  } else {
-    const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
-    if (!fs::is_directory(parent, ec)) {
-      return fail("state dir " + dir + " does not exist and neither does its parent " +
-                  parent.string() + "; create it or point state.dir at a mounted volume");
-    }
-    if (!fs::create_directory(path, ec) && ec) {
-      return fail("cannot create state dir " + dir + ": " + ec.message());
-    }
-  }
-  const int mode = read_only ? (R_OK | X_OK) : (R_OK | W_OK | X_OK);
-  if (::access(dir.c_str(), mode) != 0) {
-    return fail("state dir " + dir + " is not " + (read_only ? "readable" : "writable") +
-                " by this user (uid " + std::to_string(::geteuid()) + ": " +
-                std::error_code(errno, std::generic_category()).message() +
-                "); fix its ownership/permissions or the volume mount");
-  }
-  if (read_only && !fs::exists(path / "CURRENT", ec)) {
-    return fail("state dir " + dir + " holds no kdedup state (no RocksDB database in it)");
-  }
-  return {};
-}
-
-}  // namespace
-
 SnapshotStore::SnapshotStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SnapshotStore::~SnapshotStore() = default;
 
@@ -677,14 +603,14 @@ Result<std::unique_ptr<SnapshotStore>> SnapshotStore::open(const std::string& di
     return fail("snapshot chunk size must be 4 KiB .. 64 MiB, got " +
                 std::to_string(options.chunk_size));
   }
-  if (auto ok = prepare_dir(dir, false); !ok) return tl::unexpected(ok.error());
+  if (auto ok = dirs::prepare(dir, false); !ok) return tl::unexpected(ok.error());
   auto impl = std::make_unique<Impl>(dir, options, false);
   if (auto ok = impl->open(); !ok) return tl::unexpected(ok.error());
   return std::unique_ptr<SnapshotStore>(new SnapshotStore(std::move(impl)));
 }
 
 Result<std::unique_ptr<SnapshotStore>> SnapshotStore::open_read_only(const std::string& dir) {
-  if (auto ok = prepare_dir(dir, true); !ok) return tl::unexpected(ok.error());
+  if (auto ok = dirs::prepare(dir, true); !ok) return tl::unexpected(ok.error());
   auto impl = std::make_unique<Impl>(dir, StoreOptions{}, true);
   if (auto ok = impl->open(); !ok) return tl::unexpected(ok.error());
   return std::unique_ptr<SnapshotStore>(new SnapshotStore(std::move(impl)));
@@ -723,8 +649,14 @@ LoadResult<Snapshot> SnapshotStore::read(const PartitionKey& key,
 
 LoadResult<RestoredSnapshot> SnapshotStore::load(const PartitionKey& key,
                                                  const StateFingerprint& expected) const {
+  if (impl_->confirm_ && !impl_->read_only_) impl_->drain();
   auto snapshot = impl_->read(key, expected);
   if (!snapshot) return tl::unexpected(snapshot.error());
+  if (impl_->confirm_) {
+    if (auto why = impl_->confirm_->refusal(snapshot->info)) {
+      return tl::unexpected(LoadError{LoadFailure::kConfirmStore, *why});
+    }
+  }
   auto filter = filter::restore_filter(snapshot->state);
   auto corrupt = [&](const std::string& what) {
     return tl::unexpected(LoadError{LoadFailure::kCorrupt,
@@ -756,8 +688,10 @@ void SnapshotStore::drain() {
 
 const std::string& SnapshotStore::dir() const noexcept { return impl_->dir_; }
 bool SnapshotStore::read_only() const noexcept { return impl_->read_only_; }
+ConfirmStore* SnapshotStore::confirm() const noexcept { return impl_->confirm_.get(); }
+
 const char* SnapshotStore::compression() const noexcept {
-  return compression_name(impl_->compression_);
+  return dirs::compression_name(impl_->compression_);
 }
 
 }  // namespace kdedup::state

@@ -149,9 +149,9 @@ TEST(RecoveryPlan, NeverRestoresAheadOfCommitProperty) {
 }
 
 TEST(RecoveryPlan, EveryStoreRefusalRebuildsFromWindow) {
-  for (auto r :
-       {SnapshotRefusal::kMissing, SnapshotRefusal::kCorrupt, SnapshotRefusal::kConfigChanged,
-        SnapshotRefusal::kFormatUnknown, SnapshotRefusal::kReadError}) {
+  for (auto r : {SnapshotRefusal::kMissing, SnapshotRefusal::kCorrupt,
+                 SnapshotRefusal::kConfigChanged, SnapshotRefusal::kFormatUnknown,
+                 SnapshotRefusal::kReadError, SnapshotRefusal::kConfirmStore}) {
     auto in = inputs();
     in.snapshot = refused(r, "chunk 3 of orders/3 fails its checksum");
     in.committed = 500;

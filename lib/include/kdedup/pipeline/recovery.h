@@ -70,6 +70,9 @@ enum class SnapshotRefusal : std::uint8_t {
   kConfigChanged,
   kFormatUnknown,
   kReadError,
+  /// Confirmed mode: the confirm store cannot back this snapshot (absent,
+  /// refused, or bound to another snapshot); rebuilt like the filter.
+  kConfirmStore,
   kAheadOfCommit,  ///< S > C, or a snapshot with no committed offset at all
   /// S < L, the input's low watermark: records [S, L) were deleted by
   /// retention, so replaying from S would miss them (the filter would not
@@ -116,6 +119,9 @@ template <class T>
       break;
     case state::LoadFailure::kReadError:
       offer.refusal = SnapshotRefusal::kReadError;
+      break;
+    case state::LoadFailure::kConfirmStore:
+      offer.refusal = SnapshotRefusal::kConfirmStore;
       break;
   }
   offer.message = loaded.error().message;

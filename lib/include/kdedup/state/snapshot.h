@@ -113,6 +113,9 @@ enum class LoadFailure : std::uint8_t {
   kConfigChanged,  ///< taken with another filter config or salt
   kFormatUnknown,  ///< written by a kdedup with a snapshot format this one cannot read
   kReadError,      ///< RocksDB could not read (I/O error); message says what
+  /// Confirmed mode: the confirm store does not hold exactly this
+  /// snapshot's deliveries (confirm_store.h, "Recovery").
+  kConfirmStore,
 };
 
 [[nodiscard]] const char* to_string(LoadFailure reason) noexcept;

@@ -8,6 +8,8 @@
 //             SnapshotInfo fields, the XXH3-64 of the whole state and the
 //             ordered list of chunk ids
 //   chunk     'c' | topic | partition | id -> envelope(kind chunk): raw bytes
+// In confirmed mode the ConfirmStore's database lives in DIR/confirm and
+// travels with the snapshots (StoreOptions::confirm).
 // Beside the database, the file `kdedup-ledger` records each partition's
 // last snapshot write (its RocksDB sequence number), so a write RocksDB's
 // recovery dropped is detected (lost()).
@@ -73,6 +75,7 @@
 #include <vector>
 
 #include "kdedup/common/result.h"
+#include "kdedup/state/confirm_store.h"
 #include "kdedup/state/snapshot.h"
 
 namespace kdedup::state {
@@ -91,6 +94,12 @@ struct StoreOptions {
   /// the process on ENOSPC in the WAL (an internal assertion, fixed upstream
   /// in 9.x), so kdedup must stop before RocksDB runs out of space.
   std::uint64_t min_free_bytes = 64ULL << 20;
+  /// Confirmed mode (filter.confirm_store): open the ConfirmStore in
+  /// DIR/confirm with these options, staged. It then follows this store's
+  /// protocol: before each manifest is written its partition's staged
+  /// deliveries below the snapshot move to disk and are bound to it, and
+  /// load() refuses (kConfirmStore) a snapshot the ConfirmStore cannot back.
+  std::optional<ConfirmOptions> confirm;
 };
 
 /// One listed manifest: its info, or why it cannot be read.
@@ -141,7 +150,11 @@ class SnapshotStore {
   [[nodiscard]] LoadResult<Snapshot> read(const PartitionKey& key,
                                           std::optional<StateFingerprint> expected) const;
 
-  /// read() plus restore_filter(): the filter to continue with.
+  /// read() plus restore_filter(): the filter to continue with. With a
+  /// ConfirmStore, first waits for the snapshot writes queued before it (so
+  /// no write of an earlier owner of the partition lands after the new
+  /// Slice attached), and refuses a snapshot the ConfirmStore cannot back
+  /// (kConfirmStore).
   [[nodiscard]] LoadResult<RestoredSnapshot> load(const PartitionKey& key,
                                                   const StateFingerprint& expected) const;
 
@@ -170,6 +183,9 @@ class SnapshotStore {
   [[nodiscard]] bool read_only() const noexcept;
   /// Compression RocksDB uses for this database ("ZSTD", "LZ4", "none").
   [[nodiscard]] const char* compression() const noexcept;
+  /// The ConfirmStore opened with StoreOptions::confirm (read-only stores:
+  /// DIR/confirm when it exists), or null.
+  [[nodiscard]] ConfirmStore* confirm() const noexcept;
 
   class Impl;
 
