@@ -21,6 +21,17 @@ PartitionProcessor::PartitionProcessor(ProcessorOptions options,
 BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> records,
                                         std::int64_t wall_ms, RecordSinks& sinks) {
   BatchResult result;
+  // A Slice that cannot decide any more (its confirm store failed) stops the
+  // partition before anything of the batch counts as processed.
+  auto slice_failed = [&] {
+    result.slice_failed = true;
+    result.processed = 0;
+    result.fail_message = *slice.failure() +
+                          "; stopping without committing the records of this batch: the next "
+                          "start replays them";
+    return result;
+  };
+  if (slice.failure()) return slice_failed();
   auto& counters = *slice.counters();
   const std::size_t n = records.size();
   routes_.assign(n, Route::kOutput);
@@ -28,6 +39,7 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
   replayed_.assign(n, 0);
   fps_.clear();
   ticks_.clear();
+  offsets_.clear();
   learn_.clear();
   decided_.clear();
   bool any_learn = false;
@@ -68,6 +80,7 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
       if (options_.filter_enabled) {
         fps_.push_back(fingerprinter_(extracted->identity));
         ticks_.push_back(*tick);
+        offsets_.push_back(r.offset);
         const bool learn = replay == ReplayRule::Action::kLearn || dropped;
         learn_.push_back(learn ? 1 : 0);
         any_learn |= learn;
@@ -115,7 +128,9 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
     decisions_.resize(fps_.size());
     slice.decide(
         fps_, ticks_, decisions_,
-        any_learn ? std::span<const std::uint8_t>(learn_) : std::span<const std::uint8_t>());
+        any_learn ? std::span<const std::uint8_t>(learn_) : std::span<const std::uint8_t>(),
+        offsets_);
+    if (slice.failure()) return slice_failed();
     for (std::size_t v = 0; v < decided_.size(); ++v) {
       if (decisions_[v] == filter::Decision::kDuplicate && !replayed_[decided_[v]]) {
         routes_[decided_[v]] = Route::kDuplicate;

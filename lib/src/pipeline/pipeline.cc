@@ -40,6 +40,7 @@
 #include "kdedup/common/partitions.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
+#include "kdedup/pipeline/confirm.h"
 #include "kdedup/pipeline/partition_processor.h"
 #include "kdedup/pipeline/provenance.h"
 #include "kdedup/pipeline/reconcile.h"
@@ -2053,6 +2054,9 @@ Pipeline::~Pipeline() = default;
 Result<std::unique_ptr<Pipeline>> Pipeline::create(const config::Config& config, SliceHooks hooks,
                                                    state::SnapshotStore* store) {
   auto impl = std::make_unique<Impl>(config, std::move(hooks), store);
+  auto confirm = confirm_store_for(config, store);
+  if (!confirm) return tl::unexpected(confirm.error());
+  impl->options.confirm = *confirm;
   if (auto s = impl->build_clients(); !s) return tl::unexpected(s.error());
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
@@ -2116,6 +2120,7 @@ PipelineStats Pipeline::stats() const {
     p.filter_bytes = c.filter_bytes.load(std::memory_order_relaxed);
     p.filter_subfilters = c.filter_subfilters.load(std::memory_order_relaxed);
     p.filter_fpp_estimate = c.filter_fpp_estimate.load(std::memory_order_relaxed);
+    p.confirm = c.confirm.read();
     s.partitions.push_back(std::move(p));
   }
   return s;

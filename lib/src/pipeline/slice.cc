@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "kdedup/pipeline/confirm.h"
+#include "kdedup/state/confirm_store.h"
+
 namespace kdedup::pipeline {
 
 void PartitionCounters::count_invalid_reason(const std::string& reason) {
@@ -36,8 +39,10 @@ Result<std::unique_ptr<Slice>> Slice::create(PartitionId id, const SliceOptions&
     f = std::move(*made);
   }
   if (!options.filter_enabled) f.reset();
-  return std::make_unique<Slice>(std::move(id), options, std::move(f), start.clock_ms,
-                                 start.next_offset);
+  auto slice = std::make_unique<Slice>(std::move(id), options, std::move(f), start.clock_ms,
+                                       start.next_offset);
+  if (slice->failure()) return fail(*slice->failure());
+  return slice;
 }
 
 ReplayRule::ReplayRule(Below below, std::int64_t committed, std::int64_t rebuild_until,
@@ -87,7 +92,22 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
   counters_->clock_ms.store(clock_ms, std::memory_order_relaxed);
   counters_->next_offset.store(next_offset, std::memory_order_relaxed);
   captures_.last_offset = next_offset;
+  if (filter_ && options.confirm != nullptr) {
+    // A restored Slice starts at its snapshot's next offset; a new one at -1.
+    std::optional<state::ConfirmStore::Restored> restored;
+    if (next_offset >= 0) restored = state::ConfirmStore::Restored{next_offset};
+    auto attached =
+        options.confirm->attach(state::PartitionKey{id_.topic, id_.partition}, scale_, restored);
+    if (!attached) {
+      failure_ = id_.str() + ": confirmed mode: " + attached.error().message;
+    } else {
+      confirmer_ = std::make_unique<Confirmer>(std::move(*attached), scale_.ticks_per_window(),
+                                               refresh_, counters_);
+    }
+  }
 }
+
+Slice::~Slice() = default;
 
 filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept {
   switch (clock_.observe(timestamp_ms, wall_ms)) {
@@ -105,11 +125,23 @@ filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noe
 }
 
 void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const filter::Tick> ticks,
-                   std::span<filter::Decision> out, std::span<const std::uint8_t> learn) {
+                   std::span<filter::Decision> out, std::span<const std::uint8_t> learn,
+                   std::span<const std::int64_t> offsets) {
   if (!filter_) {
     std::fill(out.begin(), out.end(), filter::Decision::kDistinct);
     return;
   }
+  decide_with_filter(fps, ticks, out, learn);
+  if (confirmer_ && !failure_) {
+    if (auto settled = confirmer_->settle(*filter_, fps, ticks, offsets, learn, out); !settled) {
+      failure_ = id_.str() + ": confirmed mode: " + settled.error().message;
+    }
+  }
+}
+
+void Slice::decide_with_filter(std::span<const filter::Fingerprint> fps,
+                               std::span<const filter::Tick> ticks, std::span<filter::Decision> out,
+                               std::span<const std::uint8_t> learn) {
   auto decide_run = [this](std::span<const filter::Fingerprint> f, std::span<const filter::Tick> t,
                            std::span<filter::Decision> o) {
     if (refresh_) {

@@ -136,6 +136,10 @@ struct Config {
   milliseconds max_future_skew{60'000};
   bool filter_enabled = true;   ///< false = passthrough: every identifiable record is distinct
   filter::FilterConfig filter;  ///< normalized (ticks_per_window filled in)
+  /// filter.confirm_store: confirmed mode (DESIGN.md "Confirmed mode"):
+  /// every duplicate the filter finds is confirmed against an exact store in
+  /// state.dir/confirm (timer, aging and compact filters; needs state.dir).
+  bool confirm_store = false;
   std::uint32_t threads = 2;
   std::uint32_t batch_size = 512;
   OnInvalid on_invalid = OnInvalid::kDlq;

@@ -34,6 +34,14 @@ inline constexpr std::array<double, 16> kEmitAgeBounds{0.005, 0.01,  0.025, 0.05
                                                        0.5,   1.0,   2.5,   5.0,   10.0, 30.0,
                                                        60.0,  300.0, 900.0, 3600.0};
 
+/// Upper bounds (seconds) of kdedup_confirm_lookup_seconds: one batch's
+/// lookups of filter positives in the confirm store (the staged deliveries
+/// in memory, then one RocksDB MultiGet): microseconds from memory and the
+/// block cache, milliseconds from disk.
+inline constexpr std::array<double, 14> kConfirmLookupBounds{
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+    0.0025,  0.005,    0.01,    0.025,  0.05,    0.1,    0.5};
+
 /// The bounds in whole nanoseconds, so observations compare as integers.
 /// Every bound above is a whole number of nanoseconds, and `le` is inclusive:
 /// an observation of exactly a bound falls in that bound's bucket.
@@ -146,5 +154,8 @@ using BatchTimeHistogram = DurationHistogram<kBatchProcessingBounds>;
 /// Age of one record emitted to the output topic.
 using EmitAgeCounts = DurationCounts<kEmitAgeBounds>;
 using EmitAgeHistogram = DurationHistogram<kEmitAgeBounds>;
+/// One batch's confirm store lookups (confirmed mode).
+using ConfirmLookupCounts = DurationCounts<kConfirmLookupBounds>;
+using ConfirmLookupHistogram = DurationHistogram<kConfirmLookupBounds>;
 
 }  // namespace kdedup::metrics

@@ -6,7 +6,8 @@
 //      records without producing them, slice.h);
 //   2. moves the partition clock and extracts each record's identity;
 //   3. fingerprints and decides first-test-then-set (seed 000 §4) in one
-//      batch call to the filter;
+//      batch call to the filter (confirmed mode: its duplicates confirmed
+//      in the exact store, Slice::decide);
 //   4. routes: distinct records to the output, duplicates (dropped, or to the
 //      duplicates sink when routed), records without identity per
 //      `on_invalid` (dead letter, pass, drop, or stop the batch there);
@@ -90,6 +91,10 @@ struct BatchResult {
   /// The Slice's OffsetTracker refused the offsets (they went backwards):
   /// an internal error; nothing was handed to the sinks.
   bool offsets_rejected = false;
+  /// Set with fail_message (and processed 0) when the Slice cannot decide
+  /// (confirmed mode: the confirm store failed): nothing of the batch was
+  /// registered or handed to the sinks, so none of it is committed.
+  bool slice_failed = false;
 };
 
 class PartitionProcessor {
@@ -116,6 +121,7 @@ class PartitionProcessor {
   std::vector<std::optional<identity::ExtractError>> errors_;
   std::vector<filter::Fingerprint> fps_;
   std::vector<filter::Tick> ticks_;
+  std::vector<std::int64_t> offsets_;  // input offset of each fps_ element
   std::vector<std::uint8_t> learn_;
   std::vector<std::size_t> decided_;  // batch index of each fps_ element
   std::vector<filter::Decision> decisions_;

@@ -12,10 +12,17 @@
 // from an existing filter (restore_filter), a partition clock and the next
 // input offset, which is exactly what a snapshot holds; filter(), clock() and
 // next_offset() expose the same three things for taking one.
+//
+// Confirmed mode (SliceOptions::confirm, DESIGN.md "Confirmed mode"): the
+// Slice attaches to its partition in the confirm store when it is built
+// (continuing from the snapshot it was restored from, or starting the
+// partition empty) and decide() confirms the filter's duplicates there
+// (pipeline/confirm.h).
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,7 +35,13 @@
 #include "kdedup/pipeline/offset_tracker.h"
 #include "kdedup/pipeline/stats.h"
 
+namespace kdedup::state {
+class ConfirmStore;
+}
+
 namespace kdedup::pipeline {
+
+class Confirmer;
 
 /// An input partition.
 struct PartitionId {
@@ -80,6 +93,10 @@ struct SliceOptions {
   /// The process's memory budget, shared by every Slice's filter (attached
   /// when the Slice is built, new or restored); null = not accounted.
   std::shared_ptr<filter::MemoryBudget> memory;
+  /// Confirmed mode: the exact store the filter's duplicates are confirmed
+  /// against (filter.confirm_store, `kdedup filter --confirm-store`); null =
+  /// the filter decides alone. Outlives every Slice.
+  state::ConfirmStore* confirm = nullptr;
 };
 
 /// Where a Slice starts: a restored snapshot (filter, clock, next offset) or,
@@ -179,9 +196,12 @@ class Slice {
 
   /// A slice continuing from saved state (a snapshot): `filter` may be null
   /// only when the filter is disabled. The filter is attached to
-  /// options.memory here.
+  /// options.memory here, and to options.confirm (restored from the snapshot
+  /// at `next_offset` when it is >= 0, else starting the partition empty);
+  /// a failed attach is failure().
   Slice(PartitionId id, const SliceOptions& options, std::unique_ptr<filter::SlidingFilter> filter,
         std::int64_t clock_ms, std::int64_t next_offset);
+  ~Slice();
 
   Slice(const Slice&) = delete;
   Slice& operator=(const Slice&) = delete;
@@ -198,8 +218,19 @@ class Slice {
   /// (recovery: a record a previous owner delivered, ReplayRule::kLearn) the
   /// fingerprint is inserted without a test and out[i] is kDistinct; `learn`
   /// empty = none. The filter sees every element in order either way.
+  /// Confirmed mode: the duplicates are confirmed in the store and every
+  /// delivery (learned ones too) recorded there, under the records' input
+  /// `offsets` (empty: -1, deliveries learned from the output); a store
+  /// error sets failure() and the batch must not go out.
   void decide(std::span<const filter::Fingerprint> fps, std::span<const filter::Tick> ticks,
-              std::span<filter::Decision> out, std::span<const std::uint8_t> learn = {});
+              std::span<filter::Decision> out, std::span<const std::uint8_t> learn = {},
+              std::span<const std::int64_t> offsets = {});
+
+  /// Why this Slice cannot go on (confirmed mode: the store could not be
+  /// attached, read or written), or none.
+  [[nodiscard]] const std::optional<std::string>& failure() const noexcept { return failure_; }
+  /// Confirmed mode's part of the Slice; null without a confirm store.
+  [[nodiscard]] const Confirmer* confirmer() const noexcept { return confirmer_.get(); }
 
   /// The input offset after the last processed record; -1 before the first.
   [[nodiscard]] std::int64_t next_offset() const noexcept { return next_offset_; }
@@ -225,6 +256,11 @@ class Slice {
   }
 
  private:
+  /// decide() without confirmation: the filter alone.
+  void decide_with_filter(std::span<const filter::Fingerprint> fps,
+                          std::span<const filter::Tick> ticks, std::span<filter::Decision> out,
+                          std::span<const std::uint8_t> learn);
+
   PartitionId id_;
   std::unique_ptr<filter::SlidingFilter> filter_;
   PartitionClock clock_;
@@ -235,6 +271,8 @@ class Slice {
   CaptureSchedule captures_;
   std::shared_ptr<OffsetTracker> tracker_ = std::make_shared<OffsetTracker>();
   std::shared_ptr<PartitionCounters> counters_ = std::make_shared<PartitionCounters>();
+  std::unique_ptr<Confirmer> confirmer_;
+  std::optional<std::string> failure_;
 };
 
 /// Picks the worker for a newly assigned partition: the one owning the

@@ -23,6 +23,31 @@
 
 namespace kdedup::pipeline {
 
+/// Confirmed mode figures of one partition (pipeline/confirm.h); all zero
+/// without a confirm store.
+struct ConfirmCounts {
+  std::uint64_t lookups = 0;      ///< filter duplicates confirmed against the store
+  std::uint64_t prevented = 0;    ///< of them absent or expired there: emitted instead
+  std::uint64_t store_bytes = 0;  ///< approximate bytes of the partition's entries on disk
+  std::uint64_t staged = 0;       ///< deliveries in memory waiting for the next snapshot
+  metrics::ConfirmLookupCounts lookup_times;  ///< count() = batches that looked up
+};
+
+/// The same, live: written by the worker that owns the partition.
+struct ConfirmCounters {
+  std::atomic<std::uint64_t> lookups{0};
+  std::atomic<std::uint64_t> prevented{0};
+  std::atomic<std::uint64_t> store_bytes{0};
+  std::atomic<std::uint64_t> staged{0};
+  metrics::ConfirmLookupHistogram lookup_times;
+
+  [[nodiscard]] ConfirmCounts read() const noexcept {
+    return {lookups.load(std::memory_order_relaxed), prevented.load(std::memory_order_relaxed),
+            store_bytes.load(std::memory_order_relaxed), staged.load(std::memory_order_relaxed),
+            lookup_times.read()};
+  }
+};
+
 /// Live counters of one assigned partition. Shared (std::shared_ptr) by its
 /// Slice, the delivery reports in flight and the Pipeline's registry.
 struct PartitionCounters {
@@ -60,6 +85,7 @@ struct PartitionCounters {
   std::atomic<std::uint64_t> filter_bytes{0};
   std::atomic<std::uint32_t> filter_subfilters{0};
   std::atomic<double> filter_fpp_estimate{0.0};
+  ConfirmCounters confirm;
 
   /// Invalid records by failure reason (stable short names from the identity
   /// module). Invalid records are the cold path, so a mutex is fine here.
@@ -94,6 +120,7 @@ struct PartitionStats {
   std::uint64_t filter_bytes = 0;
   std::uint32_t filter_subfilters = 0;
   double filter_fpp_estimate = 0.0;
+  ConfirmCounts confirm;
 };
 
 /// delivery: transactional: how the transactions ended (all 0 otherwise).
