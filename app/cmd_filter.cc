@@ -9,6 +9,13 @@
 // older than the clock is judged at the clock. With `--time arrival` (the
 // default) the clock is the wall clock when the record is read. Clock
 // milliseconds become ticks through filter::TickScale, as in `kdedup run`.
+//
+// Confirmed mode (`--confirm-store DIR`): the filter's duplicates are
+// confirmed against an exact store of delivered fingerprints in DIR
+// (state::ConfirmStore). A run has nothing to recover, so each run starts
+// the store empty and skips RocksDB's write-ahead log; deliveries are staged
+// in memory and moved to disk in large batches every kConfirmMove of them
+// (what a snapshot does in kdedup run).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
@@ -36,8 +44,10 @@
 #include "kdedup/filter/sliding_filter.h"
 #include "kdedup/filter/tick_scale.h"
 #include "kdedup/identity/extractor.h"
+#include "kdedup/pipeline/confirm.h"
 #include "kdedup/pipeline/partition_processor.h"
 #include "kdedup/pipeline/slice.h"
+#include "kdedup/state/confirm_store.h"
 
 namespace kdedup::app {
 namespace {
@@ -46,6 +56,7 @@ constexpr std::size_t kBatch = 4096;           // records per test_and_insert_ba
 constexpr std::size_t kReadChunk = 1 << 20;    // bytes per read(2)
 constexpr std::size_t kWriteBuffer = 1 << 20;  // bytes buffered per output
 constexpr std::uint64_t kInvalidReportCap = 20;
+constexpr std::uint64_t kConfirmMove = 1 << 20;  // staged deliveries (~48 MiB) per move to disk
 
 void print_error(const std::string& message) {
   std::fprintf(stderr, "kdedup filter: %s\n", message.c_str());
@@ -201,6 +212,7 @@ struct Options {
   std::string salt;
   std::string stats;
   std::string max_future_skew = "1m";
+  std::string confirm_store;  ///< directory; empty = the filter decides alone
   bool strict = false;
 };
 
@@ -217,6 +229,9 @@ struct Counters {
 struct Run {
   std::int64_t window_ms = 0;
   filter::FilterConfig config;
+  /// Confirmed mode's exact store; declared before the slice, which holds
+  /// a view of it.
+  std::unique_ptr<state::ConfirmStore> confirm;
   /// The stream as one partition: its clock (the largest time seen, like a
   /// partition clock), filter and counters, decided by the same
   /// PartitionProcessor as kdedup run's workers.
@@ -274,6 +289,25 @@ std::string config_error(const std::string& message) {
   return "--filter: " + message;
 }
 
+// --confirm-store: the directory (parents created), refused for the exact
+// filter, which has no false positives to confirm.
+Result<std::unique_ptr<state::ConfirmStore>> open_confirm_store(const std::string& dir,
+                                                                const filter::FilterConfig& f) {
+  if (f.type == filter::FilterType::kExact) {
+    return fail(
+        "--confirm-store: the exact filter has no false positives to confirm; use --filter "
+        "timer, aging or compact with it, or the exact filter alone");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail("--confirm-store: cannot create '" + dir + "': " + ec.message());
+  state::ConfirmOptions co;
+  co.write_ahead_log = false;  // nothing to recover: every run starts empty
+  auto store = state::ConfirmStore::open(dir, co);
+  if (!store) return fail("--confirm-store: " + store.error().message);
+  return std::move(*store);
+}
+
 // Checks every flag value and opens every file. Errors name the flag.
 Result<Run> prepare(const Options& o) {
   Run run;
@@ -323,6 +357,12 @@ Result<Run> prepare(const Options& o) {
   so.max_future_skew_ms = *skew;
   so.filter = run.config;
   so.refresh = o.on_duplicate == "refresh";
+  if (!o.confirm_store.empty()) {
+    auto opened = open_confirm_store(o.confirm_store, run.config);
+    if (!opened) return tl::unexpected(opened.error());
+    run.confirm = std::move(*opened);
+    so.confirm = run.confirm.get();
+  }
   auto slice = pipeline::Slice::create(pipeline::PartitionId{"input", 0}, so);
   if (!slice) return fail(config_error(slice.error().message));
   run.slice = std::move(*slice);
@@ -353,6 +393,13 @@ Result<Run> prepare(const Options& o) {
   return run;
 }
 
+/// Moves the staged deliveries of the run's one partition to disk.
+Status move_confirmed(Run& run, const pipeline::Slice& slice) {
+  return run.confirm->flush_for_snapshot(
+      state::PartitionKey{slice.id().topic, slice.id().partition}, slice.next_offset(), 0,
+      slice.clock().now_ms());
+}
+
 std::int64_t wall_clock_ms() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
@@ -365,16 +412,29 @@ std::string human_bytes(std::uint64_t bytes) {
   return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
 }
 
+/// Confirmed mode's figures of a run (`confirm` in --stats).
+struct ConfirmFigures {
+  std::uint64_t lookups = 0;
+  std::uint64_t prevented = 0;
+  std::uint64_t store_bytes = 0;
+};
+
 Status write_stats(const std::string& path, const Counters& c, double elapsed_s,
-                   const filter::SlidingFilter& f) {
+                   const filter::SlidingFilter& f, const std::optional<ConfirmFigures>& confirm) {
   const filter::FilterStats s = f.stats();
+  const std::string confirm_json =
+      confirm ? fmt::format(
+                    ",\"confirm\":{{\"lookups\":{},\"prevented_false_positives\":{},"
+                    "\"store_bytes\":{}}}",
+                    confirm->lookups, confirm->prevented, confirm->store_bytes)
+              : std::string();
   const std::string json = fmt::format(
       "{{\"records_in\":{},\"distinct\":{},\"duplicates\":{},\"invalid\":{},\"elapsed_s\":{:.6f},"
       "\"filter\":{{\"type\":\"{}\",\"bytes_peak\":{},\"bytes_final\":{},\"subfilters_peak\":{},"
-      "\"fpp_estimate\":{},\"vector_instructions\":\"{}\"}}}}\n",
+      "\"fpp_estimate\":{},\"vector_instructions\":\"{}\"}}{}}}\n",
       c.records_in, c.distinct, c.duplicates, c.invalid, elapsed_s, filter::to_string(f.type()),
       std::max(c.bytes_peak, s.bytes), s.bytes, std::max(c.subfilters_peak, s.subfilters),
-      s.fpp_estimate, filter::to_string(filter::simd_in_use()));
+      s.fpp_estimate, filter::to_string(filter::simd_in_use()), confirm_json);
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (!file) return fail("--stats: cannot open '" + path + "': " + errno_text(errno));
   const bool ok = std::fwrite(json.data(), 1, json.size(), file) == json.size();
@@ -461,6 +521,12 @@ int run_filter(const Options& o) {
       }
       FileSinks sinks(run, lines, first, first_line, reported);
       const pipeline::BatchResult result = processor.process(slice, records, now_ms, sinks);
+      if (result.slice_failed) {
+        print_error(*result.fail_message);
+        exit_code = kExitFailure;
+        strict_failed = true;  // stop reading: nothing more can be decided
+        break;
+      }
       if (result.fail_error) {
         const std::uint64_t line_no = first_line + result.processed;
         print_error(fmt::format("line {}: {}: {}", line_no,
@@ -470,6 +536,14 @@ int run_filter(const Options& o) {
         strict_failed = true;
       }
       first_line += count;
+      if (run.confirm && slice.confirmer()->store().staged() >= kConfirmMove) {
+        if (auto moved = move_confirmed(run, slice); !moved) {
+          print_error(moved.error().message);
+          exit_code = kExitFailure;
+          strict_failed = true;
+          break;
+        }
+      }
       const filter::FilterStats s = slice.filter()->stats();
       bytes_peak = std::max(bytes_peak, s.bytes);
       subfilters_peak = std::max(subfilters_peak, s.subfilters);
@@ -518,13 +592,30 @@ int run_filter(const Options& o) {
                static_cast<unsigned long long>(c.duplicates),
                static_cast<unsigned long long>(c.invalid), elapsed_s, filter::to_string(f.type()),
                human_bytes(s.bytes).c_str(), human_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
+  std::optional<ConfirmFigures> confirm;
+  if (run.confirm && exit_code == kExitOk) {
+    if (auto moved = move_confirmed(run, slice); !moved) {
+      print_error(moved.error().message);
+      exit_code = kExitFailure;
+    }
+  }
+  if (run.confirm) {
+    const pipeline::ConfirmCounts cc = counts.confirm.read();
+    confirm = ConfirmFigures{cc.lookups, cc.prevented, run.confirm->approximate_bytes()};
+    std::fprintf(stderr,
+                 "kdedup filter: confirmed in %s: %llu duplicates of the filter looked up, %llu "
+                 "false positives prevented, store %s\n",
+                 run.confirm->dir().c_str(), static_cast<unsigned long long>(confirm->lookups),
+                 static_cast<unsigned long long>(confirm->prevented),
+                 human_bytes(confirm->store_bytes).c_str());
+  }
   if (!o.stats.empty()) {
-    if (auto written = write_stats(o.stats, c, elapsed_s, f); !written) {
+    if (auto written = write_stats(o.stats, c, elapsed_s, f, confirm); !written) {
       print_error(written.error().message);
       exit_code = kExitFailure;
     }
   }
-  if (strict_failed) return kExitUsage;
+  if (strict_failed && exit_code == kExitOk) return kExitUsage;
   return exit_code;
 }
 
@@ -579,6 +670,11 @@ int filter_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--salt", o.salt, "Secret salt for identity hashing")->envname("KDEDUP_SALT");
   app.add_option("--stats", o.stats, "Write run statistics as one JSON object to this file");
+  app.add_option("--confirm-store", o.confirm_store,
+                 "Confirmed mode: confirm every duplicate the filter finds against an exact "
+                 "store of delivered fingerprints in this directory (created if missing, "
+                 "emptied at the start of each run; timer, aging or compact filter): no false "
+                 "positives, RAM of the filter plus RocksDB's caches");
   app.add_flag("--strict", o.strict, "Stop with exit code 2 at the first invalid line");
   if (auto code = kdedup::app::parse_command_line(app, argc, argv)) return *code;
   return run_filter(o);

@@ -8,6 +8,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -53,6 +54,18 @@ void setup_logging(const std::string& level) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(level));
   spdlog::flush_on(spdlog::level::info);
+}
+
+/// The confirm store's settings for `config`: RocksDB's caches stay small
+/// and fixed (docs/operations.md "Confirmed mode" sizes them), and files
+/// are compacted at least once a window (at least hourly, at most every 30
+/// days) so expired entries of idle partitions go too.
+kdedup::state::ConfirmOptions confirm_options(const kdedup::config::Config& config) {
+  kdedup::state::ConfirmOptions o;
+  const std::int64_t window_s = config.window_ms() / 1000;
+  o.periodic_compaction =
+      std::chrono::seconds(std::clamp<std::int64_t>(window_s, 3600, 30 * 86400));
+  return o;
 }
 
 std::string join(const std::vector<std::string>& items) {
@@ -231,6 +244,7 @@ int run_main(int argc, char** argv) {
   } else {
     kdedup::state::StoreOptions so;
     so.min_free_bytes = config.state.min_free_bytes;
+    if (config.confirm_store && config.filter_enabled) so.confirm = confirm_options(config);
     auto opened = kdedup::state::SnapshotStore::open(config.state.dir, so);
     if (!opened) {
       spdlog::error("state.dir: {}", opened.error().message);
@@ -248,6 +262,15 @@ int run_main(int argc, char** argv) {
     spdlog::info("snapshots in {} every {} or {} records per partition", config.state.dir,
                  kdedup::format_duration_ms(config.state.snapshot_interval.count()),
                  config.state.snapshot_records);
+    if (const auto* confirm = store->confirm(); confirm != nullptr) {
+      const auto& o = confirm->options();
+      spdlog::info(
+          "confirmed mode: the filter's duplicates are confirmed in {} ({:.0f} MiB on disk now; "
+          "RocksDB block cache {} MiB, memtables {} x {} MiB; deliveries since each partition's "
+          "last snapshot are held in memory until the next)",
+          confirm->dir(), static_cast<double>(confirm->approximate_bytes()) / 1048576.0,
+          o.block_cache_bytes >> 20, o.write_buffers, o.write_buffer_bytes >> 20);
+    }
   }
 
   // With the repartition stage the dedup stage reads the internal topic.

@@ -6,6 +6,9 @@
 // `inspect` opens the RocksDB database read-only (no lock, no writes), so it
 // works next to a running instance and needs only read permission. It exits
 // 1 when a snapshot cannot be read (or, with --verify, fails verification).
+// In confirmed mode it also shows the confirm store (DIR/confirm): per
+// partition its entries, bytes on disk and the snapshot they belong to
+// (--verify counts the entries exactly instead of estimating them).
 // `delete` needs the instance stopped (it takes the database lock); the
 // partition is then rebuilt from Kafka on its next assignment.
 
@@ -78,6 +81,56 @@ std::string json_string(std::string_view s) {
   return out + "\"";
 }
 
+/// The confirm store part of the report (confirmed mode), or "" / nothing.
+struct ConfirmReport {
+  std::string json;   ///< ,"confirm_store":{...}
+  std::string table;  ///< lines for the text report
+  bool ok = true;
+};
+
+ConfirmReport confirm_report(const state::ConfirmStore& confirm, bool count) {
+  ConfirmReport r;
+  auto listed = confirm.list(count);
+  if (!listed) {
+    r.ok = false;
+    r.table = "confirm store: " + listed.error().message + "\n";
+    r.json = ",\"confirm_store\":{\"dir\":" + json_string(confirm.dir()) +
+             ",\"error\":" + json_string(listed.error().message) + "}";
+    return r;
+  }
+  const std::uint64_t total = confirm.approximate_bytes();
+  r.json = fmt::format(",\"confirm_store\":{{\"dir\":{},\"bytes\":{},\"partitions\":[",
+                       json_string(confirm.dir()), total);
+  r.table = fmt::format("confirm store {} ({} on disk and in memtables): {} partition(s)\n",
+                        confirm.dir(), bytes(total), listed->size());
+  if (!listed->empty()) {
+    r.table += fmt::format("{:<24} {:>5} {:>14} {:>9} {:>13} {:>10} {:>8}\n", "TOPIC", "PART",
+                           "ENTRIES", "ON_DISK", "SNAPSHOT_AT", "WINDOW_MS", "TICKS");
+  }
+  for (std::size_t i = 0; i < listed->size(); ++i) {
+    const auto& p = (*listed)[i];
+    const std::uint64_t entries = p.entries.value_or(p.approximate_entries);
+    r.json += fmt::format(
+        "{}{{\"topic\":{},\"partition\":{},\"entries\":{},\"entries_exact\":{},"
+        "\"live_entries\":{},\"bytes\":{},\"snapshot_offset\":{},\"window_ms\":{},"
+        "\"ticks_per_window\":{},\"horizon\":{}}}",
+        i ? "," : "", json_string(p.key.topic), p.key.partition, entries,
+        p.entries ? "true" : "false",
+        p.live_entries ? std::to_string(*p.live_entries) : std::string("null"), p.approximate_bytes,
+        p.snapshot_offset ? std::to_string(*p.snapshot_offset) : std::string("null"), p.window_ms,
+        p.ticks_per_window, p.horizon);
+    r.table +=
+        fmt::format("{:<24} {:>5} {:>14} {:>9} {:>13} {:>10} {:>8}\n", p.key.topic, p.key.partition,
+                    (p.entries ? "" : "~") + std::to_string(entries) +
+                        (p.live_entries ? " (" + std::to_string(*p.live_entries) + " live)" : ""),
+                    bytes(p.approximate_bytes),
+                    p.snapshot_offset ? std::to_string(*p.snapshot_offset) : std::string("none"),
+                    p.window_ms, p.ticks_per_window);
+  }
+  r.json += "]}";
+  return r;
+}
+
 /// One row of the report: the manifest, and what verification found.
 struct Row {
   state::PartitionKey key;
@@ -117,6 +170,11 @@ int inspect(const std::string& dir, bool json, bool verify) {
   }
 
   const std::int64_t now = now_ms();
+  ConfirmReport confirm;
+  if (const auto* c = (*store)->confirm(); c != nullptr) {
+    confirm = confirm_report(*c, verify);
+    all_ok = all_ok && confirm.ok;
+  }
   if (json) {
     std::string out = fmt::format("{{\"state_dir\":{},\"compression\":{},\"snapshots\":[",
                                   json_string(dir), json_string((*store)->compression()));
@@ -141,7 +199,7 @@ int inspect(const std::string& dir, bool json, bool verify) {
       }
       out += "}";
     }
-    out += "]}\n";
+    out += "]" + confirm.json + "}\n";
     std::fputs(out.c_str(), stdout);
   } else {
     std::printf("state dir %s (read-only view, compression %s): %zu snapshot(s)\n", dir.c_str(),
@@ -169,6 +227,7 @@ int inspect(const std::string& dir, bool json, bool verify) {
     for (const Row& r : rows) {
       if (!r.error.empty()) std::printf("%s: %s\n", r.key.to_string().c_str(), r.error.c_str());
     }
+    std::fputs(confirm.table.c_str(), stdout);
   }
   return all_ok ? kExitOk : kExitFailure;
 }
@@ -205,11 +264,13 @@ int snapshot_main(int argc, char** argv) {
   auto* inspect_cmd = app.add_subcommand(
       "inspect",
       "List the snapshot of every partition: next offset, clock, age, sizes, chunks, config "
-      "fingerprint. Read-only; safe while kdedup runs. Exit 1 if a snapshot is unreadable.");
+      "fingerprint; in confirmed mode also the confirm store's entries and bytes per "
+      "partition. Read-only; safe while kdedup runs. Exit 1 if a snapshot is unreadable.");
   inspect_cmd->add_option("--state-dir", dir, "kdedup state directory (state.dir)")->required();
   inspect_cmd->add_flag("--json", json, "One JSON object on stdout instead of a table");
   inspect_cmd->add_flag("--verify", verify,
-                        "Also read every chunk and check all checksums (reads all state)");
+                        "Also read every chunk and check all checksums, and count the confirm "
+                        "store's entries exactly (reads all state)");
   std::string topic;
   std::int32_t partition = -1;
   auto* delete_cmd = app.add_subcommand(

@@ -526,6 +526,26 @@ void check_repartition(Builder& b, const Config& c, const std::set<std::string>&
   }
 }
 
+// Confirmed mode confirms a probabilistic filter's duplicates in an exact
+// store that lives and travels with the snapshots in state.dir.
+void check_confirm_store(Builder& b, const Config& c) {
+  if (!c.confirm_store) return;
+  if (!c.filter_enabled) {
+    b.error({"filter", "confirm_store"},
+            "needs a filter: with filter.enabled: false every record is distinct and there is "
+            "nothing to confirm");
+  } else if (c.filter.type == filter::FilterType::kExact) {
+    b.error({"filter", "confirm_store"},
+            "the exact filter has no false positives to confirm; use filter.type timer, aging "
+            "or compact with confirm_store, or the exact filter alone");
+  }
+  if (c.state.dir.empty()) {
+    b.error({"filter", "confirm_store"},
+            "needs state.dir: the confirm store lives in <state.dir>/confirm and travels with "
+            "the snapshots; set state.dir to a persistent volume or remove confirm_store");
+  }
+}
+
 Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>& warnings) {
   Builder b(doc, errors);
   Config c;
@@ -571,6 +591,7 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
     f = *normalized;
   }
   c.filter = f;
+  c.confirm_store = b.boolean({"filter", "confirm_store"}, false);
 
   c.threads = b.number<std::uint32_t>({"threads"}, c.threads);
   c.batch_size = b.number<std::uint32_t>({"batch_size"}, c.batch_size);
@@ -641,6 +662,7 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
             "'" + c.duplicates_topic + "' must differ from the input and output topics");
   }
   check_repartition(b, c, inputs);
+  check_confirm_store(b, c);
   check_metrics_address(b, c.metrics.address);
 
   // Protected librdkafka keys.
@@ -845,6 +867,7 @@ std::string summary(const Config& c) {
   out += ", on_invalid " + std::string(to_string(c.on_invalid)) + ", on_duplicate " +
          to_string(c.on_duplicate) + ", delivery " + to_string(c.delivery) + ", " +
          std::to_string(c.threads) + " threads";
+  if (c.filter_enabled && c.confirm_store) out += ", confirmed (exact store in state.dir)";
   if (c.repartition.enabled()) {
     out += ", repartition -> '" + c.repartition.topic + "' (" +
            std::to_string(c.repartition.partitions) + " partitions)";
