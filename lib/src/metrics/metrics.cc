@@ -32,6 +32,7 @@ namespace {
 const std::vector<double> kBatchBounds(kBatchProcessingBounds.begin(),
                                        kBatchProcessingBounds.end());
 const std::vector<double> kAgeBounds(kEmitAgeBounds.begin(), kEmitAgeBounds.end());
+const std::vector<double> kConfirmBounds(kConfirmLookupBounds.begin(), kConfirmLookupBounds.end());
 // Snapshots and restores: a small partition in a millisecond, a GiB-sized
 // filter in minutes.
 const std::vector<double> kStateBounds{0.001, 0.005, 0.01, 0.05, 0.1,  0.5,
@@ -102,6 +103,17 @@ struct Metrics::Families {
                                 "Time to process one batch of one partition.")),
         emit_age(histogram(r, "kdedup_record_age_at_emit_seconds",
                            "Age of emitted records (emit time minus record timestamp).")),
+        confirm_lookups(counter(r, "kdedup_confirm_lookups_total",
+                                "Confirmed mode: duplicates the filter found, looked up in the "
+                                "exact confirm store.")),
+        confirm_prevented(counter(r, "kdedup_confirm_prevented_false_positives_total",
+                                  "Confirmed mode: filter duplicates the confirm store did not "
+                                  "hold within the window, emitted as distinct (false "
+                                  "positives prevented).")),
+        confirm_lookup_seconds(histogram(r, "kdedup_confirm_lookup_seconds",
+                                         "Confirmed mode: time of one batch's confirm store "
+                                         "lookups (staged deliveries, then one RocksDB "
+                                         "MultiGet).")),
         snapshots(counter(r, "kdedup_snapshots_total", "Snapshots written.")),
         snapshot_failures(counter(r, "kdedup_snapshot_failures_total", "Snapshots that failed.")),
         snapshot_bytes(counter(r, "kdedup_snapshot_written_bytes_total",
@@ -213,6 +225,9 @@ struct Metrics::Families {
   Family<Counter>& audit_false_negatives;
   Family<Histogram>& batch_seconds;
   Family<Histogram>& emit_age;
+  Family<Counter>& confirm_lookups;
+  Family<Counter>& confirm_prevented;
+  Family<Histogram>& confirm_lookup_seconds;
   Family<Counter>& snapshots;
   Family<Counter>& snapshot_failures;
   Family<Counter>& snapshot_bytes;
@@ -264,6 +279,7 @@ struct PartitionMetrics::Gauges {
   std::atomic<std::uint64_t> subfilters{0};
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::uint64_t> queue_depth{0};
+  std::atomic<std::uint64_t> confirm_bytes{0};
   std::atomic<std::uint64_t> records_in{0};
   std::uint64_t window_start_records = 0;  // guarded by Metrics::mu_
 };
@@ -313,6 +329,9 @@ PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32
   audit_fn_ = &f.audit_false_negatives.Add(labels);
   batch_seconds_ = &f.batch_seconds.Add(topic_labels, kBatchBounds);
   emit_age_ = &f.emit_age.Add(topic_labels, kAgeBounds);
+  confirm_lookups_ = &f.confirm_lookups.Add(labels);
+  confirm_prevented_ = &f.confirm_prevented.Add(labels);
+  confirm_seconds_ = &f.confirm_lookup_seconds.Add(topic_labels, kConfirmBounds);
   snapshots_ = &f.snapshots.Add(labels);
   snapshot_failures_ = &f.snapshot_failures.Add(labels);
   snapshot_bytes_ = &f.snapshot_bytes.Add(labels);
@@ -359,6 +378,17 @@ void PartitionMetrics::set_filter(const filter::FilterStats& s, double clock_lag
   gauges_->bytes.store(s.bytes, r);
   gauges_->clock_lag.store(std::max(0.0, clock_lag_seconds), r);
   gauges_->clock_ahead.store(std::max(0.0, -clock_lag_seconds), r);
+}
+
+void PartitionMetrics::add_confirm(std::uint64_t lookups, std::uint64_t prevented,
+                                   const ConfirmLookupCounts& times) {
+  add_nonzero(confirm_lookups_, lookups);
+  add_nonzero(confirm_prevented_, prevented);
+  observe_multiple(*confirm_seconds_, times);
+}
+
+void PartitionMetrics::set_confirm_store_bytes(std::uint64_t bytes) noexcept {
+  gauges_->confirm_bytes.store(bytes, std::memory_order_relaxed);
 }
 
 void PartitionMetrics::set_queue_depth(std::uint64_t records) noexcept {
@@ -558,6 +588,7 @@ struct GaugeAggregate {
   double clock_lag = 0.0;
   double clock_ahead = 0.0;
   std::uint64_t queue_depth = 0;
+  std::uint64_t confirm_bytes = 0;
   double last_snapshot = std::numeric_limits<double>::infinity();
 };
 
@@ -588,6 +619,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
       a.clock_lag = std::max(a.clock_lag, g->clock_lag.load(r));
       a.clock_ahead = std::max(a.clock_ahead, g->clock_ahead.load(r));
       a.queue_depth += g->queue_depth.load(r);
+      a.confirm_bytes += g->confirm_bytes.load(r);
       a.last_snapshot = std::min(a.last_snapshot, g->last_snapshot.load(r));
     }
     for (const PartitionLag& l : lags_) {
@@ -629,6 +661,10 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
                                   "The partition's window clock minus wall clock; 0 when the "
                                   "clock trails (max over partitions when aggregated).");
   auto queue = gauge_family("kdedup_queue_depth", "Records waiting in the partition's queue.");
+  auto confirm_bytes = gauge_family("kdedup_confirm_store_bytes",
+                                    "Confirmed mode: approximate bytes of the partition's "
+                                    "entries in the confirm store on disk (sum when "
+                                    "aggregated); 0 without confirmed mode.");
   auto snapshot = gauge_family("kdedup_snapshot_last_success_timestamp_seconds",
                                "Unix time of the last successful snapshot (assignment time "
                                "until the first; min over partitions when aggregated).");
@@ -643,6 +679,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
     clock_lag.metric.push_back(gauge_sample(l, a.clock_lag));
     clock_ahead.metric.push_back(gauge_sample(l, a.clock_ahead));
     queue.metric.push_back(gauge_sample(l, static_cast<double>(a.queue_depth)));
+    confirm_bytes.metric.push_back(gauge_sample(l, static_cast<double>(a.confirm_bytes)));
     snapshot.metric.push_back(gauge_sample(l, a.last_snapshot));
   }
   auto lag = gauge_family("kdedup_consumer_lag",
@@ -667,8 +704,8 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
   heartbeat.metric.push_back(gauge_sample({}, health_.heartbeat_age_seconds()));
 
   std::vector<prometheus::MetricFamily> out;
-  for (auto* f : {&fpp, &fill, &subfilters, &bytes, &clock_lag, &clock_ahead, &queue, &snapshot,
-                  &lag, &fairness, &share, &ready, &heartbeat}) {
+  for (auto* f : {&fpp, &fill, &subfilters, &bytes, &clock_lag, &clock_ahead, &queue,
+                  &confirm_bytes, &snapshot, &lag, &fairness, &share, &ready, &heartbeat}) {
     out.push_back(std::move(*f));
   }
   return out;

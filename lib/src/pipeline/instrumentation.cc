@@ -190,8 +190,10 @@ Result<std::unique_ptr<Slice>> Instrumentation::make_slice(const PartitionId& id
   }
   auto audited = std::make_unique<AuditedFilter>(std::move(*inner), std::move(sampler),
                                                  entry.metrics, entry.probe);
-  return std::make_unique<Slice>(id, options, std::move(audited), start.clock_ms,
-                                 start.next_offset);
+  auto slice =
+      std::make_unique<Slice>(id, options, std::move(audited), start.clock_ms, start.next_offset);
+  if (slice->failure()) return fail(*slice->failure());
+  return slice;
 }
 
 std::optional<Instrumentation::Entry> Instrumentation::find(const PartitionId& id) const {
@@ -383,6 +385,10 @@ void StatsBridge::publish() {
     entry.metrics->add_emit_ages(p.emit_ages.since(before.emit_ages));
     delivery_errors += delta(p.delivery_errors, before.delivery_errors);
     entry.metrics->add_replayed(delta(p.replayed, before.replayed));
+    entry.metrics->add_confirm(delta(p.confirm.lookups, before.confirm.lookups),
+                               delta(p.confirm.prevented, before.confirm.prevented),
+                               p.confirm.lookup_times.since(before.confirm.lookup_times));
+    entry.metrics->set_confirm_store_bytes(p.confirm.store_bytes);
 
     // Clock lag is wall clock minus the partition clock, negative when the
     // clock is ahead (records stamped up to max_future_skew in the future);

@@ -42,6 +42,12 @@ void add_traffic(metrics::Metrics& m, PartitionHandles& handles, int round) {
     s.fpp_estimate = 0.002 + 0.0001 * static_cast<double>(i);
     p.set_filter(s, i == 3 ? -42.0 : 0.8);  // payments' clock runs ahead
     p.set_queue_depth(120 + i);
+    // Confirmed mode: the filter's duplicates looked up, a few of them
+    // prevented false positives, one lookup batch per 100 records.
+    metrics::ConfirmLookupCounts lookups;
+    for (std::uint64_t k = 0; k < in / 100; ++k) lookups.observe(20'000 + 1'000 * k);
+    p.add_confirm(c.duplicate + 2, 2, lookups);
+    p.set_confirm_store_bytes((3u << 20) + static_cast<std::uint64_t>(round) * 36 * in);
   }
   m.add_busy_seconds(0.35);
   m.health().beat();

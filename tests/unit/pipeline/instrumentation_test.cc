@@ -643,10 +643,10 @@ TEST_F(BridgeTest, RefusedSnapshotsAreCountedByReasonAndMissingIsNot) {
 }
 
 TEST(SnapshotRefusalNames, MetricsListsEveryRefusalButMissing) {
-  const SnapshotRefusal all[] = {
-      SnapshotRefusal::kCorrupt,       SnapshotRefusal::kConfigChanged,
-      SnapshotRefusal::kFormatUnknown, SnapshotRefusal::kReadError,
-      SnapshotRefusal::kAheadOfCommit, SnapshotRefusal::kBehindRetention};
+  const SnapshotRefusal all[] = {SnapshotRefusal::kCorrupt,       SnapshotRefusal::kConfigChanged,
+                                 SnapshotRefusal::kFormatUnknown, SnapshotRefusal::kReadError,
+                                 SnapshotRefusal::kAheadOfCommit, SnapshotRefusal::kBehindRetention,
+                                 SnapshotRefusal::kConfirmStore};
   ASSERT_EQ(std::size(all), metrics::kSnapshotRefusalReasons.size());
   for (std::size_t i = 0; i < std::size(all); ++i) {
     EXPECT_EQ(metrics::kSnapshotRefusalReasons[i], to_string(all[i]));

@@ -64,9 +64,9 @@ inline constexpr std::size_t kMaxInvalidReasons = 16;
 /// SnapshotRefusal) (this module cannot see that enum; the pipeline's unit
 /// test checks the two agree). "missing" is not here: no snapshot is not a
 /// refusal. The series exist at zero from assignment so alerts see them.
-inline constexpr std::array<std::string_view, 6> kSnapshotRefusalReasons{
-    "corrupt",    "config_changed",  "format_unknown",
-    "read_error", "ahead_of_commit", "behind_retention"};
+inline constexpr std::array<std::string_view, 7> kSnapshotRefusalReasons{
+    "corrupt",         "config_changed",   "format_unknown", "read_error",
+    "ahead_of_commit", "behind_retention", "confirm_store"};
 
 struct MetricsOptions {
   /// false: one series per topic instead of per (topic, partition).
@@ -133,6 +133,13 @@ class PartitionMetrics {
   void set_filter(const filter::FilterStats& stats, double clock_lag_seconds) noexcept;
   void set_queue_depth(std::uint64_t records) noexcept;
   void add_audit(const AuditCounts& counts);
+  /// Confirmed mode: filter duplicates looked up in the confirm store, those
+  /// it did not confirm (prevented false positives), and the batches' lookup
+  /// times (kdedup_confirm_lookup_seconds).
+  void add_confirm(std::uint64_t lookups, std::uint64_t prevented,
+                   const ConfirmLookupCounts& times);
+  /// Confirmed mode: the partition's entries on disk (kdedup_confirm_store_bytes).
+  void set_confirm_store_bytes(std::uint64_t bytes) noexcept;
 
   // --- any thread (state integration) -------------------------------------
   void snapshot_written(double seconds, std::uint64_t bytes);
@@ -177,6 +184,9 @@ class PartitionMetrics {
   prometheus::Counter* audit_fn_;
   prometheus::Histogram* batch_seconds_;
   prometheus::Histogram* emit_age_;
+  prometheus::Counter* confirm_lookups_;
+  prometheus::Counter* confirm_prevented_;
+  prometheus::Histogram* confirm_seconds_;
   prometheus::Counter* snapshots_;
   prometheus::Counter* snapshot_failures_;
   prometheus::Counter* snapshot_bytes_;
