@@ -29,6 +29,8 @@ std::string run_config_yaml(const std::string& bootstrap, const RunSettings& s) 
     << "filter:\n  type: " << s.filter << "\n";
   if (s.fpp) y << "  fpp: " << *s.fpp << "\n";
   if (s.capacity) y << "  capacity: " << *s.capacity << "\n";
+  if (s.min_bytes) y << "  min_bytes: " << *s.min_bytes << "\n";
+  if (s.confirm) y << "  confirm_store: true\n";
   y << "threads: 2\n"
     << "batch_size: 64\n"
     << "on_invalid: dlq\n"
@@ -262,7 +264,8 @@ bool wait_committed_to_end(TestBroker& broker, const std::string& group, const s
 Result<VerifyReport> verify_topics(TestBroker& broker, const RunSettings& settings) {
   auto window = parse_duration_ms(settings.window);
   if (!window) return fail("window '" + settings.window + "': " + window.error().message);
-  const double fpp = settings.filter == "exact" ? 0.0 : settings.fpp.value_or(0.01);
+  const double fpp =
+      settings.filter == "exact" || settings.confirm ? 0.0 : settings.fpp.value_or(0.01);
   return verify_topics(broker, settings.input, settings.output, *window, fpp, settings.refresh);
 }
 

@@ -40,6 +40,10 @@ struct RunSettings {
   std::string filter = "exact";
   std::optional<double> fpp;
   std::optional<std::uint64_t> capacity;
+  std::optional<std::string> min_bytes;  ///< filter.min_bytes (a small floor makes a busy filter)
+  /// filter.confirm_store: confirmed mode. The verifier then judges with the
+  /// exact oracle (no false positive allowed), whatever the filter.
+  bool confirm = false;
   std::string commit_interval = "200ms";
   int session_timeout_ms = 4000;
   std::map<std::string, std::string> consumer_extra;  ///< more consumer properties
@@ -170,8 +174,8 @@ Result<VerifyReport> verify_topics_by_identity(TestBroker& broker, const std::st
                                                const std::string& output, std::int64_t window_ms,
                                                const pipeline::ProvenanceNames& provenance);
 
-/// The same with the window and filter of `settings` (the exact filter:
-/// fpp 0; others: settings.fpp, default 0.01).
+/// The same with the window and filter of `settings` (the exact filter or
+/// confirmed mode: fpp 0; others: settings.fpp, default 0.01).
 Result<VerifyReport> verify_topics(TestBroker& broker, const RunSettings& settings);
 
 /// Starts `instance`, feeds `feed.limit` records, waits until its group
