@@ -23,7 +23,7 @@ namespace {
 /// 200,000 JSON lines {"id":..,"ts":..} over about 100 s of event time (a
 /// 10 s window holds ~12,000 identities, more than a 64 KiB filter sizes
 /// for at first): a third Zipf-drawn from 3,000 hot identities, the rest from
-/// a domain that slides along (each repeats a few times within the window),
+/// a domain of 30,000 that slides along (a repeat or two within the window),
 /// and a 5x burst in the middle third.
 std::string stream() {
   std::mt19937_64 rng(2024);
@@ -39,7 +39,7 @@ std::string stream() {
       // Zipf(1) over 3,000 ranks by inverting the harmonic CDF roughly.
       id = static_cast<std::uint64_t>(std::exp(u(rng) * std::log(3000.0)));
     } else {
-      id = 1'000'000 + static_cast<std::uint64_t>(i / 3) + rng() % 9'000;
+      id = 1'000'000 + static_cast<std::uint64_t>(i / 3) + rng() % 30'000;
     }
     out << "{\"id\":" << id << ",\"ts\":" << ts << "}\n";
   }

@@ -36,7 +36,7 @@ void scale_out_and_in(const std::string& window, const std::string& filter, bool
     // owner has no confirm store of a's partitions: it rebuilds them from
     // Kafka; a restores its own, bound to its snapshots.
     s.confirm = true;
-    s.min_bytes = "4KiB";
+    s.min_bytes = "1KiB";
   }
   RunSettings sa = s, sb = s;
   sa.state_dir = dir.file("a-state");

@@ -12,7 +12,7 @@
 // reproduce the decisions of its previous owner at the window's edge.
 //
 // In confirmed mode (filter.confirm_store) the timer filter runs at fpp
-// 0.05 with a small floor, so it makes false positives all along, and the
+// 0.05 with a 1 KiB floor, so it makes false positives all along, and the
 // verifier judges with the exact oracle: not one record may be lost.
 //
 // The seed is printed; KDEDUP_TORTURE_SEED=<n> replays the same schedule.
@@ -58,7 +58,7 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
   if (filter != "exact") s.fpp = confirm ? 0.05 : 0.001;
   if (confirm) {
     s.confirm = true;
-    s.min_bytes = "4KiB";
+    s.min_bytes = "1KiB";
   }
   s.snapshot_interval = "1s";
   s.session_timeout_ms = 3000;
