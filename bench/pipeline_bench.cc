@@ -20,6 +20,12 @@
 //     --baseline-binary PATH adds passthrough and dedup (timer) of another
 //     kdedup binary (a build from before a change) to the same rounds.
 //
+//   --compare confirm: dedup with the timer filter alone against confirmed
+//     mode (filter.confirm_store: true: every duplicate confirmed in the
+//     exact store under state.dir, deliveries moved to disk with each
+//     snapshot), both snapshotting every partition every second into their
+//     state.dir; the click stream holds ~44% duplicates. Target ratio >= 0.5.
+//
 //   --compare repartition (or --repartition): keyed input deduplicated
 //     directly against unkeyed input (each record to a fixed, identity-blind
 //     partition) re-keyed by the repartition stage (`repartition:`, internal
@@ -56,7 +62,8 @@
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
 //
-//   pipeline_bench [--compare filter|snapshots|cost|repartition] [--records N] [--partitions P]
+//   pipeline_bench [--compare filter|snapshots|cost|confirm|repartition] [--records N]
+//                  [--partitions P]
 //                  [--instances I] [--repeat R]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
 //   pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]
@@ -165,6 +172,15 @@ Comparison comparison(const std::string& name) {
     unkeyed.repartition_topic = "clicks-by-id";
     unkeyed.random_partitions = true;
     return {{{"keyed, dedup only", "keyed", {"filter.enabled=true"}}, unkeyed}, 0.5, false};
+  }
+  if (name == "confirm") {
+    return {
+        {{"dedup (timer)", "dedup-timer", {"filter.enabled=true", "state.snapshot_interval=1s"}},
+         {"dedup (timer, confirmed)",
+          "dedup-confirmed",
+          {"filter.enabled=true", "filter.confirm_store=true", "state.snapshot_interval=1s"}}},
+        0.5,
+        false};
   }
   if (name == "cost") {
     // The physical limit first: the ratios are kdedup's cost over it.
@@ -633,7 +649,7 @@ void print_snapshot_figures(const SnapshotFigures& f, const Mode& mode) {
 int main(int argc, char** argv) {
   Options opt;
   const char* usage =
-      "usage: pipeline_bench [--compare filter|snapshots|cost|repartition | --repartition] "
+      "usage: pipeline_bench [--compare filter|snapshots|cost|confirm|repartition | --repartition] "
       "[--records N] [--partitions P] "
       "[--instances I] [--repeat R]\n"
       "       pipeline_bench --idle-partitions P [--threads T] [--records N] "
@@ -651,9 +667,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--compare")) {
       opt.compare = argv[i + 1];
       if (opt.compare != "filter" && opt.compare != "snapshots" && opt.compare != "cost" &&
-          opt.compare != "repartition") {
+          opt.compare != "confirm" && opt.compare != "repartition") {
         std::fprintf(stderr,
-                     "--compare: '%s' is not 'filter', 'snapshots', 'cost' or 'repartition'\n%s",
+                     "--compare: '%s' is not 'filter', 'snapshots', 'cost', 'confirm' or "
+                     "'repartition'\n%s",
                      argv[i + 1], usage);
         return 2;
       }

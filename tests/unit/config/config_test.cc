@@ -606,5 +606,27 @@ TEST(ConfigLoad, FourBitTimersUnderAMemoryBudgetAreRefused) {
                   .ok());
 }
 
+// Confirmed mode confirms a probabilistic filter's duplicates in a store
+// that lives in state.dir: refused naming the key for the exact filter, in
+// passthrough and without state.dir.
+TEST(ConfigLoad, ConfirmStoreNeedsAProbabilisticFilterAndAStateDir) {
+  auto on = check(std::string(kMinimal) + "filter: {type: compact, confirm_store: true}\n");
+  ASSERT_TRUE(on.ok()) << errors_of(on);
+  EXPECT_TRUE(on.config->confirm_store);
+  EXPECT_NE(summary(*on.config).find("confirmed"), std::string::npos) << summary(*on.config);
+  EXPECT_FALSE(check(kMinimal).config->confirm_store);
+
+  auto exact = check(std::string(kMinimal) + "filter: {type: exact, confirm_store: true}\n");
+  EXPECT_TRUE(has_error_at(exact, "filter.confirm_store", "exact filter has no false positives"))
+      << errors_of(exact);
+  auto off = check(std::string(kMinimal) + "filter: {enabled: false, confirm_store: true}\n");
+  EXPECT_TRUE(has_error_at(off, "filter.confirm_store", "nothing to confirm")) << errors_of(off);
+  auto no_dir =
+      check(std::string(kMinimal) + "filter: {confirm_store: true}\nstate: {dir: \"\"}\n");
+  EXPECT_TRUE(has_error_at(no_dir, "filter.confirm_store", "needs state.dir")) << errors_of(no_dir);
+  auto typo = check(std::string(kMinimal) + "filter: {confirm_store: yes please}\n");
+  EXPECT_FALSE(typo.ok());
+}
+
 }  // namespace
 }  // namespace kdedup::config
