@@ -443,6 +443,51 @@ Status write_stats(const std::string& path, const Counters& c, double elapsed_s,
   return {};
 }
 
+/// Lines to the output files; invalid ones also reported on stderr.
+class FileSinks final : public pipeline::RecordSinks {
+ public:
+  FileSinks(Run& run, const std::vector<std::string_view>& lines, std::size_t first,
+            std::uint64_t first_line, std::uint64_t& reported)
+      : run_(run), lines_(lines), first_(first), first_line_(first_line), reported_(reported) {}
+  void output(std::size_t i) override { run_.out.write_line(lines_[first_ + i]); }
+  void duplicate(std::size_t i) override { run_.duplicates.write_line(lines_[first_ + i]); }
+  void dead_letter(std::size_t i, const identity::ExtractError& e) override {
+    if (++reported_ <= kInvalidReportCap) {
+      print_error(fmt::format("line {}: {}: {}", first_line_ + i, identity::to_string(e.reason),
+                              e.message));
+    }
+    if (run_.invalid.enabled()) run_.invalid.write_line(lines_[first_ + i]);
+  }
+
+ private:
+  Run& run_;
+  const std::vector<std::string_view>& lines_;
+  std::size_t first_;
+  std::uint64_t first_line_;
+  std::uint64_t& reported_;
+};
+
+/// Confirmed mode at the end of a run: the last staged deliveries to disk
+/// (so store_bytes is the whole store), a summary line, the --stats figures.
+std::optional<ConfirmFigures> finish_confirmed(Run& run, const pipeline::Slice& slice,
+                                               int& exit_code) {
+  if (!run.confirm) return std::nullopt;
+  if (exit_code == kExitOk) {
+    if (auto moved = move_confirmed(run, slice); !moved) {
+      print_error(moved.error().message);
+      exit_code = kExitFailure;
+    }
+  }
+  const pipeline::ConfirmCounts cc = slice.counters()->confirm.read();
+  const ConfirmFigures f{cc.lookups, cc.prevented, run.confirm->approximate_bytes()};
+  std::fprintf(stderr,
+               "kdedup filter: confirmed in %s: %llu duplicates of the filter looked up, %llu "
+               "false positives prevented, store %s\n",
+               run.confirm->dir().c_str(), static_cast<unsigned long long>(f.lookups),
+               static_cast<unsigned long long>(f.prevented), human_bytes(f.store_bytes).c_str());
+  return f;
+}
+
 int run_filter(const Options& o) {
   auto prepared = prepare(o);
   if (!prepared) {
@@ -475,29 +520,6 @@ int run_filter(const Options& o) {
   bool strict_failed = false;
   int exit_code = kExitOk;
 
-  /// Lines to the output files; invalid ones also reported on stderr.
-  class FileSinks final : public pipeline::RecordSinks {
-   public:
-    FileSinks(Run& run, const std::vector<std::string_view>& lines, std::size_t first,
-              std::uint64_t first_line, std::uint64_t& reported)
-        : run_(run), lines_(lines), first_(first), first_line_(first_line), reported_(reported) {}
-    void output(std::size_t i) override { run_.out.write_line(lines_[first_ + i]); }
-    void duplicate(std::size_t i) override { run_.duplicates.write_line(lines_[first_ + i]); }
-    void dead_letter(std::size_t i, const identity::ExtractError& e) override {
-      if (++reported_ <= kInvalidReportCap) {
-        print_error(fmt::format("line {}: {}: {}", first_line_ + i, identity::to_string(e.reason),
-                                e.message));
-      }
-      if (run_.invalid.enabled()) run_.invalid.write_line(lines_[first_ + i]);
-    }
-
-   private:
-    Run& run_;
-    const std::vector<std::string_view>& lines_;
-    std::size_t first_;
-    std::uint64_t first_line_;
-    std::uint64_t& reported_;
-  };
   std::uint64_t reported = 0;
 
   while (!strict_failed) {
@@ -592,23 +614,7 @@ int run_filter(const Options& o) {
                static_cast<unsigned long long>(c.duplicates),
                static_cast<unsigned long long>(c.invalid), elapsed_s, filter::to_string(f.type()),
                human_bytes(s.bytes).c_str(), human_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
-  std::optional<ConfirmFigures> confirm;
-  if (run.confirm && exit_code == kExitOk) {
-    if (auto moved = move_confirmed(run, slice); !moved) {
-      print_error(moved.error().message);
-      exit_code = kExitFailure;
-    }
-  }
-  if (run.confirm) {
-    const pipeline::ConfirmCounts cc = counts.confirm.read();
-    confirm = ConfirmFigures{cc.lookups, cc.prevented, run.confirm->approximate_bytes()};
-    std::fprintf(stderr,
-                 "kdedup filter: confirmed in %s: %llu duplicates of the filter looked up, %llu "
-                 "false positives prevented, store %s\n",
-                 run.confirm->dir().c_str(), static_cast<unsigned long long>(confirm->lookups),
-                 static_cast<unsigned long long>(confirm->prevented),
-                 human_bytes(confirm->store_bytes).c_str());
-  }
+  const std::optional<ConfirmFigures> confirm = finish_confirmed(run, slice, exit_code);
   if (!o.stats.empty()) {
     if (auto written = write_stats(o.stats, c, elapsed_s, f, confirm); !written) {
       print_error(written.error().message);
