@@ -56,7 +56,7 @@ constexpr std::size_t kBatch = 4096;           // records per test_and_insert_ba
 constexpr std::size_t kReadChunk = 1 << 20;    // bytes per read(2)
 constexpr std::size_t kWriteBuffer = 1 << 20;  // bytes buffered per output
 constexpr std::uint64_t kInvalidReportCap = 20;
-constexpr std::uint64_t kConfirmMove = 1 << 20;  // staged deliveries (~48 MiB) per move to disk
+constexpr std::uint64_t kConfirmMove = 1 << 20;  // staged deliveries (50-110 MiB) per move
 
 void print_error(const std::string& message) {
   std::fprintf(stderr, "kdedup filter: %s\n", message.c_str());

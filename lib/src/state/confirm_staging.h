@@ -11,7 +11,8 @@
 // delivery. Moving the deliveries below a snapshot's offset out removes a
 // prefix and advances `base`; index slots pointing below `base` are stale
 // (skipped while probing, reused on insert, dropped at the next rebuild).
-// About 48 bytes per staged delivery.
+// 32 bytes per entry and 16-32 per index slot share: 50-110 bytes per
+// staged delivery with the vectors' growth (docs/performance.md).
 //
 // Threads: the worker that owns the partition's Slice (lookup, append) and
 // the snapshot writer thread (copy_below, drop_below) share it under one
