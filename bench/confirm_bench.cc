@@ -93,7 +93,7 @@ const kdedup::state::PartitionKey kKey{"bench", 0};
 struct Options {
   double scale = 1.0;
   std::uint64_t snapshot_records = 1'000'000;
-  std::string dir = "/tmp/kdedup-confirm-bench";
+  std::string dir;  ///< default: $TMPDIR (or /tmp)/kdedup-confirm-bench
   bool side = true, expiry = true, big = false;
 };
 
@@ -730,6 +730,10 @@ int main(int argc, char** argv) {
                    "[--skip-side] [--skip-expiry] [--big]\n");
       return 2;
     }
+  }
+  if (o.dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    o.dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/kdedup-confirm-bench";
   }
   fs::create_directories(o.dir);
   if (o.side) side_by_side(o);
