@@ -22,6 +22,7 @@
 #include <valijson/validation_results.hpp>
 #include <valijson/validator.hpp>
 
+#include "confirm_check.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/filter/fingerprint.h"
 #include "schema_embed.h"
@@ -526,26 +527,6 @@ void check_repartition(Builder& b, const Config& c, const std::set<std::string>&
   }
 }
 
-// Confirmed mode confirms a probabilistic filter's duplicates in an exact
-// store that lives and travels with the snapshots in state.dir.
-void check_confirm_store(Builder& b, const Config& c) {
-  if (!c.confirm_store) return;
-  if (!c.filter_enabled) {
-    b.error({"filter", "confirm_store"},
-            "needs a filter: with filter.enabled: false every record is distinct and there is "
-            "nothing to confirm");
-  } else if (c.filter.type == filter::FilterType::kExact) {
-    b.error({"filter", "confirm_store"},
-            "the exact filter has no false positives to confirm; use filter.type timer, aging "
-            "or compact with confirm_store, or the exact filter alone");
-  }
-  if (c.state.dir.empty()) {
-    b.error({"filter", "confirm_store"},
-            "needs state.dir: the confirm store lives in <state.dir>/confirm and travels with "
-            "the snapshots; set state.dir to a persistent volume or remove confirm_store");
-  }
-}
-
 Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>& warnings) {
   Builder b(doc, errors);
   Config c;
@@ -662,7 +643,8 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
             "'" + c.duplicates_topic + "' must differ from the input and output topics");
   }
   check_repartition(b, c, inputs);
-  check_confirm_store(b, c);
+  for (const auto& problem : confirm_store_problems(c))
+    b.error({"filter", "confirm_store"}, problem);
   check_metrics_address(b, c.metrics.address);
 
   // Protected librdkafka keys.
