@@ -368,6 +368,21 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   if (auto ok = produce(opt.records); !ok) return tl::unexpected(ok.error());
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (auto ok = wait_caught_up(std::chrono::seconds(300)); !ok) return tl::unexpected(ok.error());
+  // kdedup commits an offset only once its output was acknowledged, but the
+  // raw copy commits what it consumed: for modes that copy every record the
+  // timed part also waits until the output holds all of them.
+  if (mode.all_distinct) {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      auto out = tb::query_watermarks(r.bootstrap(), ro.output_topic);
+      if (!out) return tl::unexpected(out.error());
+      std::int64_t held = 0;
+      for (const auto& w : *out) held += w.high;
+      if (static_cast<std::uint64_t>(held) >= opt.records + 2'000 || Clock::now() >= deadline)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
   m.cpu_seconds = instances_cpu() - cpu0;
