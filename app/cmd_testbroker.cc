@@ -179,11 +179,14 @@ int serve_control(ControlChannel& channel, const Fd& stop_signal, const Fd& list
       return 1;
     }
     if (fds[0].revents) break;  // SIGTERM / SIGINT
+    // Only the inputs that were polled have an entry in fds: a client
+    // accepted below is read from the next turn on.
+    const std::size_t polled = inputs.size();
     if (fds[1].revents & POLLIN) {
       int client = accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (client >= 0) inputs.push_back(ControlInput{Fd(client), client, {}});
     }
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
+    for (std::size_t i = 0; i < polled; ++i) {
       if (!(fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       read_commands(inputs[i], channel);
     }
