@@ -1,3 +1,5 @@
+// The consumer thread's table of assigned partitions (assigned_partitions.h).
+
 #include "assigned_partitions.h"
 
 #include <spdlog/spdlog.h>

@@ -1,3 +1,6 @@
+// The commit signal both delivery modes share, and the choice of mode
+// (commit_protocol.h).
+
 #include "commit_protocol.h"
 
 #include "assigned_partitions.h"

@@ -1,3 +1,5 @@
+// The librdkafka clients of `kdedup run` and the topic check (kafka_clients.h).
+
 #include "kafka_clients.h"
 
 #include <spdlog/spdlog.h>

@@ -1,3 +1,6 @@
+// The produce path: copies with provenance, delivery tags and reports
+// (output_producer.h).
+
 #include "output_producer.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// Partition lists and positions for log lines (partition_log.h).
+
 #include "partition_log.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,6 @@
+// The recovery of newly assigned partitions, step by step
+// (partition_recovery.h).
+
 #include "partition_recovery.h"
 
 #include <fmt/format.h>

@@ -27,10 +27,10 @@
 #include "kdedup/config/config.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/identity/extractor.h"
-#include "kdedup/pipeline/pipeline.h"
 #include "kdedup/pipeline/reconcile.h"
 #include "kdedup/pipeline/recovery.h"
 #include "kdedup/pipeline/slice.h"
+#include "kdedup/pipeline/slice_hooks.h"
 
 namespace kdedup::state {
 class SnapshotStore;

@@ -1,3 +1,5 @@
+// The rebalance callback: assign, revoke, lost (rebalance.h).
+
 #include "rebalance.h"
 
 #include <spdlog/spdlog.h>

@@ -1,3 +1,5 @@
+// The worker threads and the consumer thread's WorkerPool (worker.h).
+
 #include "worker.h"
 
 #include <spdlog/spdlog.h>

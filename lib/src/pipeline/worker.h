@@ -26,8 +26,8 @@
 #include "kdedup/identity/extractor.h"
 #include "kdedup/metrics/metrics.h"
 #include "kdedup/pipeline/partition_processor.h"
-#include "kdedup/pipeline/pipeline.h"
 #include "kdedup/pipeline/slice.h"
+#include "kdedup/pipeline/slice_hooks.h"
 #include "message_view.h"
 #include "output_producer.h"
 
