@@ -75,9 +75,9 @@ class IdempotentCommits final : public CommitProtocol, public RdKafka::OffsetCom
   void attach(RdKafka::KafkaConsumer& consumer) override { consumer_ = &consumer; }
   RdKafka::Producer& producer() override { return *producer_; }
 
-  std::uint64_t epoch() const noexcept override { return 0; }
+  [[nodiscard]] std::uint64_t epoch() const noexcept override { return 0; }
   void produced_output() noexcept override {}
-  bool expected(RdKafka::ErrorCode) const noexcept override { return false; }
+  [[nodiscard]] bool expected(RdKafka::ErrorCode) const noexcept override { return false; }
   bool output_failed(std::uint64_t, std::string reason) override {
     // librdkafka has already retried what was retriable (idempotent
     // producer): the output is lost for good. Stop; never commit past it.
@@ -87,14 +87,14 @@ class IdempotentCommits final : public CommitProtocol, public RdKafka::OffsetCom
 
   Status start() override { return {}; }
   void on_loop_turn(Clock::time_point now) override;
-  bool output_ahead_of_commits() const noexcept override { return true; }
+  [[nodiscard]] bool output_ahead_of_commits() const noexcept override { return true; }
   Handover hand_over(const std::vector<PartitionId>& ids, bool lost) override;
   void finish() override {
     shutting_down_ = true;
     store_offsets(context_.partitions.ids());
   }
   void log_totals() const override {}
-  TxnTotals totals() const override { return {}; }
+  [[nodiscard]] TxnTotals totals() const override { return {}; }
 
   void offset_commit_cb(RdKafka::ErrorCode err,
                         std::vector<RdKafka::TopicPartition*>& offsets) override;

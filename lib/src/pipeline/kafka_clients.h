@@ -41,6 +41,8 @@ struct ConsumerCallbacks {
   RdKafka::EventCb* events = nullptr;
 };
 
+/// The group consumer build_consumer() made, and what its session timeout
+/// implies for a stop before the first join.
 struct BuiltConsumer {
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
   /// How long a member stopped before its first group join completed waits

@@ -110,8 +110,8 @@ OutputProducer::Produced OutputProducer::produce(Slice& slice, RdKafka::Message&
                   RD_KAFKA_V_KEY(in->key, key_len), RD_KAFKA_V_TIMESTAMP(out_ts),
                   RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(tag.get()), RD_KAFKA_V_END));
     if (err == RdKafka::ERR_NO_ERROR) {
-      owned_headers.headers = nullptr;  // librdkafka owns them now
-      tag.release();                    // comes back in the delivery report
+      owned_headers.headers = nullptr;   // librdkafka owns them now
+      static_cast<void>(tag.release());  // comes back in the delivery report
       if (error == nullptr && topic == output_topic_) protocol_.produced_output();
       return Produced::kQueued;
     }

@@ -94,9 +94,9 @@ class TransactionalCommits final : public CommitProtocol, public TxnHost {
   }
   RdKafka::Producer& producer() override { return producer_->producer(); }
 
-  std::uint64_t epoch() const noexcept override { return open_.epoch(); }
+  [[nodiscard]] std::uint64_t epoch() const noexcept override { return open_.epoch(); }
   void produced_output() noexcept override { open_.count_output(); }
-  bool expected(RdKafka::ErrorCode err) const noexcept override {
+  [[nodiscard]] bool expected(RdKafka::ErrorCode err) const noexcept override {
     // Records purged by our own abort_transaction() come back too: their
     // transaction is already gone, nothing to report.
     return err == RdKafka::ERR__PURGE_QUEUE || err == RdKafka::ERR__PURGE_INFLIGHT;
@@ -112,14 +112,14 @@ class TransactionalCommits final : public CommitProtocol, public TxnHost {
 
   Status start() override;
   void on_loop_turn(Clock::time_point now) override;
-  bool output_ahead_of_commits() const noexcept override { return false; }
+  [[nodiscard]] bool output_ahead_of_commits() const noexcept override { return false; }
   Handover hand_over(const std::vector<PartitionId>& ids, bool lost) override;
   void finish() override {
     shutting_down_ = true;
     if (loop_) handle(loop_->finish());
   }
   void log_totals() const override;
-  TxnTotals totals() const override { return loop_ ? loop_->totals() : TxnTotals{}; }
+  [[nodiscard]] TxnTotals totals() const override { return loop_ ? loop_->totals() : TxnTotals{}; }
 
   // TxnHost
   bool settle() override;
@@ -195,6 +195,7 @@ Handover TransactionalCommits::hand_over(const std::vector<PartitionId>& ids, bo
   Handover h;
   if (!loop_) return h;  // run() never started transactions
   std::vector<TxnOffset> leaving;
+  leaving.reserve(ids.size());
   for (const auto& id : ids) leaving.push_back(TxnOffset{id.topic, id.partition, 0});
   // Revoked: commit the open transaction before the partitions go, so the
   // next owner starts exactly after this member's output. Lost: another

@@ -52,7 +52,7 @@ class Worker::ProducerSinks final : public RecordSinks {
     produce(i, worker_.context_.config.dlq_topic, RdKafka::Topic::PARTITION_UA, "dead-letter",
             &error);
   }
-  bool stopped() const override { return worker_.context_.fatal.raised(); }
+  [[nodiscard]] bool stopped() const override { return worker_.context_.fatal.raised(); }
 
  private:
   bool produce(std::size_t i, const std::string& topic, std::int32_t partition,
