@@ -1,8 +1,10 @@
 // `kdedup demo`: the whole service on one machine. Starts the test broker,
 // two `kdedup run` instances in one consumer group, produces a click stream
-// full of duplicates, reads the output with an independent consumer and
-// checks it against the exact semantics (kdedup::testbroker::audit_dedup).
-// Exit status 0 only if the check holds.
+// full of duplicates (testbroker::ClickRun, the run bench/pipeline_bench is
+// made of too), reads input and output back with an independent consumer
+// and judges the output with the output oracle the tests use
+// (kdedup/testbroker/output_oracle.h), at the filters' ticks. Exit status 0
+// only if the check holds.
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,7 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -26,10 +28,8 @@
 #include "command.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/config/config.h"
-#include "kdedup/pipeline/provenance.h"
-#include "kdedup/testbroker/click_stream.h"
-#include "kdedup/testbroker/dedup_audit.h"
-#include "kdedup/testbroker/kafka_io.h"
+#include "kdedup/testbroker/click_run.h"
+#include "kdedup/testbroker/output_oracle.h"
 #include "kdedup/testbroker/pipeline_rig.h"
 
 namespace {
@@ -101,39 +101,305 @@ std::string self_binary() {
   return ec ? std::string("kdedup") : p.string();
 }
 
-/// --unkeyed: what the dedup stage read is the internal topic. Its records
-/// become the audit's input (identities are partitioned by H_S there, so
-/// the per-partition replay is the exact semantics over the whole input),
-/// after checking that it holds every input record (kdedup-origin-*).
-kdedup::Result<std::vector<tb::AuditInput>> internal_topic_inputs(const std::string& bootstrap,
-                                                                  const std::string& topic,
-                                                                  std::uint64_t records) {
-  auto internal = tb::read_topic(bootstrap, topic, std::chrono::seconds(60));
-  if (!internal) return kdedup::fail(internal.error().message);
-  std::set<std::pair<std::string, std::string>> origins;
-  std::vector<tb::AuditInput> inputs;
-  inputs.reserve(internal->size());
-  for (const auto& rec : *internal) {
-    auto p = rec.header(kdedup::pipeline::kOriginPartitionHeader);
-    auto off = rec.header(kdedup::pipeline::kOriginOffsetHeader);
-    if (!p || !off) {
-      return kdedup::fail(fmt::format("internal topic record {}[{}]@{} has no origin headers",
-                                      topic, rec.partition, rec.offset));
-    }
-    origins.emplace(*p, *off);
-    inputs.push_back({rec.partition, rec.offset, rec.key.value_or(""), rec.timestamp_ms});
-  }
-  if (origins.size() != records) {
-    return kdedup::fail(fmt::format(
-        "the internal topic holds {} of the {} input records: the repartition stage lost some",
-        origins.size(), records));
-  }
-  return inputs;
-}
-
 int fail_with(const std::string& message) {
   std::fprintf(stderr, "kdedup demo: %s\n", message.c_str());
   return 1;
+}
+
+kdedup::Status interrupted() {
+  if (g_interrupted) return kdedup::fail("interrupted; stopping everything started");
+  return {};
+}
+
+struct DemoOptions {
+  std::uint64_t records = 100'000;
+  int partitions = 4;
+  int instances = 2;
+  std::uint64_t seed = 1;
+  std::string config_path = "config/local.yaml";
+  std::string filter_type;
+  std::vector<std::string> sets;
+  int timeout_s = 120;
+  bool keep_going = false;
+  bool unkeyed = false;
+};
+
+void add_options(CLI::App& app, DemoOptions& o) {
+  app.add_option("--records", o.records, "Records to produce")->check(CLI::Range(1, 2'000'000));
+  app.add_option("--partitions", o.partitions, "Input (and output) partitions")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--instances", o.instances, "kdedup run instances in the group")
+      ->check(CLI::Range(1, 8));
+  app.add_option("--seed", o.seed, "Stream generator seed");
+  app.add_option("--config", o.config_path,
+                 "Base config for the instances (a built-in equivalent of config/local.yaml is "
+                 "used if the file does not exist)");
+  app.add_option("--filter", o.filter_type, "Override filter.type (timer, aging, exact, compact)");
+  app.add_option("--set", o.sets, "Extra config override key.path=value for every instance");
+  app.add_option("--timeout", o.timeout_s, "Seconds to wait for the group to catch up")
+      ->check(CLI::Range(5, 3600));
+  app.add_flag("--unkeyed", o.unkeyed,
+               "Produce the clicks with random partitioning (copies of one click land in "
+               "different partitions) and run with the repartition stage, which re-keys them by "
+               "identity into the internal topic '" +
+                   std::string(kInternalTopic) + "' first");
+  app.add_flag("--keep-going", o.keep_going,
+               "After the summary keep broker and instances running until Ctrl-C (explore with "
+               "kcat at the printed bootstrap address)");
+}
+
+/// The work dir for logs, state and (if needed) the config: removed at the
+/// end unless kept (a failure keeps it for its logs).
+class WorkDir {
+ public:
+  static kdedup::Result<std::unique_ptr<WorkDir>> create() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/kdedup-demo-XXXXXX";
+    if (!mkdtemp(tmpl.data())) return kdedup::fail("cannot create a temporary directory");
+    return std::unique_ptr<WorkDir>(new WorkDir(tmpl));
+  }
+  ~WorkDir() {
+    std::error_code ec;
+    if (!keep_) std::filesystem::remove_all(path_, ec);
+  }
+  [[nodiscard]] const std::string& path() const { return path_; }
+  void keep() { keep_ = true; }
+
+ private:
+  explicit WorkDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+  bool keep_ = false;
+};
+
+/// One demo run: the rig, the click stream through it, the oracle's verdict
+/// and the summary. Main thread only.
+class Demo {
+ public:
+  Demo(const DemoOptions& o, WorkDir& work, const kdedup::config::Config& cfg,
+       std::vector<std::string> overrides)
+      : o_(o), work_(work), cfg_(cfg), overrides_(std::move(overrides)) {}
+
+  /// Starts everything, runs the stream through, judges and prints; returns
+  /// the exit status.
+  int run();
+
+ private:
+  kdedup::Status start();
+  kdedup::Status produce();
+  kdedup::Status wait_caught_up();
+  kdedup::Result<tb::VerifyReport> judge();
+  void print_summary(const tb::VerifyReport& report, bool ok) const;
+  void keep_running();
+  int stop(bool ok);
+
+  const DemoOptions& o_;
+  WorkDir& work_;
+  const kdedup::config::Config& cfg_;
+  std::vector<std::string> overrides_;
+  std::unique_ptr<tb::PipelineRig> rig_;
+  std::unique_ptr<tb::ClickRun> run_;
+  ProgressLine progress_;
+  Clock::time_point t0_, produced_at_, caught_up_at_;
+  std::int64_t dead_letters_ = 0;
+  std::uint64_t spread_ = 0;  // --unkeyed: identities with copies in several partitions
+};
+
+int Demo::run() {
+  if (auto ok = start(); !ok) return fail_with(ok.error().message);
+  if (auto ok = produce(); !ok) return fail_with(ok.error().message);
+  if (auto ok = wait_caught_up(); !ok) {
+    if (!g_interrupted) work_.keep();  // the logs say why
+    return fail_with(ok.error().message);
+  }
+  auto report = judge();
+  if (!report) return fail_with(report.error().message);
+  const bool ok = report->ok() && dead_letters_ == 0;
+  print_summary(*report, ok);
+  if (o_.keep_going && !g_interrupted) keep_running();
+  return stop(ok);
+}
+
+kdedup::Status Demo::start() {
+  tb::RigOptions ro;
+  ro.kdedup_binary = self_binary();
+  ro.config_path = o_.config_path;
+  ro.overrides = overrides_;
+  ro.work_dir = work_.path();
+  ro.partitions = o_.partitions;
+  ro.instances = o_.instances;
+  if (o_.unkeyed) {
+    ro.repartition_topic = kInternalTopic;
+    // Two consumer groups per instance: the test broker holds each join
+    // phase for session.timeout.ms - 1 s, so the default (45 s) would make a
+    // late joiner of either group wait that long, twice.
+    ro.overrides.insert(ro.overrides.begin(), "consumer.session.timeout.ms=6000");
+  }
+  auto rig = tb::PipelineRig::start(ro);
+  if (!rig) return tl::unexpected(rig.error());
+  rig_ = std::move(*rig);
+  std::fprintf(stderr, "kdedup demo: test broker at %s\n", rig_->bootstrap().c_str());
+  tb::ClickRunOptions co;
+  co.records = o_.records;
+  co.seed = o_.seed;
+  co.span_ms = std::max<std::int64_t>(cfg_.window_ms() * 5, 60'000);
+  co.unkeyed = o_.unkeyed;
+  auto run = tb::ClickRun::start(*rig_, co);
+  if (!run) return tl::unexpected(run.error());
+  run_ = std::move(*run);
+  return {};
+}
+
+kdedup::Status Demo::produce() {
+  t0_ = Clock::now();
+  auto ok = run_->produce(o_.records, [this](std::uint64_t n) -> kdedup::Status {
+    if (auto i = interrupted(); !i) return i;
+    progress_.update(fmt::format("producing: {}/{} records", n, o_.records));
+    return rig_->check_instances();
+  });
+  if (!ok) return ok;
+  if (auto i = interrupted(); !i) return i;
+  produced_at_ = Clock::now();
+  run_->close();  // no client of ours may outlive the broker
+  return {};
+}
+
+kdedup::Status Demo::wait_caught_up() {
+  auto ok = run_->wait_caught_up(
+      std::chrono::seconds(o_.timeout_s), [this](const tb::GroupProgress& gp) -> kdedup::Status {
+        if (auto i = interrupted(); !i) return i;
+        const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
+        progress_.update(fmt::format("deduplicating: {}/{} records committed ({:.0f} records/s)",
+                                     gp.committed, gp.end,
+                                     static_cast<double>(gp.committed) / secs));
+        return {};
+      });
+  progress_.done();
+  caught_up_at_ = Clock::now();
+  return ok;
+}
+
+/// The output against the oracle, the window edge judged in the filters'
+/// ticks (the one time -> tick mapping of the config).
+kdedup::Result<tb::VerifyReport> Demo::judge() {
+  if (auto kept = run_->check_input_kept(); !kept) return tl::unexpected(kept.error());
+  auto out = run_->read_back();
+  if (!out) return tl::unexpected(out.error());
+  dead_letters_ = out->dead_letters;
+  if (o_.unkeyed) {
+    // Copies of a click in several input partitions: what the stage is for.
+    auto input =
+        tb::read_topic(rig_->bootstrap(), rig_->options().input_topic, std::chrono::seconds(60));
+    if (!input) return tl::unexpected(input.error());
+    std::map<std::string, std::set<std::int32_t>> partitions_of;
+    for (const auto& in : *input) partitions_of[in.key.value_or("")].insert(in.partition);
+    for (const auto& [id, ps] : partitions_of) spread_ += ps.size() > 1;
+  }
+  tb::VerifySpec spec;
+  spec.window_ms = cfg_.window_ms();
+  spec.scale = cfg_.tick_scale();
+  spec.fpp = cfg_.filter_enabled ? cfg_.filter.fpp : 0.0;
+  spec.refresh = cfg_.on_duplicate == kdedup::config::OnDuplicate::kRefresh;
+  return tb::verify_output(out->input, out->output, spec);
+}
+
+void Demo::print_summary(const tb::VerifyReport& report, bool ok) const {
+  const double process_secs = std::chrono::duration<double>(caught_up_at_ - t0_).count();
+  const double produce_secs = std::chrono::duration<double>(produced_at_ - t0_).count();
+  const auto& counts = run_->counts();
+  const double observed = report.oracle_distinct == 0
+                              ? 0.0
+                              : static_cast<double>(report.false_positives) /
+                                    static_cast<double>(report.oracle_distinct);
+  auto row = [](const char* name, const std::string& value) {
+    std::printf("  %-34s %s\n", name, value.c_str());
+  };
+  std::printf("\nkdedup demo summary\n");
+  row("records in",
+      fmt::format("{} ({} retries, {} re-posts, {} click-fraud)", report.input_records,
+                  counts.retries, counts.reposts, counts.fraud));
+  row("distinct (exact replay)", std::to_string(report.exact_distinct));
+  row("distinct out",
+      report.output_records == report.emitted_sources
+          ? std::to_string(report.output_records)
+          : fmt::format("{} ({} records in total)", report.emitted_sources, report.output_records));
+  row("duplicates dropped", std::to_string(report.input_records - report.emitted_sources));
+  if (o_.unkeyed) {
+    row("unkeyed input",
+        fmt::format("{} identities have copies in several of the {} partitions; the repartition "
+                    "stage re-keyed all {} records into '{}'",
+                    spread_, o_.partitions, o_.records, kInternalTopic));
+  }
+  row("false positives observed",
+      fmt::format("{} of {} new records = {:.4f} (configured fpp {:g}, accepted up to {})",
+                  report.false_positives, report.oracle_distinct, observed,
+                  cfg_.filter_enabled ? cfg_.filter.fpp : 0.0, report.fp_bound));
+  row("false negatives (duplicates out)", std::to_string(report.duplicated - report.copies));
+  row("emitted twice", std::to_string(report.copies));
+  row("unknown provenance / wrong key", std::to_string(report.unexpected));
+  if (report.lost + report.out_of_order > 0) {
+    row("lost / out of order", fmt::format("{} / {}", report.lost, report.out_of_order));
+  }
+  row("dead-lettered", std::to_string(dead_letters_));
+  row("produce rate",
+      fmt::format("{:.0f} records/s", static_cast<double>(o_.records) / produce_secs));
+  row("end-to-end throughput",
+      fmt::format("{:.0f} records/s ({} instances, {:.1f} s)",
+                  static_cast<double>(o_.records) / process_secs, o_.instances, process_secs));
+  if (!report.ok()) std::printf("  problem: %s", report.to_string().c_str());
+  std::printf("  %-34s %s\n\n", "result", ok ? "PASS" : "FAIL");
+  std::fflush(stdout);
+}
+
+void Demo::keep_running() {
+  std::fprintf(stderr,
+               "kdedup demo: still running; try\n  kcat -b %s -C -t %s -e -f '%%k %%h\\n' | "
+               "head\nCtrl-C stops everything.\n",
+               rig_->bootstrap().c_str(), rig_->options().output_topic.c_str());
+  while (!g_interrupted) {
+    if (auto st = rig_->check_instances(); !st) {
+      std::fprintf(stderr, "kdedup demo: %s\n", st.error().message.c_str());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+int Demo::stop(bool ok) {
+  auto stopped = rig_->stop_instances();
+  rig_->stop();
+  if (!stopped) {
+    work_.keep();
+    std::fprintf(stderr, "kdedup demo: %s", stopped.error().message.c_str());
+    return 1;
+  }
+  if (!ok) {
+    work_.keep();
+    std::fprintf(stderr, "kdedup demo: logs kept in %s\n", work_.path().c_str());
+  }
+  return ok ? 0 : 1;
+}
+
+/// The config the instances run with, validated up front: the rules the
+/// oracle applies come from it.
+kdedup::Result<kdedup::config::Config> demo_config(const std::string& path,
+                                                   const std::vector<std::string>& overrides) {
+  auto env = [](const std::string& name) -> std::optional<std::string> {
+    if (name == "KDEDUP_BOOTSTRAP") return std::string("127.0.0.1:9092");
+    return kdedup::config::process_env()(name);
+  };
+  auto checked = kdedup::config::check_config_file(path, overrides, env);
+  if (!checked.ok()) {
+    std::string msg = "config " + path + " is not valid:";
+    for (const auto& i : checked.errors) msg += "\n  " + kdedup::config::to_string(i);
+    return kdedup::fail(msg);
+  }
+  if (checked.config->identity.extractor != "key") {
+    return kdedup::fail(
+        "the demo's stream carries the identity in the record key; the config uses "
+        "identity.extractor '" +
+        checked.config->identity.extractor + "'");
+  }
+  return std::move(*checked.config);
 }
 
 int demo_main(int argc, char** argv) {
@@ -144,37 +410,8 @@ int demo_main(int argc, char** argv) {
       "status 0 only if no duplicate got through, nothing was emitted twice and false positives "
       "stay within the configured rate.",
       "kdedup demo"};
-  std::uint64_t records = 100'000;
-  int partitions = 4;
-  int instances = 2;
-  std::uint64_t seed = 1;
-  std::string config_path = "config/local.yaml";
-  std::string filter_type;
-  int timeout_s = 120;
-  bool keep_going = false;
-  bool unkeyed = false;
-  app.add_option("--records", records, "Records to produce")->check(CLI::Range(1, 2'000'000));
-  app.add_option("--partitions", partitions, "Input (and output) partitions")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--instances", instances, "kdedup run instances in the group")
-      ->check(CLI::Range(1, 8));
-  app.add_option("--seed", seed, "Stream generator seed");
-  app.add_option("--config", config_path,
-                 "Base config for the instances (a built-in equivalent of config/local.yaml is "
-                 "used if the file does not exist)");
-  std::vector<std::string> sets;
-  app.add_option("--filter", filter_type, "Override filter.type (timer, aging, exact, compact)");
-  app.add_option("--set", sets, "Extra config override key.path=value for every instance");
-  app.add_option("--timeout", timeout_s, "Seconds to wait for the group to catch up")
-      ->check(CLI::Range(5, 3600));
-  app.add_flag("--unkeyed", unkeyed,
-               "Produce the clicks with random partitioning (copies of one click land in "
-               "different partitions) and run with the repartition stage, which re-keys them by "
-               "identity into the internal topic '" +
-                   std::string(kInternalTopic) + "' first");
-  app.add_flag("--keep-going", keep_going,
-               "After the summary keep broker and instances running until Ctrl-C (explore with "
-               "kcat at the printed bootstrap address)");
+  DemoOptions o;
+  add_options(app, o);
   if (auto code = kdedup::app::parse_command_line(app, argc, argv)) return *code;
 
   struct sigaction sa {};
@@ -183,275 +420,26 @@ int demo_main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  // Work dir for logs, state and (if needed) the config.
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/kdedup-demo-XXXXXX";
-  if (!mkdtemp(tmpl.data())) return fail_with("cannot create a temporary directory");
-  const std::string work = tmpl;
-  bool keep_work = false;
-  struct WorkDirCleanup {
-    const std::string& dir;
-    const bool& keep;
-    ~WorkDirCleanup() {
-      std::error_code ec;
-      if (!keep) std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup{work, keep_work};
-
-  if (!std::filesystem::exists(config_path)) {
-    config_path = work + "/demo.yaml";
-    std::ofstream(config_path) << kFallbackConfig;
+  auto work = WorkDir::create();
+  if (!work) return fail_with(work.error().message);
+  if (!std::filesystem::exists(o.config_path)) {
+    o.config_path = (*work)->path() + "/demo.yaml";
+    std::ofstream(o.config_path) << kFallbackConfig;
   }
   std::vector<std::string> overrides;
-  if (!filter_type.empty()) overrides.push_back("filter.type=" + filter_type);
-  overrides.insert(overrides.end(), sets.begin(), sets.end());
-
-  // Validate the config up front and learn the rules the audit must apply.
-  auto env = [](const std::string& name) -> std::optional<std::string> {
-    if (name == "KDEDUP_BOOTSTRAP") return std::string("127.0.0.1:9092");
-    return kdedup::config::process_env()(name);
-  };
-  auto checked = kdedup::config::check_config_file(config_path, overrides, env);
-  if (!checked.ok()) {
-    std::string msg = "config " + config_path + " is not valid:";
-    for (const auto& i : checked.errors) msg += "\n  " + kdedup::config::to_string(i);
-    return fail_with(msg);
-  }
-  const auto& cfg = *checked.config;
-  tb::AuditRules rules;
-  rules.scale = cfg.tick_scale();
-  rules.fpp = cfg.filter_enabled ? cfg.filter.fpp : 0.0;
-  if (cfg.identity.extractor != "key") {
-    return fail_with(
-        "the demo's stream carries the identity in the record key; the config uses "
-        "identity.extractor '" +
-        cfg.identity.extractor + "'");
-  }
+  if (!o.filter_type.empty()) overrides.push_back("filter.type=" + o.filter_type);
+  overrides.insert(overrides.end(), o.sets.begin(), o.sets.end());
+  auto cfg = demo_config(o.config_path, overrides);
+  if (!cfg) return fail_with(cfg.error().message);
 
   std::fprintf(stderr,
                "kdedup demo: %llu records, %d partitions, %d instances, window %s, filter %s "
                "(fpp %g), work dir %s\n",
-               static_cast<unsigned long long>(records), partitions, instances,
-               kdedup::format_duration_ms(cfg.window_ms()).c_str(),
-               cfg.filter_enabled ? kdedup::filter::to_string(cfg.filter.type) : "off",
-               cfg.filter.fpp, work.c_str());
-
-  tb::RigOptions ro;
-  ro.kdedup_binary = self_binary();
-  ro.config_path = config_path;
-  ro.overrides = overrides;
-  ro.work_dir = work;
-  ro.partitions = partitions;
-  ro.instances = instances;
-  if (unkeyed) {
-    ro.repartition_topic = kInternalTopic;
-    // Two consumer groups per instance: the test broker holds each join
-    // phase for session.timeout.ms - 1 s, so the default (45 s) would make a
-    // late joiner of either group wait that long, twice.
-    ro.overrides.insert(ro.overrides.begin(), "consumer.session.timeout.ms=6000");
-  }
-  auto rig = tb::PipelineRig::start(ro);
-  if (!rig) return fail_with(rig.error().message);
-  auto& r = **rig;
-  std::fprintf(stderr, "kdedup demo: test broker at %s\n", r.bootstrap().c_str());
-
-  // Produce the stream; delivery reports fill in where each record landed.
-  auto producer = tb::RecordProducer::create(r.bootstrap());
-  if (!producer) return fail_with(producer.error().message);
-  std::vector<tb::AuditInput> inputs(records);
-  (*producer)->on_delivery([&](std::uint64_t tag, std::int32_t partition, std::int64_t offset) {
-    inputs[tag].partition = partition;
-    inputs[tag].offset = offset;
-  });
-  const auto wall_now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-  tb::ClickStreamOptions so;
-  so.records = records;
-  so.seed = seed;
-  so.span_ms = std::max<std::int64_t>(cfg.window_ms() * 5, 60'000);
-  so.start_ms = wall_now - so.span_ms - 200'000;  // every timestamp is in the past
-  tb::ClickStream stream(so);
-  std::uint64_t fraud = 0, retries = 0, reposts = 0;
-  ProgressLine progress;
-  const auto t0 = Clock::now();
-  tb::Click click;
-  std::mt19937_64 partition_rng(seed);
-  for (std::uint64_t i = 0; stream.next(click); ++i) {
-    if (g_interrupted) break;
-    fraud += click.kind == tb::Click::Kind::kFraud;
-    retries += click.kind == tb::Click::Kind::kRetry;
-    reposts += click.kind == tb::Click::Kind::kRepost;
-    inputs[i].identity = click.key;
-    inputs[i].timestamp_ms = click.timestamp_ms;
-    inputs[i].partition = -1;
-    const std::int32_t partition =
-        unkeyed
-            ? static_cast<std::int32_t>(partition_rng() % static_cast<std::uint64_t>(partitions))
-            : -1;  // the producer's partitioner on the key
-    if (auto ok = (*producer)->produce(ro.input_topic, partition, click.key, click.value,
-                                       click.timestamp_ms, {}, i);
-        !ok) {
-      return fail_with(ok.error().message);
-    }
-    if (i % 1024 == 0) {
-      progress.update(fmt::format("producing: {}/{} records", i, records));
-      if (auto ok = r.check_instances(); !ok) return fail_with(ok.error().message);
-    }
-  }
-  if (g_interrupted) return fail_with("interrupted; stopping everything started");
-  if (auto ok = (*producer)->flush(std::chrono::seconds(60)); !ok) {
-    return fail_with(ok.error().message);
-  }
-  const auto produced_at = Clock::now();
-  producer->reset();  // no client of ours may outlive the broker
-
-  // Wait until the group has committed everything (output is delivered
-  // before offsets are committed).
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  tb::GroupProgress gp;
-  while (true) {
-    if (g_interrupted) return fail_with("interrupted; stopping everything started");
-    if (auto ok = r.check_instances(); !ok) return fail_with(ok.error().message);
-    auto p = r.progress();
-    if (p) {
-      gp = *p;
-      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      progress.update(fmt::format("deduplicating: {}/{} records committed ({:.0f} records/s)",
-                                  gp.committed, gp.end, static_cast<double>(gp.committed) / secs));
-      if (gp.caught_up) break;
-    }
-    if (Clock::now() > deadline) {
-      progress.done();
-      keep_work = true;
-      return fail_with(
-          fmt::format("the group committed {} of {} records within {} s; logs kept in {}",
-                      gp.committed, gp.end, timeout_s, work));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  const auto caught_up_at = Clock::now();
-  progress.done();
-
-  // Nothing truncated by the broker's per-partition limit.
-  auto marks = tb::query_watermarks(r.bootstrap(), ro.input_topic);
-  if (!marks) return fail_with(marks.error().message);
-  std::int64_t stored = 0;
-  for (const auto& m : *marks) {
-    if (m.low != 0) {
-      return fail_with(
-          fmt::format("input partition {} was truncated by the test broker (low "
-                      "watermark {}); use fewer --records or more --partitions",
-                      m.partition, m.low));
-    }
-    stored += m.high;
-  }
-  if (static_cast<std::uint64_t>(stored) != records) {
-    return fail_with(fmt::format("produced {} records but the input holds {}", records, stored));
-  }
-
-  // Independent read of the output and the dead-letter topic.
-  auto output = tb::read_topic(r.bootstrap(), ro.output_topic, std::chrono::seconds(60));
-  if (!output) return fail_with(output.error().message);
-  auto dlq = tb::query_watermarks(r.bootstrap(), ro.dlq_topic);
-  std::int64_t dlq_count = 0;
-  if (dlq) {
-    for (const auto& m : *dlq) dlq_count += m.high - m.low;
-  }
-  std::vector<tb::AuditOutput> outs;
-  outs.reserve(output->size());
-  for (const auto& rec : *output) {
-    tb::AuditOutput o;
-    o.identity = rec.key.value_or("");
-    const auto topic = rec.header(kdedup::pipeline::kProvenanceTopicHeader);
-    const auto p = rec.header(kdedup::pipeline::kProvenancePartitionHeader);
-    const auto off = rec.header(kdedup::pipeline::kProvenanceOffsetHeader);
-    kdedup::pipeline::ProvenanceHeaders found;
-    if (topic) found.topic = *topic;
-    if (p) found.partition = *p;
-    if (off) found.offset = *off;
-    const auto parsed = kdedup::pipeline::parse_provenance(found);
-    if (parsed.provenance) {
-      o.source_partition = parsed.provenance->source.partition;
-      o.source_offset = parsed.provenance->offset;
-    } else if (parsed.malformed) {
-      o.source_partition = -1;  // unreadable provenance counts as unknown
-    }
-    outs.push_back(std::move(o));
-  }
-  std::uint64_t spread = 0;  // identities whose copies are in more than one input partition
-  if (unkeyed) {
-    std::map<std::string, std::set<std::int32_t>> partitions_of;
-    for (const auto& in : inputs) partitions_of[in.identity].insert(in.partition);
-    for (const auto& [id, ps] : partitions_of) spread += ps.size() > 1;
-    auto internal = internal_topic_inputs(r.bootstrap(), kInternalTopic, records);
-    if (!internal) return fail_with(internal.error().message);
-    inputs = std::move(*internal);
-  }
-  auto report = tb::audit_dedup(inputs, outs, rules);
-
-  const double process_secs = std::chrono::duration<double>(caught_up_at - t0).count();
-  const double produce_secs = std::chrono::duration<double>(produced_at - t0).count();
-  const std::uint64_t dropped = report.inputs - report.distinct_outputs;
-  auto row = [](const char* name, const std::string& value) {
-    std::printf("  %-34s %s\n", name, value.c_str());
-  };
-  std::printf("\nkdedup demo summary\n");
-  row("records in", fmt::format("{} ({} retries, {} re-posts, {} click-fraud)", report.inputs,
-                                retries, reposts, fraud));
-  row("distinct (exact replay)", std::to_string(report.exact_distinct));
-  row("distinct out",
-      report.outputs == report.distinct_outputs
-          ? std::to_string(report.outputs)
-          : fmt::format("{} ({} records in total)", report.distinct_outputs, report.outputs));
-  row("duplicates dropped", std::to_string(dropped));
-  if (unkeyed) {
-    row("unkeyed input",
-        fmt::format("{} identities have copies in several of the {} partitions; the repartition "
-                    "stage re-keyed all {} records into '{}'",
-                    spread, partitions, records, kInternalTopic));
-  }
-  row("false positives observed", fmt::format("{} of {} new records = {:.4f} (configured fpp "
-                                              "{:g}, accepted up to {})",
-                                              report.false_positives, report.new_candidates,
-                                              report.observed_fpp, rules.fpp, report.fp_bound));
-  row("false negatives (duplicates out)", std::to_string(report.false_negatives));
-  row("emitted twice", std::to_string(report.emitted_twice));
-  row("unknown provenance / wrong key", std::to_string(report.unknown_outputs));
-  row("dead-lettered", std::to_string(dlq_count));
-  row("produce rate", fmt::format("{:.0f} records/s", static_cast<double>(records) / produce_secs));
-  row("end-to-end throughput",
-      fmt::format("{:.0f} records/s ({} instances, {:.1f} s)",
-                  static_cast<double>(records) / process_secs, instances, process_secs));
-  for (const auto& p : report.problems) std::printf("  problem: %s\n", p.c_str());
-  const bool ok = report.ok() && dlq_count == 0;
-  std::printf("  %-34s %s\n\n", "result", ok ? "PASS" : "FAIL");
-  std::fflush(stdout);
-
-  if (keep_going && !g_interrupted) {
-    std::fprintf(
-        stderr,
-        "kdedup demo: still running; try\n  kcat -b %s -C -t %s -e -f '%%k %%h\\n' | head\n"
-        "Ctrl-C stops everything.\n",
-        r.bootstrap().c_str(), ro.output_topic.c_str());
-    while (!g_interrupted) {
-      if (auto st = r.check_instances(); !st) {
-        std::fprintf(stderr, "kdedup demo: %s\n", st.error().message.c_str());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  }
-  auto stopped = r.stop_instances();
-  r.stop();
-  if (!stopped) {
-    keep_work = true;
-    std::fprintf(stderr, "kdedup demo: %s", stopped.error().message.c_str());
-    return 1;
-  }
-  if (!ok) keep_work = true;
-  if (!ok) std::fprintf(stderr, "kdedup demo: logs kept in %s\n", work.c_str());
-  return ok ? 0 : 1;
+               static_cast<unsigned long long>(o.records), o.partitions, o.instances,
+               kdedup::format_duration_ms(cfg->window_ms()).c_str(),
+               cfg->filter_enabled ? kdedup::filter::to_string(cfg->filter.type) : "off",
+               cfg->filter.fpp, (*work)->path().c_str());
+  return Demo(o, **work, *cfg, std::move(overrides)).run();
 }
 
 const kdedup::app::CommandRegistration kRegistration{

@@ -443,7 +443,8 @@ Status write_stats(const std::string& path, const Counters& c, double elapsed_s,
   return {};
 }
 
-/// Lines to the output files; invalid ones also reported on stderr.
+/// Lines to the output files; invalid ones also reported on stderr (the
+/// first kInvalidReportCap). One batch of lines at a time.
 class FileSinks final : public pipeline::RecordSinks {
  public:
   FileSinks(Run& run, const std::vector<std::string_view>& lines, std::size_t first,
@@ -467,144 +468,186 @@ class FileSinks final : public pipeline::RecordSinks {
   std::uint64_t& reported_;
 };
 
+/// One `kdedup filter` run: the stream is one partition, through the same
+/// record path as kdedup run's workers (PartitionProcessor), with the files
+/// as its sinks. Single-threaded.
+class FilterStream {
+ public:
+  FilterStream(const Options& o, Run& run)
+      : o_(o),
+        run_(run),
+        processor_(processor_options(o, run), std::move(*run.extractor),
+                   filter::Fingerprinter(o.salt)),
+        counts_(*run.slice->counters()) {
+    records_.reserve(kBatch);
+  }
+
+  /// Reads and decides every line; returns the exit status.
+  int run();
+
+ private:
+  static pipeline::ProcessorOptions processor_options(const Options& o, const Run& run) {
+    pipeline::ProcessorOptions po;
+    po.on_invalid = o.strict ? config::OnInvalid::kFail : config::OnInvalid::kDlq;
+    po.route_duplicates = run.duplicates.enabled();
+    po.refresh = o.on_duplicate == "refresh";
+    po.time_from_extractor = !run.arrival_time;
+    return po;
+  }
+  void process_batch(const std::vector<std::string_view>& lines, std::size_t first,
+                     std::size_t count);
+  void show_progress();
+  void flush_outputs();
+  [[nodiscard]] Counters totals() const;
+  [[nodiscard]] std::optional<ConfirmFigures> finish_confirmed();
+  void report(const Counters& c, double elapsed_s);
+
+  const Options& o_;
+  Run& run_;
+  pipeline::PartitionProcessor processor_;
+  const pipeline::PartitionCounters& counts_;
+  std::vector<pipeline::RecordIn> records_;
+  std::uint64_t first_line_ = 1;  // line number of records_[0]
+  std::uint64_t bytes_peak_ = 0;
+  std::uint32_t subfilters_peak_ = 0;
+  std::uint64_t reported_ = 0;  // invalid lines reported on stderr
+  bool strict_failed_ = false;
+  int exit_code_ = kExitOk;
+  bool progress_ = ::isatty(STDERR_FILENO) == 1;
+  bool progress_shown_ = false;
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
+};
+
+int FilterStream::run() {
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::string_view> lines;
+  while (!strict_failed_) {
+    auto more = run_.source->next(lines);
+    if (!more) {
+      print_error(more.error().message);
+      exit_code_ = kExitFailure;
+      break;
+    }
+    if (!*more) break;
+    for (std::size_t first = 0; first < lines.size() && !strict_failed_; first += kBatch) {
+      process_batch(lines, first, std::min(kBatch, lines.size() - first));
+    }
+    show_progress();
+  }
+  if (progress_shown_) std::fputc('\n', stderr);
+  flush_outputs();
+  const double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  report(totals(), elapsed_s);
+  // --strict's usage status, unless the run failed otherwise (a confirm
+  // store failure also stops the reading).
+  if (strict_failed_ && exit_code_ == kExitOk) return kExitUsage;
+  return exit_code_;
+}
+
+void FilterStream::process_batch(const std::vector<std::string_view>& lines, std::size_t first,
+                                 std::size_t count) {
+  const std::int64_t now_ms = wall_clock_ms();
+  records_.clear();
+  for (std::size_t i = 0; i < count; ++i) {
+    pipeline::RecordIn r;
+    r.offset = static_cast<std::int64_t>(first_line_ + i);
+    r.timestamp_ms = run_.arrival_time ? now_ms : 0;
+    r.view.value = lines[first + i];
+    records_.push_back(r);
+  }
+  FileSinks sinks(run_, lines, first, first_line_, reported_);
+  const pipeline::BatchResult result = processor_.process(*run_.slice, records_, now_ms, sinks);
+  if (result.slice_failed) {
+    print_error(*result.fail_message);
+    exit_code_ = kExitFailure;
+    strict_failed_ = true;  // stop reading: nothing more can be decided
+    return;
+  }
+  if (result.fail_error) {
+    const std::uint64_t line_no = first_line_ + result.processed;
+    print_error(fmt::format("line {}: {}: {}", line_no,
+                            identity::to_string(result.fail_error->reason),
+                            result.fail_error->message));
+    print_error(fmt::format("line {} is invalid and --strict is set; stopping", line_no));
+    strict_failed_ = true;
+  }
+  first_line_ += count;
+  if (run_.confirm && run_.slice->confirmer()->store().staged() >= kConfirmMove) {
+    if (auto moved = move_confirmed(run_, *run_.slice); !moved) {
+      print_error(moved.error().message);
+      exit_code_ = kExitFailure;
+      strict_failed_ = true;
+      return;
+    }
+  }
+  const filter::FilterStats s = run_.slice->filter()->stats();
+  bytes_peak_ = std::max(bytes_peak_, s.bytes);
+  subfilters_peak_ = std::max(subfilters_peak_, s.subfilters);
+}
+
+/// Counts on a terminal's stderr, rewritten once a second.
+void FilterStream::show_progress() {
+  if (!progress_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_progress_ < std::chrono::seconds(1)) return;
+  last_progress_ = now;
+  progress_shown_ = true;
+  std::fprintf(stderr, "\r%llu records, %llu distinct, %llu duplicates, %llu invalid ",
+               static_cast<unsigned long long>(counts_.records_in.load()),
+               static_cast<unsigned long long>(counts_.distinct.load()),
+               static_cast<unsigned long long>(counts_.duplicates.load()),
+               static_cast<unsigned long long>(counts_.invalid.load()));
+}
+
+void FilterStream::flush_outputs() {
+  for (LineSink* sink : {&run_.out, &run_.duplicates, &run_.invalid}) {
+    if (!sink->enabled()) continue;
+    if (auto flushed = sink->flush(); !flushed) {
+      print_error(flushed.error().message);
+      exit_code_ = kExitFailure;
+    }
+  }
+}
+
+Counters FilterStream::totals() const {
+  Counters c;
+  c.records_in = counts_.records_in.load();
+  c.distinct = counts_.distinct.load();
+  c.duplicates = counts_.duplicates.load();
+  c.invalid = counts_.invalid.load();
+  c.bytes_peak = bytes_peak_;
+  c.subfilters_peak = subfilters_peak_;
+  return c;
+}
+
 /// Confirmed mode at the end of a run: the last staged deliveries to disk
 /// (so store_bytes is the whole store), a summary line, the --stats figures.
-std::optional<ConfirmFigures> finish_confirmed(Run& run, const pipeline::Slice& slice,
-                                               int& exit_code) {
-  if (!run.confirm) return std::nullopt;
-  if (exit_code == kExitOk) {
-    if (auto moved = move_confirmed(run, slice); !moved) {
+std::optional<ConfirmFigures> FilterStream::finish_confirmed() {
+  if (!run_.confirm) return std::nullopt;
+  const pipeline::Slice& slice = *run_.slice;
+  if (exit_code_ == kExitOk) {
+    if (auto moved = move_confirmed(run_, slice); !moved) {
       print_error(moved.error().message);
-      exit_code = kExitFailure;
+      exit_code_ = kExitFailure;
     }
   }
   const pipeline::ConfirmCounts cc = slice.counters()->confirm.read();
-  const ConfirmFigures f{cc.lookups, cc.prevented, run.confirm->approximate_bytes()};
+  const ConfirmFigures f{cc.lookups, cc.prevented, run_.confirm->approximate_bytes()};
   std::fprintf(stderr,
                "kdedup filter: confirmed in %s: %llu duplicates of the filter looked up, %llu "
                "false positives prevented, store %s\n",
-               run.confirm->dir().c_str(), static_cast<unsigned long long>(f.lookups),
+               run_.confirm->dir().c_str(), static_cast<unsigned long long>(f.lookups),
                static_cast<unsigned long long>(f.prevented), human_bytes(f.store_bytes).c_str());
   return f;
 }
 
-int run_filter(const Options& o) {
-  auto prepared = prepare(o);
-  if (!prepared) {
-    print_error(prepared.error().message);
-    return kExitUsage;
-  }
-  Run& run = *prepared;
-  const auto started = std::chrono::steady_clock::now();
-  const bool progress = ::isatty(STDERR_FILENO) == 1;
-  auto last_progress = started;
-  bool progress_shown = false;
-
-  // The stream is one partition: the same record path as kdedup run's
-  // workers, with the files as its sinks.
-  pipeline::ProcessorOptions po;
-  po.on_invalid = o.strict ? config::OnInvalid::kFail : config::OnInvalid::kDlq;
-  po.route_duplicates = run.duplicates.enabled();
-  po.refresh = o.on_duplicate == "refresh";
-  po.time_from_extractor = !run.arrival_time;
-  pipeline::PartitionProcessor processor(po, std::move(*run.extractor),
-                                         filter::Fingerprinter(o.salt));
-  pipeline::Slice& slice = *run.slice;
-  const pipeline::PartitionCounters& counts = *slice.counters();
-  std::vector<std::string_view> lines;
-  std::vector<pipeline::RecordIn> records;
-  records.reserve(kBatch);
-  std::uint64_t first_line = 1;  // line number of records[0]
-  std::uint64_t bytes_peak = 0;
-  std::uint32_t subfilters_peak = 0;
-  bool strict_failed = false;
-  int exit_code = kExitOk;
-
-  std::uint64_t reported = 0;
-
-  while (!strict_failed) {
-    auto more = run.source->next(lines);
-    if (!more) {
-      print_error(more.error().message);
-      exit_code = kExitFailure;
-      break;
-    }
-    if (!*more) break;
-    for (std::size_t first = 0; first < lines.size() && !strict_failed; first += kBatch) {
-      const std::size_t count = std::min(kBatch, lines.size() - first);
-      const std::int64_t now_ms = wall_clock_ms();
-      records.clear();
-      for (std::size_t i = 0; i < count; ++i) {
-        pipeline::RecordIn r;
-        r.offset = static_cast<std::int64_t>(first_line + i);
-        r.timestamp_ms = run.arrival_time ? now_ms : 0;
-        r.view.value = lines[first + i];
-        records.push_back(r);
-      }
-      FileSinks sinks(run, lines, first, first_line, reported);
-      const pipeline::BatchResult result = processor.process(slice, records, now_ms, sinks);
-      if (result.slice_failed) {
-        print_error(*result.fail_message);
-        exit_code = kExitFailure;
-        strict_failed = true;  // stop reading: nothing more can be decided
-        break;
-      }
-      if (result.fail_error) {
-        const std::uint64_t line_no = first_line + result.processed;
-        print_error(fmt::format("line {}: {}: {}", line_no,
-                                identity::to_string(result.fail_error->reason),
-                                result.fail_error->message));
-        print_error(fmt::format("line {} is invalid and --strict is set; stopping", line_no));
-        strict_failed = true;
-      }
-      first_line += count;
-      if (run.confirm && slice.confirmer()->store().staged() >= kConfirmMove) {
-        if (auto moved = move_confirmed(run, slice); !moved) {
-          print_error(moved.error().message);
-          exit_code = kExitFailure;
-          strict_failed = true;
-          break;
-        }
-      }
-      const filter::FilterStats s = slice.filter()->stats();
-      bytes_peak = std::max(bytes_peak, s.bytes);
-      subfilters_peak = std::max(subfilters_peak, s.subfilters);
-    }
-    if (progress) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_progress >= std::chrono::seconds(1)) {
-        last_progress = now;
-        progress_shown = true;
-        std::fprintf(stderr, "\r%llu records, %llu distinct, %llu duplicates, %llu invalid ",
-                     static_cast<unsigned long long>(counts.records_in.load()),
-                     static_cast<unsigned long long>(counts.distinct.load()),
-                     static_cast<unsigned long long>(counts.duplicates.load()),
-                     static_cast<unsigned long long>(counts.invalid.load()));
-      }
-    }
-  }
-  if (progress_shown) std::fputc('\n', stderr);
-
-  for (LineSink* sink : {&run.out, &run.duplicates, &run.invalid}) {
-    if (!sink->enabled()) continue;
-    if (auto flushed = sink->flush(); !flushed) {
-      print_error(flushed.error().message);
-      exit_code = kExitFailure;
-    }
-  }
-  const double elapsed_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  Counters c;
-  c.records_in = counts.records_in.load();
-  c.distinct = counts.distinct.load();
-  c.duplicates = counts.duplicates.load();
-  c.invalid = counts.invalid.load();
-  c.bytes_peak = bytes_peak;
-  c.subfilters_peak = subfilters_peak;
-  if (c.invalid > kInvalidReportCap && !o.strict) {
+/// The summary line on stderr, and --stats.
+void FilterStream::report(const Counters& c, double elapsed_s) {
+  if (c.invalid > kInvalidReportCap && !o_.strict) {
     print_error(fmt::format("{} more invalid lines not shown", c.invalid - kInvalidReportCap));
   }
-  const filter::SlidingFilter& f = *slice.filter();
+  const filter::SlidingFilter& f = *run_.slice->filter();
   const filter::FilterStats s = f.stats();
   std::fprintf(stderr,
                "kdedup filter: %llu records in, %llu distinct, %llu duplicates, %llu invalid in "
@@ -614,15 +657,22 @@ int run_filter(const Options& o) {
                static_cast<unsigned long long>(c.duplicates),
                static_cast<unsigned long long>(c.invalid), elapsed_s, filter::to_string(f.type()),
                human_bytes(s.bytes).c_str(), human_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
-  const std::optional<ConfirmFigures> confirm = finish_confirmed(run, slice, exit_code);
-  if (!o.stats.empty()) {
-    if (auto written = write_stats(o.stats, c, elapsed_s, f, confirm); !written) {
+  const std::optional<ConfirmFigures> confirm = finish_confirmed();
+  if (!o_.stats.empty()) {
+    if (auto written = write_stats(o_.stats, c, elapsed_s, f, confirm); !written) {
       print_error(written.error().message);
-      exit_code = kExitFailure;
+      exit_code_ = kExitFailure;
     }
   }
-  if (strict_failed && exit_code == kExitOk) return kExitUsage;
-  return exit_code;
+}
+
+int run_filter(const Options& o) {
+  auto prepared = prepare(o);
+  if (!prepared) {
+    print_error(prepared.error().message);
+    return kExitUsage;
+  }
+  return FilterStream(o, *prepared).run();
 }
 
 int filter_main(int argc, char** argv) {

@@ -122,6 +122,85 @@ kdedup::Result<Fd> listen_loopback(int port, int& bound_port) {
   return s;
 }
 
+/// Writes the bootstrap servers to `path` completely (written, then renamed
+/// into place) before the stdout line appears, so a reader of either never
+/// sees a partial address.
+kdedup::Status write_bootstrap_file(const std::string& path, const std::string& bootstrap) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << bootstrap << "\n";
+    if (!f.flush()) return kdedup::fail(fmt::format("--bootstrap-file {}: cannot write", path));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return kdedup::fail(fmt::format("--bootstrap-file {}: {}", path, std::strerror(errno)));
+  }
+  return {};
+}
+
+/// Reads what `input` has and executes each complete line, replying on its
+/// output; at EOF the input is closed (and later removed).
+void read_commands(ControlInput& input, ControlChannel& channel) {
+  char buf[4096];
+  ssize_t n = read(input.in.fd, buf, sizeof buf);
+  if (n < 0 && errno == EINTR) return;
+  if (n <= 0) {
+    input.in = Fd();  // EOF: stop reading this input, keep serving
+    return;
+  }
+  input.buffer.append(buf, static_cast<std::size_t>(n));
+  std::size_t nl;
+  while ((nl = input.buffer.find('\n')) != std::string::npos) {
+    std::string line = input.buffer.substr(0, nl);
+    input.buffer.erase(0, nl + 1);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::string reply = channel.execute(line);
+    if (reply.empty()) continue;
+    std::fprintf(stderr, "kdedup testbroker: %s -> %s\n", line.c_str(), reply.c_str());
+    write_all(input.out, reply + "\n");
+    if (channel.quit_requested()) break;
+  }
+}
+
+/// Serves control commands from stdin and the control port (`listener`,
+/// fd -1 = none) until a stop signal arrives on `stop_signal`, a `quit`, or
+/// poll fails. Returns the exit status.
+int serve_control(ControlChannel& channel, const Fd& stop_signal, const Fd& listener) {
+  std::vector<ControlInput> inputs;
+  inputs.push_back(ControlInput{Fd(dup(STDIN_FILENO)), STDOUT_FILENO, {}});
+  while (!channel.quit_requested()) {
+    std::vector<pollfd> fds;
+    fds.push_back({stop_signal.fd, POLLIN, 0});
+    fds.push_back({listener.fd, POLLIN, 0});  // fd -1 is ignored by poll
+    for (const auto& in : inputs) fds.push_back({in.in.fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      std::fprintf(stderr, "kdedup testbroker: poll: %s\n", std::strerror(errno));
+      return 1;
+    }
+    if (fds[0].revents) break;  // SIGTERM / SIGINT
+    // Only the inputs that were polled have an entry in fds: a client
+    // accepted below is read from the next turn on.
+    const std::size_t polled = inputs.size();
+    if (fds[1].revents & POLLIN) {
+      int client = accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client >= 0) inputs.push_back(ControlInput{Fd(client), client, {}});
+    }
+    for (std::size_t i = 0; i < polled; ++i) {
+      if (!(fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      read_commands(inputs[i], channel);
+    }
+    std::erase_if(inputs, [](const ControlInput& in) { return in.in.fd < 0; });
+  }
+  std::fprintf(stderr, "kdedup testbroker: stopping\n");
+  return 0;
+}
+
+int fail_with(const std::string& message, int status) {
+  std::fprintf(stderr, "kdedup testbroker: %s\n", message.c_str());
+  return status;
+}
+
 int testbroker_main(int argc, char** argv) {
   CLI::App app{
       "Runs a Kafka-protocol test cluster (librdkafka mock cluster) on 127.0.0.1 until SIGTERM or "
@@ -150,17 +229,13 @@ int testbroker_main(int argc, char** argv) {
   std::vector<TopicSpec> topics;
   for (const auto& s : topic_specs) {
     auto t = parse_topic_spec(s);
-    if (!t) {
-      std::fprintf(stderr, "kdedup testbroker: %s\n", t.error().message.c_str());
-      return 2;
-    }
+    if (!t) return fail_with(t.error().message, 2);
     topics.push_back(*t);
   }
 
   // Signals are turned into bytes on a pipe so the poll loop handles them.
   if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
-    std::fprintf(stderr, "kdedup testbroker: pipe: %s\n", std::strerror(errno));
-    return 1;
+    return fail_with(std::string("pipe: ") + std::strerror(errno), 1);
   }
   Fd sig_read(g_signal_pipe[0]), sig_write(g_signal_pipe[1]);
   struct sigaction sa {};
@@ -171,14 +246,10 @@ int testbroker_main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   auto cluster = MockCluster::start(brokers);
-  if (!cluster) {
-    std::fprintf(stderr, "kdedup testbroker: %s\n", cluster.error().message.c_str());
-    return 1;
-  }
+  if (!cluster) return fail_with(cluster.error().message, 1);
   for (const auto& t : topics) {
     if (auto ok = (*cluster)->create_topic(t.name, t.partitions, t.replication); !ok) {
-      std::fprintf(stderr, "kdedup testbroker: --topic: %s\n", ok.error().message.c_str());
-      return 2;
+      return fail_with("--topic: " + ok.error().message, 2);
     }
   }
 
@@ -186,31 +257,14 @@ int testbroker_main(int argc, char** argv) {
   int bound_port = 0;
   if (control_port >= 0) {
     auto l = listen_loopback(control_port, bound_port);
-    if (!l) {
-      std::fprintf(stderr, "kdedup testbroker: %s\n", l.error().message.c_str());
-      return 1;
-    }
+    if (!l) return fail_with(l.error().message, 1);
     listener = std::move(*l);
   }
 
   const std::string& bootstrap = (*cluster)->bootstrap();
-  // The file is complete (written, then renamed into place) before the
-  // stdout line appears, so a reader of either never sees a partial address.
   if (!bootstrap_file.empty()) {
-    const std::string tmp = bootstrap_file + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      f << bootstrap << "\n";
-      if (!f.flush()) {
-        std::fprintf(stderr, "kdedup testbroker: --bootstrap-file %s: cannot write\n",
-                     bootstrap_file.c_str());
-        return 1;
-      }
-    }
-    if (std::rename(tmp.c_str(), bootstrap_file.c_str()) != 0) {
-      std::fprintf(stderr, "kdedup testbroker: --bootstrap-file %s: %s\n", bootstrap_file.c_str(),
-                   std::strerror(errno));
-      return 1;
+    if (auto ok = write_bootstrap_file(bootstrap_file, bootstrap); !ok) {
+      return fail_with(ok.error().message, 1);
     }
   }
   std::printf("%s\n", bootstrap.c_str());
@@ -219,51 +273,7 @@ int testbroker_main(int argc, char** argv) {
   std::fprintf(stderr, "kdedup testbroker: %d brokers at %s\n", brokers, bootstrap.c_str());
 
   ControlChannel channel(**cluster);
-  std::vector<ControlInput> inputs;
-  inputs.push_back(ControlInput{Fd(dup(STDIN_FILENO)), STDOUT_FILENO, {}});
-
-  bool running = true;
-  while (running && !channel.quit_requested()) {
-    std::vector<pollfd> fds;
-    fds.push_back({sig_read.fd, POLLIN, 0});
-    fds.push_back({listener.fd, POLLIN, 0});  // fd -1 is ignored by poll
-    for (const auto& in : inputs) fds.push_back({in.in.fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      std::fprintf(stderr, "kdedup testbroker: poll: %s\n", std::strerror(errno));
-      return 1;
-    }
-    if (fds[0].revents) break;  // SIGTERM / SIGINT
-    if (fds[1].revents & POLLIN) {
-      int client = accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client >= 0) inputs.push_back(ControlInput{Fd(client), client, {}});
-    }
-    for (std::size_t i = 0; i < inputs.size() && running; ++i) {
-      if (!(fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[4096];
-      ssize_t n = read(inputs[i].in.fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        inputs[i].in = Fd();  // EOF: stop reading this input, keep serving
-        continue;
-      }
-      inputs[i].buffer.append(buf, static_cast<std::size_t>(n));
-      std::size_t nl;
-      while ((nl = inputs[i].buffer.find('\n')) != std::string::npos) {
-        std::string line = inputs[i].buffer.substr(0, nl);
-        inputs[i].buffer.erase(0, nl + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        std::string reply = channel.execute(line);
-        if (reply.empty()) continue;
-        std::fprintf(stderr, "kdedup testbroker: %s -> %s\n", line.c_str(), reply.c_str());
-        write_all(inputs[i].out, reply + "\n");
-        if (channel.quit_requested()) break;
-      }
-    }
-    std::erase_if(inputs, [](const ControlInput& in) { return in.in.fd < 0; });
-  }
-  std::fprintf(stderr, "kdedup testbroker: stopping\n");
-  return 0;
+  return serve_control(channel, sig_read, listener);
 }
 
 const kdedup::app::CommandRegistration kRegistration{

@@ -25,6 +25,7 @@
 //     exact store under state.dir, deliveries moved to disk with each
 //     snapshot), both snapshotting every partition every second into their
 //     state.dir; the click stream holds ~44% duplicates. Target ratio >= 0.5.
+//     Confirmed mode's output is judged as an exact filter's (fpp 0).
 //
 //   --compare repartition (or --repartition): keyed input deduplicated
 //     directly against unkeyed input (each record to a fixed, identity-blind
@@ -39,8 +40,11 @@
 // consumes it concurrently; the clock stops when the group has committed
 // every input offset (output is delivered before offsets are committed).
 // The test broker keeps at most ~5 MiB per partition, so the harness checks
-// that every input and output partition still starts at offset 0, that the
-// input holds every record and that passthrough emitted every record.
+// that every input and output partition still starts at offset 0 and that
+// the input holds every record; then that passthrough (and the raw copy)
+// emitted every record, and that every deduplicating mode's output passes
+// the output oracle the tests use (output_oracle.h). The stream and those
+// checks are testbroker::ClickRun, the run `kdedup demo` is made of too.
 //
 // Modes alternate (first, second, first, ...) --repeat times and the median
 // of each is reported, so load from other processes on the machine hits both
@@ -90,8 +94,9 @@
 
 #include <fmt/format.h>
 
-#include "kdedup/testbroker/click_stream.h"
+#include "kdedup/testbroker/click_run.h"
 #include "kdedup/testbroker/kafka_io.h"
+#include "kdedup/testbroker/output_oracle.h"
 #include "kdedup/testbroker/pipeline_rig.h"
 
 namespace {
@@ -150,6 +155,9 @@ struct Mode {
   std::string binary;              ///< run this instead of kdedup (same command line)
   std::string repartition_topic;   ///< non-empty: run the repartition stage into it
   bool random_partitions = false;  ///< produce unkeyed: partition unrelated to the key
+  /// Judged as an exact filter (fpp 0): confirmed mode prevents every false
+  /// positive of its filter, so none is accepted.
+  bool exact = false;
 };
 
 struct Comparison {
@@ -174,11 +182,14 @@ Comparison comparison(const std::string& name) {
     return {{{"keyed, dedup only", "keyed", {"filter.enabled=true"}}, unkeyed}, 0.5, false};
   }
   if (name == "confirm") {
+    Mode confirmed{
+        "dedup (timer, confirmed)",
+        "dedup-confirmed",
+        {"filter.enabled=true", "filter.confirm_store=true", "state.snapshot_interval=1s"}};
+    confirmed.exact = true;
     return {
         {{"dedup (timer)", "dedup-timer", {"filter.enabled=true", "state.snapshot_interval=1s"}},
-         {"dedup (timer, confirmed)",
-          "dedup-confirmed",
-          {"filter.enabled=true", "filter.confirm_store=true", "state.snapshot_interval=1s"}}},
+         confirmed},
         0.5,
         false};
   }
@@ -295,6 +306,35 @@ struct Measurement {
   std::optional<SnapshotFigures> snapshots;  ///< over the timed part
 };
 
+/// Records produced and committed before the timed part: the group has
+/// joined and every partition is assigned when the clock starts.
+constexpr std::uint64_t kWarmUp = 2'000;
+
+/// What the output of a measured run must be: every record (passthrough,
+/// the raw copy), or the output oracle's verdict with the bench config's
+/// window and fpp (0 for a mode judged exact: no false positive accepted).
+kdedup::Status check_output(const Options& opt, const Mode& mode, tb::ClickRun& run,
+                            Measurement& m) {
+  auto out = run.output_records();
+  if (!out) return tl::unexpected(out.error());
+  m.output = *out;
+  if (mode.all_distinct) {
+    if (static_cast<std::uint64_t>(m.output) != opt.records + kWarmUp) {
+      return kdedup::fail(
+          fmt::format("{} emitted {} of {} records", mode.name, m.output, opt.records + kWarmUp));
+    }
+    return {};
+  }
+  auto back = run.read_back();
+  if (!back) return tl::unexpected(back.error());
+  tb::VerifySpec spec;
+  spec.window_ms = 60'000;  // kConfig's window and fpp
+  spec.fpp = mode.exact ? 0.0 : 0.01;
+  const tb::VerifyReport report = tb::verify_output(back->input, back->output, spec);
+  if (!report.ok()) return kdedup::fail(mode.name + ": wrong output: " + report.to_string());
+  return {};
+}
+
 kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
                                     const std::string& config, const Mode& mode,
                                     bool snapshot_figures_wanted) {
@@ -320,52 +360,21 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   auto rig = tb::PipelineRig::start(ro);
   if (!rig) return tl::unexpected(rig.error());
   auto& r = **rig;
-  auto producer = tb::RecordProducer::create(r.bootstrap(), {{"linger.ms", "20"}});
-  if (!producer) return tl::unexpected(producer.error());
-
-  const auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
-  tb::ClickStreamOptions so;
-  so.records = opt.records + 2'000;
-  so.span_ms = 300'000;
-  so.start_ms = wall - so.span_ms - 200'000;
-  so.seed = 42;  // both modes see the same stream
-  tb::ClickStream stream(so);
-  tb::Click click;
-  std::uint64_t produced = 0;
-
-  auto produce = [&](std::uint64_t n) -> kdedup::Status {
-    for (std::uint64_t i = 0; i < n && stream.next(click); ++i, ++produced) {
-      // Unkeyed: record number times a large odd constant, mod partitions:
-      // the same spread every run, unrelated to the identity.
-      const std::int32_t partition =
-          mode.random_partitions
-              ? static_cast<std::int32_t>((produced * 2654435761ULL) %
-                                          static_cast<std::uint64_t>(opt.partitions))
-              : -1;
-      auto ok = (*producer)->produce(ro.input_topic, partition, click.key, click.value,
-                                     click.timestamp_ms);
-      if (!ok) return ok;
-    }
-    return (*producer)->flush(std::chrono::seconds(60));
-  };
-  auto wait_caught_up = [&](std::chrono::seconds limit) -> kdedup::Status {
-    const auto deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-      if (auto ok = r.check_instances(); !ok) return ok;
-      auto p = r.progress();
-      if (p && p->caught_up) return {};
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return kdedup::fail("the group did not commit every input offset in time; logs in " +
-                        ro.work_dir);
-  };
+  tb::ClickRunOptions co;
+  co.records = opt.records + kWarmUp;
+  co.seed = 42;  // every mode sees the same stream
+  co.span_ms = 300'000;
+  co.unkeyed = mode.random_partitions;
+  co.producer_properties = {{"linger.ms", "20"}};
+  auto started = tb::ClickRun::start(r, co);
+  if (!started) return tl::unexpected(started.error());
+  tb::ClickRun& run = **started;
 
   // Warm-up: the group has joined and every partition is assigned.
-  if (auto ok = produce(2'000); !ok) return tl::unexpected(ok.error());
-  if (auto ok = wait_caught_up(std::chrono::seconds(90)); !ok) return tl::unexpected(ok.error());
-
+  if (auto ok = run.produce(kWarmUp); !ok) return tl::unexpected(ok.error());
+  if (auto ok = run.wait_caught_up(std::chrono::seconds(90)); !ok) {
+    return tl::unexpected(ok.error());
+  }
   SnapshotFigures before;
   if (metrics_port > 0) {
     auto f = snapshot_figures(metrics_port);
@@ -379,11 +388,27 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   };
   const double cpu0 = instances_cpu();
   const auto t0 = Clock::now();
-  // Producing on this thread while the instance consumes; progress is checked
-  // between produce batches so the timed window ends when all is committed.
-  if (auto ok = produce(opt.records); !ok) return tl::unexpected(ok.error());
+  // Producing on this thread while the instance consumes; the clock stops
+  // when the group committed everything.
+  if (auto ok = run.produce(opt.records); !ok) return tl::unexpected(ok.error());
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (auto ok = wait_caught_up(std::chrono::seconds(300)); !ok) return tl::unexpected(ok.error());
+  if (auto ok = run.wait_caught_up(std::chrono::seconds(300)); !ok) {
+    return tl::unexpected(ok.error());
+  }
+  // kdedup commits an offset only once its output was acknowledged, but the
+  // raw copy commits what it consumed: for modes that copy every record the
+  // timed part also waits until the output holds all of them.
+  if (mode.all_distinct) {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      auto held = run.output_records();
+      if (!held) return tl::unexpected(held.error());
+      if (static_cast<std::uint64_t>(*held) >= opt.records + kWarmUp || Clock::now() >= deadline) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
   m.cpu_seconds = instances_cpu() - cpu0;
@@ -392,42 +417,12 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
     if (!f) return tl::unexpected(f.error());
     m.snapshots = f->minus(before);
   }
-
-  auto marks = tb::query_watermarks(r.bootstrap(), ro.input_topic);
-  if (!marks) return tl::unexpected(marks.error());
-  std::int64_t stored = 0;
-  for (const auto& w : *marks) {
-    if (w.low != 0) {
-      return kdedup::fail(
-          fmt::format("input partition {} was truncated (low watermark {}): "
-                      "use fewer records or more partitions",
-                      w.partition, w.low));
-    }
-    stored += w.high;
-  }
-  if (static_cast<std::uint64_t>(stored) != opt.records + 2'000) {
-    return kdedup::fail(
-        fmt::format("input holds {} records, produced {}", stored, opt.records + 2'000));
-  }
-  auto out = tb::query_watermarks(r.bootstrap(), ro.output_topic);
   m.seconds = secs;
   m.records_per_s = static_cast<double>(opt.records) / secs;
   m.produce_per_s = static_cast<double>(opt.records) / produce_secs;
-  if (!out) return tl::unexpected(out.error());
-  for (const auto& w : *out) {
-    if (w.low != 0) {
-      return kdedup::fail(
-          fmt::format("output partition {} was truncated (low watermark {}): "
-                      "use fewer records or more partitions",
-                      w.partition, w.low));
-    }
-    m.output += w.high;
-  }
-  if (mode.all_distinct && static_cast<std::uint64_t>(m.output) != opt.records + 2'000) {
-    return kdedup::fail(
-        fmt::format("passthrough emitted {} of {} records", m.output, opt.records + 2'000));
-  }
-  producer->reset();
+  if (auto ok = run.check_input_kept(); !ok) return tl::unexpected(ok.error());
+  if (auto ok = check_output(opt, mode, run, m); !ok) return tl::unexpected(ok.error());
+  run.close();
   if (auto ok = r.stop_instances(); !ok) return tl::unexpected(ok.error());
   return m;
 }

@@ -24,10 +24,21 @@ macro(kdedup_setup_sanitizers)
   elseif(KDEDUP_SANITIZE STREQUAL "thread")
     add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
     add_link_options(-fsanitize=thread)
+    # librdkafka's C11 threads made visible to the sanitizer (see the file).
+    add_library(kdedup_tsan_c11_threads OBJECT
+      ${PROJECT_SOURCE_DIR}/cmake/sanitizers/tsan_c11_threads.c)
   elseif(NOT KDEDUP_SANITIZE STREQUAL "")
     message(FATAL_ERROR "KDEDUP_SANITIZE must be '', 'address' or 'thread'")
   endif()
 endmacro()
+
+# Links what a sanitizer needs into an executable (KDEDUP_SANITIZE=thread:
+# librdkafka's C11 threads through the intercepted pthreads).
+function(kdedup_sanitizer_runtime target)
+  if(TARGET kdedup_tsan_c11_threads)
+    target_sources(${target} PRIVATE $<TARGET_OBJECTS:kdedup_tsan_c11_threads>)
+  endif()
+endfunction()
 
 # kdedup_module(<name> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
 # Creates the static library kdedup_<name> with the alias kdedup::<name>.
@@ -51,10 +62,14 @@ function(kdedup_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} kdedup::test_support GTest::gmock GTest::gtest_main)
   kdedup_warnings(${name})
+  kdedup_sanitizer_runtime(${name})
   target_compile_definitions(${name} PRIVATE
     KDEDUP_BINARY="${KDEDUP_BINARY}"
     KDEDUP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   gtest_discover_tests(${name}
     PROPERTIES LABELS ${ARG_LABEL} TIMEOUT ${ARG_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
+  # Every executable of a suite, for `cmake --build --target <label>_tests`
+  # (tests/CMakeLists.txt makes the targets).
+  set_property(GLOBAL APPEND PROPERTY KDEDUP_${ARG_LABEL}_TESTS ${name})
 endfunction()

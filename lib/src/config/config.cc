@@ -16,15 +16,11 @@
 #include <sstream>
 
 #include <librdkafka/rdkafka.h>
-#include <valijson/adapters/nlohmann_json_adapter.hpp>
-#include <valijson/schema.hpp>
-#include <valijson/schema_parser.hpp>
-#include <valijson/validation_results.hpp>
-#include <valijson/validator.hpp>
 
 #include "confirm_check.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/filter/fingerprint.h"
+#include "schema_check.h"
 #include "schema_embed.h"
 #include "yaml_json.h"
 
@@ -58,324 +54,6 @@ constexpr ProtectedKey kProtectedKeys[] = {
 constexpr const char* kIsolationReason =
     "with delivery: transactional kdedup reads read_committed itself; another isolation level "
     "would deduplicate aborted records";
-
-// ---------------------------------------------------------------- schema ----
-
-/// The embedded schema, parsed once.
-const Json& schema_document() {
-  static const Json doc = Json::parse(detail::kConfigSchema);
-  return doc;
-}
-
-/// Resolves "#/definitions/x" references and single-element allOf wrappers
-/// so schema walks see the effective object/array/string schema.
-const Json* resolve(const Json* schema) {
-  for (int guard = 0; schema != nullptr && guard < 16; ++guard) {
-    if (schema->contains("$ref")) {
-      std::string ref = (*schema)["$ref"].get<std::string>();
-      if (ref.rfind("#/", 0) != 0) return schema;
-      schema = &schema_document()[Json::json_pointer(ref.substr(1))];
-    } else if (schema->contains("allOf") && !schema->contains("type") &&
-               !schema->contains("properties")) {
-      schema = &(*schema)["allOf"][0];
-    } else {
-      return schema;
-    }
-  }
-  return schema;
-}
-
-bool has_type(const Json& schema, const char* type) {
-  if (!schema.contains("type")) return false;
-  const Json& t = schema["type"];
-  if (t.is_string()) return t.get<std::string>() == type;
-  return std::find(t.begin(), t.end(), Json(type)) != t.end();
-}
-
-/// Schema of a child value: properties[key], else additionalProperties (when
-/// it is a schema), else items for arrays.
-const Json* child_schema(const Json* schema, const std::string& key, bool in_array) {
-  if (schema == nullptr) return nullptr;
-  if (in_array) return schema->contains("items") ? resolve(&(*schema)["items"]) : nullptr;
-  if (schema->contains("properties") && (*schema)["properties"].contains(key)) {
-    return resolve(&(*schema)["properties"][key]);
-  }
-  if (schema->contains("additionalProperties") && (*schema)["additionalProperties"].is_object()) {
-    return resolve(&(*schema)["additionalProperties"]);
-  }
-  return nullptr;
-}
-
-/// Levenshtein distance, for "did you mean" on unknown keys.
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-/// Walks document and schema together: gives plain scalars back their text
-/// where the schema wants a string, turns an empty section (null) into {},
-/// and reports unknown keys with a suggestion.
-class SchemaWalk {
- public:
-  SchemaWalk(Document& doc, std::vector<Issue>& errors) : doc_(doc), errors_(errors) {}
-
-  void run() {
-    KeyPath path;
-    walk(doc_.root, resolve(&schema_document()), path);
-  }
-
- private:
-  void walk(Json& value, const Json* schema, KeyPath& path) {
-    if (schema == nullptr) return;
-    const std::string ptr = pointer(path);
-    if (value.is_null() && has_type(*schema, "object") && !has_type(*schema, "null")) {
-      value = Json::object();
-    }
-    if (has_type(*schema, "string") && !value.is_string() && !value.is_object() &&
-        !value.is_array()) {
-      auto it = doc_.plain_text.find(ptr);
-      if (it != doc_.plain_text.end() && (!value.is_null() || has_type(*schema, "string"))) {
-        // Null in a string key means "nothing": an empty string.
-        value = value.is_null() ? std::string() : it->second;
-        doc_.plain_text.erase(it);
-      }
-    }
-    if (value.is_object()) {
-      bool closed = schema->contains("additionalProperties") &&
-                    (*schema)["additionalProperties"].is_boolean() &&
-                    !(*schema)["additionalProperties"].get<bool>();
-      for (auto& [key, child] : value.items()) {
-        path.push_back(key);
-        const Json* sub = child_schema(schema, key, false);
-        if (sub == nullptr && closed) {
-          unknown_key(*schema, key, path);
-        } else {
-          walk(child, sub, path);
-        }
-        path.pop_back();
-      }
-    } else if (value.is_array()) {
-      for (std::size_t i = 0; i < value.size(); ++i) {
-        path.push_back(std::to_string(i));
-        walk(value[i], child_schema(schema, "", true), path);
-        path.pop_back();
-      }
-    }
-  }
-
-  void unknown_key(const Json& schema, const std::string& key, const KeyPath& path) {
-    std::string message = "unknown key";
-    std::string best;
-    std::size_t best_distance = 3;
-    std::vector<std::string> allowed;
-    if (schema.contains("properties")) {
-      for (auto& [name, sub] : schema["properties"].items()) {
-        allowed.push_back(name);
-        std::size_t d = edit_distance(key, name);
-        if (d < best_distance) {
-          best_distance = d;
-          best = name;
-        }
-      }
-    }
-    if (!best.empty()) {
-      message += " (did you mean '" + best + "'?)";
-    } else if (!allowed.empty()) {
-      std::string list;
-      for (const auto& name : allowed) list += (list.empty() ? "" : ", ") + name;
-      message += "; allowed here: " + list;
-    }
-    errors_.push_back(Issue{dotted(path, &doc_.root), message, where(path)});
-  }
-
-  std::string where(const KeyPath& path) const {
-    auto it = doc_.key_where.find(pointer(path));
-    if (it != doc_.key_where.end()) return it->second;
-    it = doc_.where.find(pointer(path));
-    return it == doc_.where.end() ? "" : it->second;
-  }
-
-  Document& doc_;
-  std::vector<Issue>& errors_;
-};
-
-/// Context "[filter]" -> "filter"; valijson paths start with "<root>".
-KeyPath context_path(const std::vector<std::string>& context) {
-  KeyPath path;
-  for (const auto& part : context) {
-    if (part == "<root>") continue;
-    if (part.size() >= 2 && part.front() == '[' && part.back() == ']') {
-      std::string inner = part.substr(1, part.size() - 2);
-      if (inner.size() >= 2 && inner.front() == '"' && inner.back() == '"') {
-        inner = inner.substr(1, inner.size() - 2);
-      }
-      path.push_back(inner);
-    } else {
-      path.push_back(part);
-    }
-  }
-  return path;
-}
-
-/// The (resolved) schema of the value at `path`, or nullptr.
-const Json* schema_at(const KeyPath& path, const Json& root) {
-  const Json* schema = resolve(&schema_document());
-  const Json* node = &root;
-  for (const auto& part : path) {
-    bool in_array = node != nullptr && node->is_array();
-    schema = child_schema(schema, part, in_array);
-    if (node != nullptr) {
-      if (node->is_object() && node->contains(part)) {
-        node = &(*node)[part];
-      } else if (in_array) {
-        std::size_t i = std::strtoull(part.c_str(), nullptr, 10);
-        node = i < node->size() ? &(*node)[i] : nullptr;
-      } else {
-        node = nullptr;
-      }
-    }
-    if (schema == nullptr) return nullptr;
-  }
-  return schema;
-}
-
-const Json* value_at(const KeyPath& path, const Json& root) {
-  const Json* node = &root;
-  for (const auto& part : path) {
-    if (node->is_object() && node->contains(part)) {
-      node = &(*node)[part];
-    } else if (node->is_array()) {
-      std::size_t i = std::strtoull(part.c_str(), nullptr, 10);
-      if (i >= node->size()) return nullptr;
-      node = &(*node)[i];
-    } else {
-      return nullptr;
-    }
-  }
-  return node;
-}
-
-const char* json_kind(const Json& v) {
-  if (v.is_null()) return "nothing";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "a list";
-  return "a map";
-}
-
-/// Turns valijson's generic wording into a message that says what was given
-/// and what is allowed, using the schema at the path.
-std::string explain(const std::string& description, const KeyPath& path, const Json& root) {
-  const Json* schema = schema_at(path, root);
-  const Json* value = value_at(path, root);
-  if (schema == nullptr || value == nullptr) return description;
-  std::string given = value->is_string() ? "'" + value->get<std::string>() + "'" : value->dump();
-  if (given.size() > 80) given = given.substr(0, 77) + "...";
-  if (detail::may_hold_secret(path)) given = detail::kHiddenValue;
-  if (description.find("enum") != std::string::npos && schema->contains("enum")) {
-    std::string allowed;
-    for (const auto& e : (*schema)["enum"])
-      allowed += (allowed.empty() ? "" : ", ") + (e.is_string() ? e.get<std::string>() : e.dump());
-    return given + " is not allowed; use one of: " + allowed;
-  }
-  if (description.find("pattern") != std::string::npos) {
-    std::string what =
-        schema->contains("description") ? (*schema)["description"].get<std::string>() : "";
-    return given + " is not valid" + (what.empty() ? "" : ": " + what);
-  }
-  if (description.find("'type' constraint") != std::string::npos && schema->contains("type")) {
-    const Json& t = (*schema)["type"];
-    std::string want = t.is_string() ? t.get<std::string>() : t.dump();
-    if (want == "object") want = "map";
-    if (want == "array") want = "list";
-    return "expected a " + want + ", got " + json_kind(*value) + " (" + given + ")";
-  }
-  if (description.rfind("Expected ", 0) == 0 || description.find("length") != std::string::npos ||
-      description.find("items") != std::string::npos) {
-    return given + ": " + description;
-  }
-  return description;
-}
-
-bool is_prefix(const KeyPath& a, const KeyPath& b) {
-  return a.size() < b.size() && std::equal(a.begin(), a.end(), b.begin());
-}
-
-/// Runs valijson and keeps the most specific errors (a failure of a nested
-/// value is also reported for each parent; those add nothing).
-void validate_schema(const Document& doc, std::vector<Issue>& errors) {
-  static const valijson::Schema* schema = [] {
-    auto* s = new valijson::Schema();  // lives for the process: read-only after init
-    valijson::SchemaParser parser;
-    valijson::adapters::NlohmannJsonAdapter adapter(schema_document());
-    parser.populateSchema(adapter, *s);
-    return s;
-  }();
-  valijson::Validator validator;
-  valijson::ValidationResults results;
-  valijson::adapters::NlohmannJsonAdapter target(doc.root);
-  if (validator.validate(*schema, target, &results)) return;
-
-  std::vector<std::pair<KeyPath, std::string>> found;
-  valijson::ValidationResults::Error e;
-  while (results.popError(e)) {
-    // Unknown keys were reported by SchemaWalk with a suggestion.
-    if (e.description.find("could not be validated using 'properties'") != std::string::npos) {
-      continue;
-    }
-    if (e.description.find("Failed to validate against") != std::string::npos ||
-        e.description.find("Failed to validate item") != std::string::npos ||
-        e.description.find("Failed to validate value against any") != std::string::npos) {
-      // Summaries of nested failures; keep only when nothing more specific exists.
-      found.emplace_back(context_path(e.context), "#summary#" + e.description);
-      continue;
-    }
-    const std::string kMissing = "Missing required property '";
-    if (e.description.rfind(kMissing, 0) == 0) {
-      // Report a missing key at its own path, where a user looks for it.
-      KeyPath path = context_path(e.context);
-      std::string key = e.description.substr(kMissing.size());
-      path.push_back(key.substr(0, key.find('\'')));
-      found.emplace_back(path, "#missing#");
-      continue;
-    }
-    found.emplace_back(context_path(e.context), e.description);
-  }
-  std::set<std::pair<KeyPath, std::string>> seen;
-  for (const auto& [path, description] : found) {
-    bool summary = description.rfind("#summary#", 0) == 0;
-    bool shadowed = false;
-    for (const auto& [other, other_desc] : found) {
-      bool other_summary = other_desc.rfind("#summary#", 0) == 0;
-      if (summary && (is_prefix(path, other) || (other == path && !other_summary))) {
-        shadowed = true;
-        break;
-      }
-    }
-    if (shadowed || !seen.insert({path, description}).second) continue;
-    if (description == "#missing#") {
-      KeyPath parent(path.begin(), path.end() - 1);
-      auto it = doc.key_where.find(pointer(parent));
-      errors.push_back(Issue{dotted(path, &doc.root), "required key is missing",
-                             it == doc.key_where.end() ? "" : it->second});
-      continue;
-    }
-    std::string text = summary ? description.substr(9) : explain(description, path, doc.root);
-    auto it = doc.where.find(pointer(path));
-    errors.push_back(Issue{dotted(path, &doc.root), text, it == doc.where.end() ? "" : it->second});
-  }
-}
 
 // ----------------------------------------------------------- typed build ----
 
@@ -527,9 +205,35 @@ void check_repartition(Builder& b, const Config& c, const std::set<std::string>&
   }
 }
 
-Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>& warnings) {
-  Builder b(doc, errors);
-  Config c;
+/// The filter section, normalized (filter::normalize() fills in what
+/// depends on the rest and names the field it refuses).
+filter::FilterConfig read_filter(Builder& b) {
+  filter::FilterConfig f;
+  std::string type = b.str({"filter", "type"}, "timer");
+  if (auto parsed = filter::parse_filter_type(type)) f.type = *parsed;
+  f.fpp = b.number<double>({"filter", "fpp"}, 0.01);
+  f.capacity = b.number<std::uint64_t>({"filter", "capacity"}, 1'000'000);
+  f.ticks_per_window = b.number<std::uint32_t>({"filter", "ticks_per_window"}, 0);
+  f.timer_bits = static_cast<std::uint8_t>(b.number<unsigned>({"filter", "timer_bits"}, 8));
+  f.equal_timers = static_cast<std::uint8_t>(b.number<unsigned>({"filter", "equal_timers"}, 0));
+  f.growth = b.str({"filter", "growth"}, "density") == "cardinality" ? filter::Growth::kCardinality
+                                                                     : filter::Growth::kDensity;
+  f.min_bytes = b.bytes({"filter", "min_bytes"}, f.min_bytes);
+  f.max_bytes = b.bytes({"filter", "max_bytes"}, f.max_bytes);
+  auto normalized = filter::normalize(f);
+  if (normalized) return *normalized;
+  // normalize() names the field first ("fpp must be ...").
+  const std::string& msg = normalized.error().message;
+  std::string field = msg.substr(0, msg.find(' '));
+  static const std::set<std::string> kFields = {
+      "fpp",          "capacity", "timer_bits", "ticks_per_window", "min_bytes", "max_bytes",
+      "equal_timers", "type",     "growth"};
+  b.error(kFields.count(field) ? KeyPath{"filter", field} : KeyPath{"filter"}, msg);
+  return f;
+}
+
+/// What is read and written, and how each record is routed.
+void read_streams(Builder& b, Config& c) {
   c.group_id = b.str({"group_id"}, "");
   if (const Json* topics = b.at({"input", "topics"}); topics != nullptr && topics->is_array()) {
     for (const auto& t : *topics) {
@@ -544,36 +248,9 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.identity.salt = b.str({"identity", "salt"}, "");
   c.window = b.duration({"window"}, c.window);
   c.max_future_skew = b.duration({"max_future_skew"}, c.max_future_skew, true);
-
-  // filter
   c.filter_enabled = b.boolean({"filter", "enabled"}, true);
-  filter::FilterConfig f;
-  std::string type = b.str({"filter", "type"}, "timer");
-  if (auto parsed = filter::parse_filter_type(type)) f.type = *parsed;
-  f.fpp = b.number<double>({"filter", "fpp"}, 0.01);
-  f.capacity = b.number<std::uint64_t>({"filter", "capacity"}, 1'000'000);
-  f.ticks_per_window = b.number<std::uint32_t>({"filter", "ticks_per_window"}, 0);
-  f.timer_bits = static_cast<std::uint8_t>(b.number<unsigned>({"filter", "timer_bits"}, 8));
-  f.equal_timers = static_cast<std::uint8_t>(b.number<unsigned>({"filter", "equal_timers"}, 0));
-  f.growth = b.str({"filter", "growth"}, "density") == "cardinality" ? filter::Growth::kCardinality
-                                                                     : filter::Growth::kDensity;
-  f.min_bytes = b.bytes({"filter", "min_bytes"}, f.min_bytes);
-  f.max_bytes = b.bytes({"filter", "max_bytes"}, f.max_bytes);
-  auto normalized = filter::normalize(f);
-  if (!normalized) {
-    // normalize() names the field first ("fpp must be ...").
-    const std::string& msg = normalized.error().message;
-    std::string field = msg.substr(0, msg.find(' '));
-    static const std::set<std::string> kFields = {
-        "fpp",          "capacity", "timer_bits", "ticks_per_window", "min_bytes", "max_bytes",
-        "equal_timers", "type",     "growth"};
-    b.error(kFields.count(field) ? KeyPath{"filter", field} : KeyPath{"filter"}, msg);
-  } else {
-    f = *normalized;
-  }
-  c.filter = f;
+  c.filter = read_filter(b);
   c.confirm_store = b.boolean({"filter", "confirm_store"}, false);
-
   c.threads = b.number<std::uint32_t>({"threads"}, c.threads);
   c.batch_size = b.number<std::uint32_t>({"batch_size"}, c.batch_size);
   std::string on_invalid = b.str({"on_invalid"}, "dlq");
@@ -591,6 +268,10 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.repartition.group_id = b.str({"repartition", "group_id"}, "");
   c.dlq_topic = b.str({"dlq_topic"}, "");
   c.duplicates_topic = b.str({"duplicates_topic"}, "");
+}
+
+/// Delivery, the Kafka clients, state, memory, metrics and logs.
+void read_service(Builder& b, Config& c) {
   c.delivery = b.str({"delivery"}, "idempotent") == "transactional" ? Delivery::kTransactional
                                                                     : Delivery::kIdempotent;
   c.commit_interval = b.duration({"commit_interval"}, c.commit_interval);
@@ -623,9 +304,10 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   c.metrics.audit_sample =
       b.number<std::uint32_t>({"metrics", "audit_sample"}, c.metrics.audit_sample);
   c.log_level = b.str({"log_level"}, c.log_level);
+}
 
-  // Topics must not feed back into the input.
-  std::set<std::string> inputs(c.input.topics.begin(), c.input.topics.end());
+/// Topics must not feed back into the input, and on_invalid: dlq needs one.
+void check_topics(Builder& b, const Config& c, const std::set<std::string>& inputs) {
   if (inputs.count(c.output.topic)) {
     b.error({"output", "topic"},
             "'" + c.output.topic + "' is also an input topic: kdedup would read its own output");
@@ -642,12 +324,19 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
     b.error({"duplicates_topic"},
             "'" + c.duplicates_topic + "' must differ from the input and output topics");
   }
-  check_repartition(b, c, inputs);
-  for (const auto& problem : confirm_store_problems(c))
-    b.error({"filter", "confirm_store"}, problem);
-  check_metrics_address(b, c.metrics.address);
+}
 
-  // Protected librdkafka keys.
+/// Confirmed mode needs a probabilistic filter and state.dir
+/// (confirm_check.h); every problem at filter.confirm_store.
+void check_confirm_store(Builder& b, const Config& c) {
+  for (const auto& problem : confirm_store_problems(c)) {
+    b.error({"filter", "confirm_store"}, problem);
+  }
+}
+
+/// The kafka / consumer / producer maps: no protected key, and each
+/// property as the clients of `kdedup run` would take it.
+void check_kafka_properties(Builder& b, const Config& c) {
   for (const char* map : {"kafka", "consumer", "producer"}) {
     const KafkaProperties& props = std::string_view(map) == "kafka"      ? c.kafka
                                    : std::string_view(map) == "consumer" ? c.consumer
@@ -666,23 +355,27 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
       }
     }
   }
-  // delivery: transactional derives transactional.id = <group_id>-<instance
-  // id> from the consumer's static member id: it must exist and be stable
-  // across restarts so a restarted member fences its own predecessor.
-  if (c.delivery == Delivery::kTransactional) {
-    auto instance_id = [&]() -> std::string {
-      for (const KafkaProperties* props : {&c.consumer, &c.kafka}) {
-        if (auto it = props->find("group.instance.id"); it != props->end()) return it->second;
-      }
-      return "";
-    };
-    if (instance_id().empty()) {
-      b.error({"delivery"},
-              "transactional needs a stable instance id per member: set "
-              "consumer.group.instance.id (e.g. \"${POD_NAME}\"); kdedup derives "
-              "transactional.id = <group_id>-<group.instance.id> from it");
+}
+
+/// delivery: transactional derives transactional.id = <group_id>-<instance
+/// id> from the consumer's static member id: it must exist and be stable
+/// across restarts so a restarted member fences its own predecessor.
+void check_transactional(Builder& b, const Config& c) {
+  if (c.delivery != Delivery::kTransactional) return;
+  // The consumer's own setting wins over the common one, even when empty.
+  for (const KafkaProperties* props : {&c.consumer, &c.kafka}) {
+    if (auto it = props->find("group.instance.id"); it != props->end()) {
+      if (!it->second.empty()) return;
+      break;
     }
   }
+  b.error({"delivery"},
+          "transactional needs a stable instance id per member: set "
+          "consumer.group.instance.id (e.g. \"${POD_NAME}\"); kdedup derives "
+          "transactional.id = <group_id>-<group.instance.id> from it");
+}
+
+void check_bootstrap(Builder& b, const Config& c) {
   auto has_bootstrap = [](const KafkaProperties& p) {
     auto it = p.find("bootstrap.servers");
     auto it2 = p.find("metadata.broker.list");
@@ -692,15 +385,18 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
     b.error({"kafka", "bootstrap.servers"},
             "required: the Kafka brokers to connect to (host:port,...)");
   }
+}
 
+/// An empty or short salt is allowed, with a warning saying what it risks.
+void warn_about_salt(const Document& doc, const Config& c, std::vector<Issue>& warnings) {
+  auto it = doc.where.find("/identity/salt");
+  const std::string where = it == doc.where.end() ? "" : it->second;
   if (c.identity.salt.empty()) {
-    auto it = doc.where.find("/identity/salt");
     warnings.push_back(Issue{"identity.salt",
                              "empty: anyone who knows the hash can craft identities that collide "
                              "with others' and suppress them; set a secret (e.g. ${KDEDUP_SALT})",
-                             it == doc.where.end() ? "" : it->second});
+                             where});
   } else if (c.identity.salt.size() < filter::kMinSaltBytes) {
-    auto it = doc.where.find("/identity/salt");
     warnings.push_back(Issue{
         "identity.salt",
         std::to_string(c.identity.salt.size()) + " bytes, shorter than " +
@@ -708,8 +404,27 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
             ": a short salt can be guessed offline from the check value snapshots store "
             "(kdedup snapshot inspect shows it), and then colliding identities crafted; use " +
             std::to_string(filter::kMinSaltBytes) + " or more random bytes",
-        it == doc.where.end() ? "" : it->second});
+        where});
   }
+}
+
+/// The typed Config of a schema-valid document, and the semantic checks the
+/// schema cannot express (each an Issue at its key, in this order: the
+/// first message of a key is the one kept).
+Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>& warnings) {
+  Builder b(doc, errors);
+  Config c;
+  read_streams(b, c);
+  read_service(b, c);
+  const std::set<std::string> inputs(c.input.topics.begin(), c.input.topics.end());
+  check_topics(b, c, inputs);
+  check_repartition(b, c, inputs);
+  check_confirm_store(b, c);
+  check_metrics_address(b, c.metrics.address);
+  check_kafka_properties(b, c);
+  check_transactional(b, c);
+  check_bootstrap(b, c);
+  warn_about_salt(doc, c, warnings);
   for (const auto& w : warnings) c.warnings.push_back(to_string(w));
   return c;
 }
@@ -717,8 +432,8 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
 LoadReport check_document(Document& doc, const std::vector<std::string>& overrides,
                           LoadReport report) {
   for (const auto& o : overrides) detail::apply_override(o, doc, report.errors);
-  SchemaWalk(doc, report.errors).run();
-  validate_schema(doc, report.errors);
+  detail::complete_from_schema(doc, report.errors);
+  detail::validate_schema(doc, report.errors);
   Config config = build(doc, report.errors, report.warnings);
   if (report.errors.empty()) report.config = std::move(config);
   return report;

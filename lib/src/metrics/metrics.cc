@@ -67,203 +67,172 @@ std::vector<std::string> default_invalid_reasons() {
 // instance gauges). Partition gauges are produced by collect_gauges().
 
 struct Metrics::Families {
-  explicit Families(prometheus::Registry& r)
-      : records_in(counter(r, "kdedup_records_in_total", "Records read from input partitions.")),
-        records_distinct(counter(r, "kdedup_records_distinct_total",
-                                 "Records judged distinct and emitted to the output topic.")),
-        records_duplicate(counter(r, "kdedup_records_duplicate_total",
-                                  "Records judged duplicates within the window.")),
-        records_invalid(counter(r, "kdedup_records_invalid_total",
-                                "Records whose identity could not be extracted, by reason.")),
-        records_dlq(
-            counter(r, "kdedup_records_dlq_total", "Records routed to the dead-letter topic.")),
-        clock_capped(counter(r, "kdedup_clock_capped_records_total",
-                             "Records whose timestamp was beyond wall clock + max_future_skew, "
-                             "read by the partition clock as wall clock + max_future_skew.")),
-        missing_timestamp(counter(r, "kdedup_clock_missing_timestamp_records_total",
-                                  "Records without a usable timestamp (none, zero or negative), "
-                                  "judged at the partition clock.")),
-        audit_sampled(counter(r, "kdedup_audit_sampled_total",
-                              "Decisions on records in the audited 1/N of the identity space.")),
-        audit_truly_new(counter(r, "kdedup_audit_truly_new_total",
-                                "Audited identities not delivered within the window, once per "
-                                "identity (its first such record): the trials of the observed "
-                                "false-positive rate.")),
-        audit_false_positives(counter(r, "kdedup_audit_false_positives_total",
-                                      "Audited identities whose first record not delivered within "
-                                      "the window the filter dropped as a duplicate.")),
-        audit_false_positive_records(
-            counter(r, "kdedup_audit_false_positive_records_total",
-                    "Audited records dropped as duplicates although never delivered within the "
-                    "window, later copies of a wrongly dropped identity included.")),
-        audit_false_negatives(counter(r, "kdedup_audit_false_negatives_total",
-                                      "Audited records the filter emitted although already "
-                                      "delivered within the window.")),
-        batch_seconds(histogram(r, "kdedup_batch_processing_seconds",
-                                "Time to process one batch of one partition.")),
-        emit_age(histogram(r, "kdedup_record_age_at_emit_seconds",
-                           "Age of emitted records (emit time minus record timestamp).")),
-        confirm_lookups(counter(r, "kdedup_confirm_lookups_total",
-                                "Confirmed mode: duplicates the filter found, looked up in the "
-                                "exact confirm store.")),
-        confirm_prevented(counter(r, "kdedup_confirm_prevented_false_positives_total",
-                                  "Confirmed mode: filter duplicates the confirm store did not "
-                                  "hold within the window, emitted as distinct (false "
-                                  "positives prevented).")),
-        confirm_lookup_seconds(histogram(r, "kdedup_confirm_lookup_seconds",
-                                         "Confirmed mode: time of one batch's confirm store "
-                                         "lookups (staged deliveries, then one RocksDB "
-                                         "MultiGet).")),
-        snapshots(counter(r, "kdedup_snapshots_total", "Snapshots written.")),
-        snapshot_failures(counter(r, "kdedup_snapshot_failures_total", "Snapshots that failed.")),
-        snapshot_bytes(counter(r, "kdedup_snapshot_written_bytes_total",
-                               "Bytes of filter state written by snapshots.")),
-        snapshot_seconds(histogram(r, "kdedup_snapshot_duration_seconds",
-                                   "Time to write one partition snapshot.")),
-        restores(counter(r, "kdedup_restores_total", "Partitions restored from a snapshot.")),
-        restore_bytes(counter(r, "kdedup_restore_read_bytes_total",
-                              "Bytes of filter state read by restores.")),
-        restore_seconds(histogram(r, "kdedup_restore_duration_seconds",
-                                  "Time to restore one partition from its snapshot.")),
-        rebuilds(counter(r, "kdedup_rebuilds_total",
-                         "Partitions rebuilt by replaying input (no usable snapshot).")),
-        replayed(counter(r, "kdedup_rebuild_replayed_records_total",
-                         "Records replayed in rebuild mode (filter updated, nothing emitted).")),
-        snapshot_refusals(counter(r, "kdedup_snapshot_refusals_total",
-                                  "Stored snapshots not used on assignment (partition rebuilt "
-                                  "from Kafka instead), by reason; a missing snapshot is not "
-                                  "counted.")),
-        delivery_errors(counter(r, "kdedup_producer_delivery_errors_total",
-                                "Records the producer failed to deliver, by destination topic.")),
-        rebalances(counter(r, "kdedup_consumer_rebalances_total",
-                           "Consumer group rebalances seen by this instance.")
-                       .Add({})),
-        busy_seconds(counter(r, "kdedup_worker_busy_seconds_total",
-                             "Time workers spent processing records, summed over workers.")
-                         .Add({})),
-        transactions(counter(r, "kdedup_transactions_total",
-                             "Transactions ended (delivery: transactional), by outcome: "
-                             "committed or aborted.")),
-        transactions_committed(transactions.Add({{"outcome", "committed"}})),
-        transactions_aborted(transactions.Add({{"outcome", "aborted"}})),
-        transaction_records(counter(r, "kdedup_transaction_records_total",
-                                    "Output-topic records in ended transactions, by outcome: "
-                                    "committed, or discarded by an abort.")),
-        transaction_records_committed(transaction_records.Add({{"outcome", "committed"}})),
-        transaction_records_discarded(transaction_records.Add({{"outcome", "discarded"}})),
-        repartition_in(counter(r, "kdedup_repartition_records_in_total",
-                               "Records the repartition stage read from the input topics.")
-                           .Add({})),
-        repartition_out(counter(r, "kdedup_repartition_records_total",
-                                "Records the repartition stage re-produced to the internal "
-                                "topic, acknowledged.")
-                            .Add({})),
-        repartition_invalid(counter(r, "kdedup_repartition_invalid_total",
-                                    "Records without identity at the repartition stage, by the "
-                                    "on_invalid action taken: dlq, drop or pass.")),
-        repartition_dlq(repartition_invalid.Add({{"action", "dlq"}})),
-        repartition_dropped(repartition_invalid.Add({{"action", "drop"}})),
-        repartition_passed(repartition_invalid.Add({{"action", "pass"}})),
-        repartition_lag(gauge(r, "kdedup_repartition_consumer_lag",
-                              "Records of the input topics not yet repartitioned by this "
-                              "instance's partitions (high watermark minus position).")
-                            .Add({})),
-        repartition_assigned(gauge(r, "kdedup_repartition_assigned_partitions",
-                                   "Input partitions currently assigned to this instance's "
-                                   "repartition stage.")
-                                 .Add({})),
-        assigned(gauge(r, "kdedup_consumer_assigned_partitions",
-                       "Input partitions currently assigned to this instance.")
-                     .Add({})),
-        workers(gauge(r, "kdedup_workers", "Worker threads.").Add({})),
-        producer_queue_messages(gauge(r, "kdedup_producer_queue_messages",
-                                      "Messages waiting in the producer queue (librdkafka "
-                                      "msg_cnt).")
-                                    .Add({})),
-        producer_queue_bytes(gauge(r, "kdedup_producer_queue_bytes",
-                                   "Bytes waiting in the producer queue (librdkafka msg_size).")
-                                 .Add({})),
-        fpp_target(
-            gauge(r, "kdedup_filter_fpp_target", "Configured target false-positive probability.")
-                .Add({})),
-        fpp_effective_target(gauge(r, "kdedup_filter_fpp_effective_target",
-                                   "The false-positive target the filters size for now: "
-                                   "filter.fpp, raised evenly while the partitions' filters "
-                                   "need more than memory.max_bytes.")
-                                 .Add({})),
-        memory_budget(gauge(r, "kdedup_memory_budget_bytes",
-                            "memory.max_bytes: filter state all partitions may hold together; "
-                            "0 = no budget.")
-                          .Add({})),
-        memory_used(gauge(r, "kdedup_memory_used_bytes",
-                          "Filter state reserved by all partitions of this instance (counted "
-                          "against memory.max_bytes).")
-                        .Add({})),
-        build_info(gauge(r, "kdedup_build_info", "Build version and source revision; always 1.")) {}
+  explicit Families(prometheus::Registry& r) : registry(r) {}
 
-  static Family<Counter>& counter(prometheus::Registry& r, const char* name, const char* help) {
-    return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+  Family<Counter>& counter(const char* name, const char* help) {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
   }
-  static Family<Gauge>& gauge(prometheus::Registry& r, const char* name, const char* help) {
-    return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+  Family<Gauge>& gauge(const char* name, const char* help) {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
   }
-  static Family<Histogram>& histogram(prometheus::Registry& r, const char* name, const char* help) {
-    return prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+  Family<Histogram>& histogram(const char* name, const char* help) {
+    return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
   }
 
-  Family<Counter>& records_in;
-  Family<Counter>& records_distinct;
-  Family<Counter>& records_duplicate;
-  Family<Counter>& records_invalid;
-  Family<Counter>& records_dlq;
-  Family<Counter>& clock_capped;
-  Family<Counter>& missing_timestamp;
-  Family<Counter>& audit_sampled;
-  Family<Counter>& audit_truly_new;
-  Family<Counter>& audit_false_positives;
-  Family<Counter>& audit_false_positive_records;
-  Family<Counter>& audit_false_negatives;
-  Family<Histogram>& batch_seconds;
-  Family<Histogram>& emit_age;
-  Family<Counter>& confirm_lookups;
-  Family<Counter>& confirm_prevented;
-  Family<Histogram>& confirm_lookup_seconds;
-  Family<Counter>& snapshots;
-  Family<Counter>& snapshot_failures;
-  Family<Counter>& snapshot_bytes;
-  Family<Histogram>& snapshot_seconds;
-  Family<Counter>& restores;
-  Family<Counter>& restore_bytes;
-  Family<Histogram>& restore_seconds;
-  Family<Counter>& rebuilds;
-  Family<Counter>& replayed;
-  Family<Counter>& snapshot_refusals;
-  Family<Counter>& delivery_errors;
-  Counter& rebalances;
-  Counter& busy_seconds;
-  Family<Counter>& transactions;
-  Counter& transactions_committed;
-  Counter& transactions_aborted;
-  Family<Counter>& transaction_records;
-  Counter& transaction_records_committed;
-  Counter& transaction_records_discarded;
-  Counter& repartition_in;
-  Counter& repartition_out;
-  Family<Counter>& repartition_invalid;
-  Counter& repartition_dlq;
-  Counter& repartition_dropped;
-  Counter& repartition_passed;
-  Gauge& repartition_lag;
-  Gauge& repartition_assigned;
-  Gauge& assigned;
-  Gauge& workers;
-  Gauge& producer_queue_messages;
-  Gauge& producer_queue_bytes;
-  Gauge& fpp_target;
-  Gauge& fpp_effective_target;
-  Gauge& memory_budget;
-  Gauge& memory_used;
-  Family<Gauge>& build_info;
+  // Each family is registered where it is declared, in this order (the
+  // order of the exposition).
+  prometheus::Registry& registry;
+  Family<Counter>& records_in =
+      counter("kdedup_records_in_total", "Records read from input partitions.");
+  Family<Counter>& records_distinct = counter(
+      "kdedup_records_distinct_total", "Records judged distinct and emitted to the output topic.");
+  Family<Counter>& records_duplicate =
+      counter("kdedup_records_duplicate_total", "Records judged duplicates within the window.");
+  Family<Counter>& records_invalid = counter(
+      "kdedup_records_invalid_total", "Records whose identity could not be extracted, by reason.");
+  Family<Counter>& records_dlq =
+      counter("kdedup_records_dlq_total", "Records routed to the dead-letter topic.");
+  Family<Counter>& clock_capped =
+      counter("kdedup_clock_capped_records_total",
+              "Records whose timestamp was beyond wall clock + max_future_skew, "
+              "read by the partition clock as wall clock + max_future_skew.");
+  Family<Counter>& missing_timestamp =
+      counter("kdedup_clock_missing_timestamp_records_total",
+              "Records without a usable timestamp (none, zero or negative), "
+              "judged at the partition clock.");
+  Family<Counter>& audit_sampled =
+      counter("kdedup_audit_sampled_total",
+              "Decisions on records in the audited 1/N of the identity space.");
+  Family<Counter>& audit_truly_new =
+      counter("kdedup_audit_truly_new_total",
+              "Audited identities not delivered within the window, once per "
+              "identity (its first such record): the trials of the observed "
+              "false-positive rate.");
+  Family<Counter>& audit_false_positives =
+      counter("kdedup_audit_false_positives_total",
+              "Audited identities whose first record not delivered within "
+              "the window the filter dropped as a duplicate.");
+  Family<Counter>& audit_false_positive_records =
+      counter("kdedup_audit_false_positive_records_total",
+              "Audited records dropped as duplicates although never delivered within the "
+              "window, later copies of a wrongly dropped identity included.");
+  Family<Counter>& audit_false_negatives =
+      counter("kdedup_audit_false_negatives_total",
+              "Audited records the filter emitted although already "
+              "delivered within the window.");
+  Family<Histogram>& batch_seconds =
+      histogram("kdedup_batch_processing_seconds", "Time to process one batch of one partition.");
+  Family<Histogram>& emit_age =
+      histogram("kdedup_record_age_at_emit_seconds",
+                "Age of emitted records (emit time minus record timestamp).");
+  Family<Counter>& confirm_lookups =
+      counter("kdedup_confirm_lookups_total",
+              "Confirmed mode: duplicates the filter found, looked up in the "
+              "exact confirm store.");
+  Family<Counter>& confirm_prevented =
+      counter("kdedup_confirm_prevented_false_positives_total",
+              "Confirmed mode: filter duplicates the confirm store did not "
+              "hold within the window, emitted as distinct (false "
+              "positives prevented).");
+  Family<Histogram>& confirm_lookup_seconds =
+      histogram("kdedup_confirm_lookup_seconds",
+                "Confirmed mode: time of one batch's confirm store "
+                "lookups (staged deliveries, then one RocksDB "
+                "MultiGet).");
+  Family<Counter>& snapshots = counter("kdedup_snapshots_total", "Snapshots written.");
+  Family<Counter>& snapshot_failures =
+      counter("kdedup_snapshot_failures_total", "Snapshots that failed.");
+  Family<Counter>& snapshot_bytes =
+      counter("kdedup_snapshot_written_bytes_total", "Bytes of filter state written by snapshots.");
+  Family<Histogram>& snapshot_seconds =
+      histogram("kdedup_snapshot_duration_seconds", "Time to write one partition snapshot.");
+  Family<Counter>& restores =
+      counter("kdedup_restores_total", "Partitions restored from a snapshot.");
+  Family<Counter>& restore_bytes =
+      counter("kdedup_restore_read_bytes_total", "Bytes of filter state read by restores.");
+  Family<Histogram>& restore_seconds = histogram(
+      "kdedup_restore_duration_seconds", "Time to restore one partition from its snapshot.");
+  Family<Counter>& rebuilds = counter(
+      "kdedup_rebuilds_total", "Partitions rebuilt by replaying input (no usable snapshot).");
+  Family<Counter>& replayed =
+      counter("kdedup_rebuild_replayed_records_total",
+              "Records replayed in rebuild mode (filter updated, nothing emitted).");
+  Family<Counter>& snapshot_refusals =
+      counter("kdedup_snapshot_refusals_total",
+              "Stored snapshots not used on assignment (partition rebuilt "
+              "from Kafka instead), by reason; a missing snapshot is not "
+              "counted.");
+  Family<Counter>& delivery_errors =
+      counter("kdedup_producer_delivery_errors_total",
+              "Records the producer failed to deliver, by destination topic.");
+  Counter& rebalances = counter("kdedup_consumer_rebalances_total",
+                                "Consumer group rebalances seen by this instance.")
+                            .Add({});
+  Counter& busy_seconds = counter("kdedup_worker_busy_seconds_total",
+                                  "Time workers spent processing records, summed over workers.")
+                              .Add({});
+  Family<Counter>& transactions =
+      counter("kdedup_transactions_total",
+              "Transactions ended (delivery: transactional), by outcome: "
+              "committed or aborted.");
+  Counter& transactions_committed = transactions.Add({{"outcome", "committed"}});
+  Counter& transactions_aborted = transactions.Add({{"outcome", "aborted"}});
+  Family<Counter>& transaction_records =
+      counter("kdedup_transaction_records_total",
+              "Output-topic records in ended transactions, by outcome: "
+              "committed, or discarded by an abort.");
+  Counter& transaction_records_committed = transaction_records.Add({{"outcome", "committed"}});
+  Counter& transaction_records_discarded = transaction_records.Add({{"outcome", "discarded"}});
+  Counter& repartition_in = counter("kdedup_repartition_records_in_total",
+                                    "Records the repartition stage read from the input topics.")
+                                .Add({});
+  Counter& repartition_out = counter("kdedup_repartition_records_total",
+                                     "Records the repartition stage re-produced to the internal "
+                                     "topic, acknowledged.")
+                                 .Add({});
+  Family<Counter>& repartition_invalid =
+      counter("kdedup_repartition_invalid_total",
+              "Records without identity at the repartition stage, by the "
+              "on_invalid action taken: dlq, drop or pass.");
+  Counter& repartition_dlq = repartition_invalid.Add({{"action", "dlq"}});
+  Counter& repartition_dropped = repartition_invalid.Add({{"action", "drop"}});
+  Counter& repartition_passed = repartition_invalid.Add({{"action", "pass"}});
+  Gauge& repartition_lag = gauge("kdedup_repartition_consumer_lag",
+                                 "Records of the input topics not yet repartitioned by this "
+                                 "instance's partitions (high watermark minus position).")
+                               .Add({});
+  Gauge& repartition_assigned = gauge("kdedup_repartition_assigned_partitions",
+                                      "Input partitions currently assigned to this instance's "
+                                      "repartition stage.")
+                                    .Add({});
+  Gauge& assigned = gauge("kdedup_consumer_assigned_partitions",
+                          "Input partitions currently assigned to this instance.")
+                        .Add({});
+  Gauge& workers = gauge("kdedup_workers", "Worker threads.").Add({});
+  Gauge& producer_queue_messages = gauge("kdedup_producer_queue_messages",
+                                         "Messages waiting in the producer queue (librdkafka "
+                                         "msg_cnt).")
+                                       .Add({});
+  Gauge& producer_queue_bytes = gauge("kdedup_producer_queue_bytes",
+                                      "Bytes waiting in the producer queue (librdkafka msg_size).")
+                                    .Add({});
+  Gauge& fpp_target =
+      gauge("kdedup_filter_fpp_target", "Configured target false-positive probability.").Add({});
+  Gauge& fpp_effective_target = gauge("kdedup_filter_fpp_effective_target",
+                                      "The false-positive target the filters size for now: "
+                                      "filter.fpp, raised evenly while the partitions' filters "
+                                      "need more than memory.max_bytes.")
+                                    .Add({});
+  Gauge& memory_budget = gauge("kdedup_memory_budget_bytes",
+                               "memory.max_bytes: filter state all partitions may hold together; "
+                               "0 = no budget.")
+                             .Add({});
+  Gauge& memory_used = gauge("kdedup_memory_used_bytes",
+                             "Filter state reserved by all partitions of this instance (counted "
+                             "against memory.max_bytes).")
+                           .Add({});
+  Family<Gauge>& build_info =
+      gauge("kdedup_build_info", "Build version and source revision; always 1.");
 };
 
 // Partition gauges: written by the owning worker, read at scrape time.

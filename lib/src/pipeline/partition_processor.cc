@@ -1,6 +1,24 @@
 #include "kdedup/pipeline/partition_processor.h"
 
+#include <utility>
+
 namespace kdedup::pipeline {
+
+namespace {
+
+// A Slice that cannot decide any more (confirmed mode: its confirm store
+// failed) stops the partition before anything of the batch counts as
+// processed: nothing registered, nothing handed out, nothing committed.
+BatchResult stop_failed(const Slice& slice, BatchResult result) {
+  result.slice_failed = true;
+  result.processed = 0;
+  result.fail_message = *slice.failure() +
+                        "; stopping without committing the records of this batch: the next "
+                        "start replays them";
+  return result;
+}
+
+}  // namespace
 
 ProcessorOptions ProcessorOptions::of(const config::Config& config) {
   ProcessorOptions o;
@@ -21,18 +39,23 @@ PartitionProcessor::PartitionProcessor(ProcessorOptions options,
 BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> records,
                                         std::int64_t wall_ms, RecordSinks& sinks) {
   BatchResult result;
-  // A Slice that cannot decide any more (its confirm store failed) stops the
-  // partition before anything of the batch counts as processed.
-  auto slice_failed = [&] {
-    result.slice_failed = true;
-    result.processed = 0;
-    result.fail_message = *slice.failure() +
-                          "; stopping without committing the records of this batch: the next "
-                          "start replays them";
+  if (slice.failure()) return stop_failed(slice, std::move(result));
+  const std::size_t stop_at = classify(slice, records, wall_ms, result);
+  if (!decide(slice)) return stop_failed(slice, std::move(result));
+  result.processed = stop_at;
+  if (!register_processed(slice, records.first(stop_at))) {
+    result.offsets_rejected = true;
     return result;
-  };
-  if (slice.failure()) return slice_failed();
-  auto& counters = *slice.counters();
+  }
+  hand_out(stop_at, sinks);
+  return result;
+}
+
+// Steps 1-2: the replay rule, the clock, the identity of each record, and
+// the fingerprints the filter is asked about. Returns the first record not
+// processed (n, or the record on_invalid: fail stops at).
+std::size_t PartitionProcessor::classify(Slice& slice, std::span<const RecordIn> records,
+                                         std::int64_t wall_ms, BatchResult& result) {
   const std::size_t n = records.size();
   routes_.assign(n, Route::kOutput);
   errors_.assign(n, std::nullopt);
@@ -42,8 +65,7 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
   offsets_.clear();
   learn_.clear();
   decided_.clear();
-  bool any_learn = false;
-  std::size_t stop_at = n;  // first record not processed (on_invalid: fail)
+  any_learn_ = false;
 
   // Replayed records (recovery, ReplayRule): the filter decides or learns
   // them (or only the clock moves), but nothing is produced and they are
@@ -83,7 +105,7 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
         offsets_.push_back(r.offset);
         const bool learn = replay == ReplayRule::Action::kLearn || dropped;
         learn_.push_back(learn ? 1 : 0);
-        any_learn |= learn;
+        any_learn_ |= learn;
         decided_.push_back(i);
       }
       continue;
@@ -91,57 +113,72 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
     // An invalid record already handled by the previous owner: nothing to
     // route again (and on_invalid: fail must not stop on it).
     if (replayed) continue;
-    counters.invalid.fetch_add(1, std::memory_order_relaxed);
-    counters.count_invalid_reason(identity::to_string(extracted.error().reason));
-    errors_[i] = std::move(extracted.error());
-    switch (options_.on_invalid) {
-      case config::OnInvalid::kDlq:
-        routes_[i] = Route::kDeadLetter;
-        break;
-      case config::OnInvalid::kPass:
-        counters.invalid_passed.fetch_add(1, std::memory_order_relaxed);
-        routes_[i] = Route::kOutput;  // distinct, never inserted in the filter
-        break;
-      case config::OnInvalid::kDrop:
-        counters.invalid_dropped.fetch_add(1, std::memory_order_relaxed);
-        routes_[i] = Route::kNone;
-        break;
-      case config::OnInvalid::kFail:
-        // The records before it go out, so their offsets commit.
-        result.fail_message = "on_invalid is 'fail' and the record at " + slice.id().str() + "@" +
-                              std::to_string(r.offset) +
-                              " has no identity: " + errors_[i]->message + " (" +
-                              identity::to_string(errors_[i]->reason) +
-                              "); its offset is not committed. Fix the record or choose "
-                              "on_invalid: dlq | pass | drop";
-        result.fail_error = errors_[i];
-        stop_at = i;
-        break;
-    }
-    if (stop_at != n) break;
+    if (!route_invalid(slice, r.offset, i, std::move(extracted.error()), result)) return i;
   }
+  return n;
+}
 
-  // One filter call for the batch. Fingerprints of records after a fail stop
-  // were never collected, so the filter only learns records that are
-  // processed.
-  if (!fps_.empty()) {
-    decisions_.resize(fps_.size());
-    slice.decide(
-        fps_, ticks_, decisions_,
-        any_learn ? std::span<const std::uint8_t>(learn_) : std::span<const std::uint8_t>(),
-        offsets_);
-    if (slice.failure()) return slice_failed();
-    for (std::size_t v = 0; v < decided_.size(); ++v) {
-      if (decisions_[v] == filter::Decision::kDuplicate && !replayed_[decided_[v]]) {
-        routes_[decided_[v]] = Route::kDuplicate;
-      }
+// on_invalid for record `i`, which has no identity; false when it stops the
+// batch there (on_invalid: fail).
+bool PartitionProcessor::route_invalid(Slice& slice, std::int64_t offset, std::size_t i,
+                                       identity::ExtractError error, BatchResult& result) {
+  auto& counters = *slice.counters();
+  counters.invalid.fetch_add(1, std::memory_order_relaxed);
+  counters.count_invalid_reason(identity::to_string(error.reason));
+  errors_[i] = std::move(error);
+  switch (options_.on_invalid) {
+    case config::OnInvalid::kDlq:
+      routes_[i] = Route::kDeadLetter;
+      return true;
+    case config::OnInvalid::kPass:
+      counters.invalid_passed.fetch_add(1, std::memory_order_relaxed);
+      routes_[i] = Route::kOutput;  // distinct, never inserted in the filter
+      return true;
+    case config::OnInvalid::kDrop:
+      counters.invalid_dropped.fetch_add(1, std::memory_order_relaxed);
+      routes_[i] = Route::kNone;
+      return true;
+    case config::OnInvalid::kFail:
+      // The records before it go out, so their offsets commit.
+      result.fail_message = "on_invalid is 'fail' and the record at " + slice.id().str() + "@" +
+                            std::to_string(offset) + " has no identity: " + errors_[i]->message +
+                            " (" + identity::to_string(errors_[i]->reason) +
+                            "); its offset is not committed. Fix the record or choose "
+                            "on_invalid: dlq | pass | drop";
+      result.fail_error = errors_[i];
+      return false;
+  }
+  return true;
+}
+
+// Step 3: one filter call for the batch. Fingerprints of records after a
+// fail stop were never collected, so the filter only learns records that
+// are processed. In confirmed mode the Slice confirms the filter's
+// duplicates under the records' offsets; false when it failed to (the
+// batch must not go out).
+bool PartitionProcessor::decide(Slice& slice) {
+  if (fps_.empty()) return true;
+  decisions_.resize(fps_.size());
+  slice.decide(fps_, ticks_, decisions_,
+               any_learn_ ? std::span<const std::uint8_t>(learn_) : std::span<const std::uint8_t>(),
+               offsets_);
+  if (slice.failure()) return false;
+  for (std::size_t v = 0; v < decided_.size(); ++v) {
+    if (decisions_[v] == filter::Decision::kDuplicate && !replayed_[decided_[v]]) {
+      routes_[decided_[v]] = Route::kDuplicate;
     }
   }
+  return true;
+}
 
-  // Register every processed record before anything is handed to the sinks.
+// Step 5: counts, and every processed record registered with the
+// OffsetTracker before anything is handed to the sinks. False when the
+// tracker refused the offsets.
+bool PartitionProcessor::register_processed(Slice& slice, std::span<const RecordIn> processed) {
+  auto& counters = *slice.counters();
   processed_.clear();
   std::uint64_t distinct = 0, duplicates = 0, dead = 0, replayed = 0;
-  for (std::size_t i = 0; i < stop_at; ++i) {
+  for (std::size_t i = 0; i < processed.size(); ++i) {
     std::uint32_t outputs = 0;
     if (replayed_[i]) {
       ++replayed;
@@ -163,21 +200,21 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
           break;
       }
     }
-    processed_.push_back({records[i].offset, outputs});
+    processed_.push_back({processed[i].offset, outputs});
   }
-  counters.records_in.fetch_add(stop_at - replayed, std::memory_order_relaxed);
+  counters.records_in.fetch_add(processed.size() - replayed, std::memory_order_relaxed);
   if (replayed != 0) counters.replayed.fetch_add(replayed, std::memory_order_relaxed);
   counters.distinct.fetch_add(distinct, std::memory_order_relaxed);
   counters.duplicates.fetch_add(duplicates, std::memory_order_relaxed);
   counters.dead_lettered.fetch_add(dead, std::memory_order_relaxed);
-  result.processed = stop_at;
-  if (!slice.tracker()->add(processed_)) {
-    result.offsets_rejected = true;
-    return result;
-  }
-  if (stop_at > 0) slice.set_processed(records[stop_at - 1].offset);
+  if (!slice.tracker()->add(processed_)) return false;
+  if (!processed.empty()) slice.set_processed(processed.back().offset);
+  return true;
+}
 
-  for (std::size_t i = 0; i < stop_at && !sinks.stopped(); ++i) {
+// Step 6: the outputs to the sinks, in input order.
+void PartitionProcessor::hand_out(std::size_t count, RecordSinks& sinks) {
+  for (std::size_t i = 0; i < count && !sinks.stopped(); ++i) {
     switch (routes_[i]) {
       case Route::kOutput:
         sinks.output(i);
@@ -192,7 +229,6 @@ BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> 
         break;
     }
   }
-  return result;
 }
 
 }  // namespace kdedup::pipeline

@@ -368,118 +368,145 @@ Status read_ranges(RdKafka::Consumer& consumer, RdKafka::Topic& topic,
 
 }  // namespace
 
-Result<ReconcileReport> read_output(const ReconcileOptions& options,
-                                    const std::string& output_topic,
-                                    const std::vector<std::int32_t>& output_partitions,
-                                    const std::map<std::int32_t, std::int64_t>& since_ms,
-                                    const std::map<PartitionId, Coverage>& cover,
-                                    const DeliveryVisitor& on_delivery) {
-  if (options.tail_records <= 0) {
-    return fail(fmt::format("output reconciliation: tail_records must be positive, got {}",
-                            options.tail_records));
-  }
-  // Every step has the timeout to itself (a step: the metadata, one
-  // partition's watermarks or time search, a read that keeps receiving):
-  // hundreds of partitions take longer than one timeout in all.
-  const auto step = [&] { return Clock::now() + options.timeout; };
-  auto made = make_consumer(options);
-  if (!made) return tl::unexpected(made.error());
-  RdKafka::Consumer& consumer = **made;
+namespace {
 
-  auto count = partition_count(consumer, output_topic, step());
+using Ranges = std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>>;  // [from, to)
+
+/// One read_output() call: the consumer and topic it reads with, and what
+/// its two steps found. Calling thread only.
+class OutputReader {
+ public:
+  OutputReader(const ReconcileOptions& options, const std::string& output_topic,
+               const std::map<PartitionId, Coverage>& cover, const DeliveryVisitor& on_delivery)
+      : options_(options), topic_name_(output_topic), cover_(cover), on_delivery_(on_delivery) {}
+
+  /// The consumer, and a check that every partition to read exists.
+  Status open(const std::vector<std::int32_t>& partitions);
+  /// Step 1: the tail of each partition, and back to since_ms where given.
+  Status read_tails(const std::vector<std::int32_t>& partitions,
+                    const std::map<std::int32_t, std::int64_t>& since_ms);
+  /// Step 2: further back where a covered source's records in a partition
+  /// all lie at or past its committed offset.
+  Status read_uncommitted_past_tails();
+  /// The report, its offsets sorted and unique.
+  ReconcileReport finish();
+
+ private:
+  /// Every step has the timeout to itself (a step: the metadata, one
+  /// partition's watermarks or time search, a read that keeps receiving):
+  /// hundreds of partitions take longer than one timeout in all.
+  [[nodiscard]] Clock::time_point step() const { return Clock::now() + options_.timeout; }
+  Result<std::map<std::int32_t, std::int64_t>> starts_at_time(
+      const std::map<std::int32_t, TimeQuery>& wanted);
+  Status read(const Ranges& ranges) {
+    return read_ranges(*consumer_, *topic_, ranges, cover_, on_delivery_, options_, step(), report_,
+                       lowest_);
+  }
+
+  const ReconcileOptions& options_;
+  const std::string& topic_name_;
+  const std::map<PartitionId, Coverage>& cover_;
+  const DeliveryVisitor& on_delivery_;
+  std::unique_ptr<RdKafka::Consumer> consumer_;
+  std::unique_ptr<RdKafka::Topic> topic_;
+  std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> marks_;  // low, high
+  Ranges ranges_;  // what was read, per partition
+  ReconcileReport report_;
+  // Per output partition and source, the lowest source offset read.
+  std::map<std::pair<std::int32_t, PartitionId>, std::int64_t> lowest_;
+};
+
+Status OutputReader::open(const std::vector<std::int32_t>& partitions) {
+  auto made = make_consumer(options_);
+  if (!made) return tl::unexpected(made.error());
+  consumer_ = std::move(*made);
+  auto count = partition_count(*consumer_, topic_name_, step());
   if (!count) return tl::unexpected(count.error());
-  for (std::int32_t p : output_partitions) {
+  for (std::int32_t p : partitions) {
     if (p < 0 || p >= *count) {
       return fail(fmt::format(
           "output reconciliation: output topic '{}' has {} partitions, partition {} does not "
           "exist",
-          output_topic, *count, p));
+          topic_name_, *count, p));
     }
   }
   std::string err;
-  std::unique_ptr<RdKafka::Topic> topic(
-      RdKafka::Topic::create(&consumer, output_topic, nullptr, err));
-  if (!topic) return fail(fmt::format("output reconciliation: topic '{}': {}", output_topic, err));
+  topic_.reset(RdKafka::Topic::create(consumer_.get(), topic_name_, nullptr, err));
+  if (!topic_) return fail(fmt::format("output reconciliation: topic '{}': {}", topic_name_, err));
+  return {};
+}
 
-  // Where reads start: per partition, the first record at or after the
-  // query's time, searched in [low, last] (`last` = the newest stored); all
-  // partitions together.
-  auto starts_at_time = [&](const std::map<std::int32_t, TimeQuery>& wanted)
-      -> Result<std::map<std::int32_t, std::int64_t>> {
-    std::map<std::int32_t, std::int64_t> starts;
-    if (wanted.empty()) return starts;
-    std::map<std::int32_t, std::int64_t> newest_at;
-    for (const auto& [p, q] : wanted) newest_at[p] = q.last;
-    auto newest = read_first_records(consumer, *topic, newest_at, options.timeout);
-    if (!newest) return fail("output reconciliation: " + newest.error().message);
-    std::map<std::int32_t, TimeQuery> search;
-    for (const auto& [p, q] : wanted) {
-      // Deliveries at or after the time exist (before `last`) only if the
-      // record at `last` is one.
-      const FirstRecord& n = newest->at(p);
-      if (!n || n->second < q.target_ms) {
-        starts[p] = q.last + 1;
-      } else {
-        search[p] = TimeQuery{q.target_ms, q.low, n->first};
-      }
+/// Where reads start: per partition, the first record at or after the
+/// query's time, searched in [low, last] (`last` = the newest stored); all
+/// partitions together.
+Result<std::map<std::int32_t, std::int64_t>> OutputReader::starts_at_time(
+    const std::map<std::int32_t, TimeQuery>& wanted) {
+  std::map<std::int32_t, std::int64_t> starts;
+  if (wanted.empty()) return starts;
+  std::map<std::int32_t, std::int64_t> newest_at;
+  for (const auto& [p, q] : wanted) newest_at[p] = q.last;
+  auto newest = read_first_records(*consumer_, *topic_, newest_at, options_.timeout);
+  if (!newest) return fail("output reconciliation: " + newest.error().message);
+  std::map<std::int32_t, TimeQuery> search;
+  for (const auto& [p, q] : wanted) {
+    // Deliveries at or after the time exist (before `last`) only if the
+    // record at `last` is one.
+    const FirstRecord& n = newest->at(p);
+    if (!n || n->second < q.target_ms) {
+      starts[p] = q.last + 1;
+    } else {
+      search[p] = TimeQuery{q.target_ms, q.low, n->first};
     }
-    auto at = offsets_at_or_after(consumer, *topic, search, step());
-    if (!at) return fail("output reconciliation: " + at.error().message);
-    starts.merge(*at);
-    return starts;
-  };
+  }
+  auto at = offsets_at_or_after(*consumer_, *topic_, search, step());
+  if (!at) return fail("output reconciliation: " + at.error().message);
+  starts.merge(*at);
+  return starts;
+}
 
-  // 1. The tail of each partition, and back to since_ms where given. The
-  //    end is captured now: records produced later are not ours to account
-  //    for (the partitions being recovered are paused).
-  std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> marks;   // low, high
-  std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> ranges;  // [from, high)
+// The end is captured now: records produced later are not ours to account
+// for (the partitions being recovered are paused).
+Status OutputReader::read_tails(const std::vector<std::int32_t>& partitions,
+                                const std::map<std::int32_t, std::int64_t>& since_ms) {
   std::map<std::int32_t, TimeQuery> back_to;
-  for (std::int32_t p :
-       std::set<std::int32_t>(output_partitions.begin(), output_partitions.end())) {
+  for (std::int32_t p : std::set<std::int32_t>(partitions.begin(), partitions.end())) {
     std::int64_t low = 0;
     std::int64_t high = 0;
-    RdKafka::ErrorCode code = consumer.query_watermark_offsets(
-        output_topic, p, &low, &high, static_cast<int>(options.timeout.count()));
+    RdKafka::ErrorCode code = consumer_->query_watermark_offsets(
+        topic_name_, p, &low, &high, static_cast<int>(options_.timeout.count()));
     if (code != RdKafka::ERR_NO_ERROR) {
       return fail(fmt::format("output reconciliation: watermarks of '{}' partition {}: {}",
-                              output_topic, p, describe_kafka_error(code)));
+                              topic_name_, p, describe_kafka_error(code)));
     }
     if (high <= low) continue;  // empty partition: nothing emitted (or all expired)
-    marks[p] = {low, high};
-    ranges[p] = {std::max(low, high - options.tail_records), high};
+    marks_[p] = {low, high};
+    ranges_[p] = {std::max(low, high - options_.tail_records), high};
     if (auto since = since_ms.find(p); since != since_ms.end()) {
       back_to[p] = TimeQuery{since->second, low, high - 1};
     }
   }
   auto starts = starts_at_time(back_to);
   if (!starts) return tl::unexpected(starts.error());
-  for (const auto& [p, at] : *starts) ranges[p].first = std::min(ranges[p].first, at);
-  ReconcileReport report;
-  std::map<std::pair<std::int32_t, PartitionId>, std::int64_t> lowest;
-  if (auto s = read_ranges(consumer, *topic, ranges, cover, on_delivery, options, step(), report,
-                           lowest);
-      !s) {
-    return tl::unexpected(s.error());
-  }
+  for (const auto& [p, at] : *starts) ranges_[p].first = std::min(ranges_[p].first, at);
+  return read(ranges_);
+}
 
-  // 2. Further back where a source's records in a partition all lie at or
-  //    past its committed offset: the read may have started inside its
-  //    uncommitted output (per output partition and source, source offsets
-  //    grow with output offsets, so a record below C proves the rest lies
-  //    after it).
-  std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> back;
+// The read may have started inside a source's uncommitted output (per
+// output partition and source, source offsets grow with output offsets, so
+// a record below C proves the rest lies after it).
+Status OutputReader::read_uncommitted_past_tails() {
+  Ranges back;
   std::map<std::int32_t, TimeQuery> further;
-  for (const auto& [p, range] : ranges) {
-    const std::int64_t low = marks.at(p).first;
+  for (const auto& [p, range] : ranges_) {
+    const std::int64_t low = marks_.at(p).first;
     const std::int64_t from = range.first;
     if (from <= low) continue;
     bool needed = false;
     std::optional<std::int64_t> since;  // none: from the partition's start
     bool to_start = false;
-    for (const auto& [source, c] : cover) {
-      auto it = lowest.find({p, source});
-      if (it == lowest.end() || it->second < c.from_offset) continue;
+    for (const auto& [source, c] : cover_) {
+      auto it = lowest_.find({p, source});
+      if (it == lowest_.end() || it->second < c.from_offset) continue;
       needed = true;
       if (!c.since_ms) to_start = true;
       if (c.since_ms) since = since ? std::min(*since, *c.since_ms) : *c.since_ms;
@@ -494,25 +521,43 @@ Result<ReconcileReport> read_output(const ReconcileOptions& options,
   auto further_starts = starts_at_time(further);
   if (!further_starts) return tl::unexpected(further_starts.error());
   for (const auto& [p, to] : *further_starts) {
-    if (const std::int64_t from = ranges.at(p).first; to < from) back[p] = {to, from};
+    if (const std::int64_t from = ranges_.at(p).first; to < from) back[p] = {to, from};
   }
-  if (!back.empty()) {
-    if (auto s = read_ranges(consumer, *topic, back, cover, on_delivery, options, step(), report,
-                             lowest);
-        !s) {
-      return tl::unexpected(s.error());
-    }
-    for (const auto& [p, range] : back) ranges[p].first = range.first;
-    report.extended = back.size();
+  if (back.empty()) return {};
+  if (auto s = read(back); !s) return s;
+  for (const auto& [p, range] : back) ranges_[p].first = range.first;
+  report_.extended = back.size();
+  return {};
+}
+
+ReconcileReport OutputReader::finish() {
+  for (const auto& [p, range] : ranges_) {
+    if (range.first > marks_.at(p).first) report_.truncated.push_back(p);
   }
-  for (const auto& [p, range] : ranges) {
-    if (range.first > marks.at(p).first) report.truncated.push_back(p);
-  }
-  for (auto& [source, offsets] : report.emitted_by_source) {
+  for (auto& [source, offsets] : report_.emitted_by_source) {
     std::sort(offsets.begin(), offsets.end());
     offsets.erase(std::unique(offsets.begin(), offsets.end()), offsets.end());
   }
-  return report;
+  return std::move(report_);
+}
+
+}  // namespace
+
+Result<ReconcileReport> read_output(const ReconcileOptions& options,
+                                    const std::string& output_topic,
+                                    const std::vector<std::int32_t>& output_partitions,
+                                    const std::map<std::int32_t, std::int64_t>& since_ms,
+                                    const std::map<PartitionId, Coverage>& cover,
+                                    const DeliveryVisitor& on_delivery) {
+  if (options.tail_records <= 0) {
+    return fail(fmt::format("output reconciliation: tail_records must be positive, got {}",
+                            options.tail_records));
+  }
+  OutputReader reader(options, output_topic, cover, on_delivery);
+  if (auto s = reader.open(output_partitions); !s) return tl::unexpected(s.error());
+  if (auto s = reader.read_tails(output_partitions, since_ms); !s) return tl::unexpected(s.error());
+  if (auto s = reader.read_uncommitted_past_tails(); !s) return tl::unexpected(s.error());
+  return reader.finish();
 }
 
 Result<std::map<PartitionId, CommitPoint>> find_commit_points(

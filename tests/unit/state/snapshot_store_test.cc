@@ -437,6 +437,12 @@ TEST(SnapshotStore, FilterStateThatDoesNotRestoreIsCorrupt) {
 }
 
 TEST(SnapshotStore, ACrashDuringAWriteLeavesTheOldOrTheNewSnapshot) {
+#if defined(__SANITIZE_THREAD__)
+  // The child of fork() opens a store, which starts threads: ThreadSanitizer
+  // does not support threads started after a multi-threaded process forked.
+  // The ci and debug-asan builds run this test.
+  GTEST_SKIP() << "fork + threads in the child: not supported under ThreadSanitizer";
+#endif
   TempDir tmp;
   const std::string dir = tmp.file("state");
   const PartitionKey key{"t", 0};

@@ -112,6 +112,15 @@ class PartitionProcessor {
  private:
   enum class Route : std::uint8_t { kOutput, kDuplicate, kDeadLetter, kNone };
 
+  // The steps of process(), in order.
+  std::size_t classify(Slice& slice, std::span<const RecordIn> records, std::int64_t wall_ms,
+                       BatchResult& result);
+  bool route_invalid(Slice& slice, std::int64_t offset, std::size_t i, identity::ExtractError error,
+                     BatchResult& result);
+  bool decide(Slice& slice);
+  bool register_processed(Slice& slice, std::span<const RecordIn> processed);
+  void hand_out(std::size_t count, RecordSinks& sinks);
+
   ProcessorOptions options_;
   identity::IdentityExtractor extractor_;
   filter::Fingerprinter fingerprinter_;
@@ -126,6 +135,7 @@ class PartitionProcessor {
   std::vector<std::size_t> decided_;  // batch index of each fps_ element
   std::vector<filter::Decision> decisions_;
   std::vector<OffsetTracker::Processed> processed_;
+  bool any_learn_ = false;  // some fps_ element is learned, not decided
 };
 
 }  // namespace kdedup::pipeline

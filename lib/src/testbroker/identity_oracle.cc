@@ -1,4 +1,4 @@
-// verify_by_identity (verifier.h): the oracle over the whole input, for
+// verify_by_identity (output_oracle.h): the oracle over the whole input, for
 // copies of an identity spread over partitions.
 
 #include <algorithm>
@@ -6,9 +6,9 @@
 #include <set>
 #include <tuple>
 
-#include "verifier.h"
+#include "kdedup/testbroker/output_oracle.h"
 
-namespace kdedup::testing {
+namespace kdedup::testbroker {
 namespace {
 
 using SourceKey = std::tuple<std::string, std::int32_t, std::int64_t>;
@@ -116,4 +116,4 @@ VerifyReport verify_by_identity(const std::vector<InputRecord>& input,
   return report;
 }
 
-}  // namespace kdedup::testing
+}  // namespace kdedup::testbroker

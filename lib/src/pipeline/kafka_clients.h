@@ -1,0 +1,90 @@
+#pragma once
+// The librdkafka clients of `kdedup run`: properties (kdedup's defaults, then
+// the user's, then the keys correctness depends on), the client event
+// callback, and the check of the topics against the config. Everything here
+// runs on the thread that creates the Pipeline, before run(), except
+// ClientEvents (see there).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <librdkafka/rdkafkacpp.h>
+
+#include "kdedup/common/result.h"
+#include "kdedup/config/config.h"
+
+namespace kdedup::pipeline {
+
+/// Applies librdkafka properties; the error names the property.
+[[nodiscard]] Status apply_properties(RdKafka::Conf& conf, const config::KafkaProperties& props,
+                                      const char* section);
+
+/// The producer's properties: kdedup's defaults (linger, message size,
+/// statistics when `statistics` is set), then the user's (`kafka`,
+/// `producer`), then enable.idempotence.
+[[nodiscard]] config::KafkaProperties producer_properties_for(const config::Config& config,
+                                                              bool statistics);
+
+/// An idempotent producer with these callbacks (they must outlive it).
+[[nodiscard]] Result<std::unique_ptr<RdKafka::Producer>> build_producer(
+    const config::KafkaProperties& properties, RdKafka::DeliveryReportCb& reports,
+    RdKafka::EventCb& events);
+
+/// What the consumer calls back; each must outlive the consumer.
+struct ConsumerCallbacks {
+  RdKafka::RebalanceCb* rebalance = nullptr;
+  RdKafka::OffsetCommitCb* commits = nullptr;  ///< null: nothing is committed through it
+  RdKafka::EventCb* events = nullptr;
+};
+
+/// The group consumer build_consumer() made, and what its session timeout
+/// implies for a stop before the first join.
+struct BuiltConsumer {
+  std::unique_ptr<RdKafka::KafkaConsumer> consumer;
+  /// How long a member stopped before its first group join completed waits
+  /// for it: a join takes at most about a session timeout.
+  std::chrono::milliseconds first_join_wait{50'000};
+};
+
+/// The group consumer: reset policy earliest, the user's properties, the
+/// group, `extra` (what the delivery mode adds), and positions stored only
+/// by kdedup (enable.auto.offset.store = false).
+[[nodiscard]] Result<BuiltConsumer> build_consumer(const config::Config& config, bool statistics,
+                                                   const config::KafkaProperties& extra,
+                                                   const ConsumerCallbacks& callbacks);
+
+/// Fetches metadata and checks that every input topic, the output topic and
+/// the DLQ / duplicates topics exist, and that with `output.partitioning:
+/// input` the output topic has at least as many partitions as each input
+/// topic. Sets `output_partitions` when the output topic exists. Errors
+/// name the topic and say what to change.
+[[nodiscard]] Status check_topics(RdKafka::KafkaConsumer& consumer, const config::Config& config,
+                                  std::int32_t& output_partitions);
+
+/// Client-level events of one client: fatal errors go to `on_fatal`; the
+/// rest are logged. With an event callback set, librdkafka also delivers
+/// its own log lines here (from its internal threads), so they are
+/// forwarded to our log: without that, `kafka.debug: cgrp,consumer` would
+/// print nothing. Called by the thread that polls the client and by
+/// librdkafka's threads; owned by the Pipeline, outlives the client.
+class ClientEvents final : public RdKafka::EventCb {
+ public:
+  /// `on_statistics` (may hold an empty function) outlives this object.
+  ClientEvents(std::function<void(std::string)> on_fatal, const char* client,
+               const std::function<void(std::string_view)>& on_statistics)
+      : on_fatal_(std::move(on_fatal)), client_(client), on_statistics_(on_statistics) {}
+  void event_cb(RdKafka::Event& event) override;
+
+ private:
+  std::function<void(std::string)> on_fatal_;
+  const char* client_;
+  const std::function<void(std::string_view)>& on_statistics_;
+  std::chrono::steady_clock::time_point last_log_{};
+  RdKafka::ErrorCode last_err_ = RdKafka::ERR_NO_ERROR;
+};
+
+}  // namespace kdedup::pipeline

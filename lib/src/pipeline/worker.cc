@@ -1,0 +1,391 @@
+// The worker threads and the consumer thread's WorkerPool (worker.h).
+
+#include "worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "fatal_error.h"
+#include "kdedup/pipeline/snapshotter.h"
+#include "kdedup/state/snapshot.h"
+
+namespace kdedup::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::int64_t wall_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+/// The producer as the processor's sinks, for one batch of one partition.
+class Worker::ProducerSinks final : public RecordSinks {
+ public:
+  ProducerSinks(Worker& worker, Slice& slice, std::span<MessagePtr> records)
+      : worker_(worker), slice_(slice), records_(records) {}
+  void output(std::size_t i) override {
+    const auto& cfg = worker_.context_.config;
+    const std::int32_t partition = cfg.output.partitioning == config::Partitioning::kInput
+                                       ? records_[i]->partition()
+                                       : RdKafka::Topic::PARTITION_UA;
+    if (produce(i, cfg.output.topic, partition, "output", nullptr)) {
+      worker_.observe_emit_age(*records_[i]);
+    }
+  }
+  void duplicate(std::size_t i) override {
+    produce(i, worker_.context_.config.duplicates_topic, RdKafka::Topic::PARTITION_UA, "duplicates",
+            nullptr);
+  }
+  void dead_letter(std::size_t i, const identity::ExtractError& error) override {
+    produce(i, worker_.context_.config.dlq_topic, RdKafka::Topic::PARTITION_UA, "dead-letter",
+            &error);
+  }
+  [[nodiscard]] bool stopped() const override { return worker_.context_.fatal.raised(); }
+
+ private:
+  bool produce(std::size_t i, const std::string& topic, std::int32_t partition,
+               const char* destination, const identity::ExtractError* error) {
+    const auto produced =
+        worker_.output_.produce(slice_, *records_[i], topic, partition, destination, error);
+    if (produced == OutputProducer::Produced::kStopped) worker_.failed_ = true;
+    return produced == OutputProducer::Produced::kQueued;
+  }
+
+  Worker& worker_;
+  Slice& slice_;
+  std::span<MessagePtr> records_;
+};
+
+Worker::Worker(std::uint32_t index, const WorkerContext& context,
+               identity::IdentityExtractor extractor)
+    : index_(index),
+      context_(context),
+      processor_(ProcessorOptions::of(context.config), std::move(extractor), context.fingerprinter),
+      output_(context.producer, context.protocol, context.fatal, context.config.output.topic) {}
+
+void Worker::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::push(Work work) {
+  if (work.kind == Work::Kind::kRecords) {
+    queued_records_.fetch_add(work.records.size(), std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_one();
+}
+
+void Worker::barrier(Work::Kind kind, std::vector<PartitionId> partitions,
+                     std::vector<PartitionId> capture) {
+  Work w;
+  w.kind = kind;
+  w.partitions = std::move(partitions);
+  w.capture = std::move(capture);
+  w.done = std::make_shared<std::promise<void>>();
+  auto fut = w.done->get_future();
+  push(std::move(w));
+  fut.wait();
+}
+
+void Worker::loop() {
+  for (;;) {
+    Work work;
+    if (!next(work)) {
+      capture_due_idle();
+      continue;
+    }
+    switch (work.kind) {
+      case Work::Kind::kRecords: {
+        auto started = Clock::now();
+        if (!failed_) process(work.records);
+        queued_records_.fetch_sub(work.records.size(), std::memory_order_relaxed);
+        busy_nanos_.fetch_add(static_cast<std::uint64_t>((Clock::now() - started).count()),
+                              std::memory_order_relaxed);
+        break;
+      }
+      case Work::Kind::kAdopt: {
+        PartitionId id = work.slice->id();
+        slices_[id] = std::move(work.slice);
+        break;
+      }
+      case Work::Kind::kRelease:
+      case Work::Kind::kDrop:
+        release(work);
+        work.done->set_value();
+        break;
+      case Work::Kind::kCapture:
+        for (auto& [id, slice] : slices_) capture(*slice);
+        work.done->set_value();
+        break;
+      case Work::Kind::kBarrier:
+        work.done->set_value();
+        break;
+      case Work::Kind::kStop:
+        output_.release_topics();
+        return;
+    }
+  }
+}
+
+/// The next work item, or false when none came within the idle check.
+bool Worker::next(Work& work) {
+  // How often an idle worker looks for slices whose snapshot came due
+  // without new records (a partition that went quiet after a burst).
+  constexpr auto kIdleCheck = std::chrono::milliseconds(250);
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, kIdleCheck, [&] { return !queue_.empty(); })) return false;
+  work = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void Worker::capture_due_idle() {
+  if (failed_) return;
+  for (auto& [id, slice] : slices_) {
+    if (slice->captures().records_since > 0) maybe_capture(*slice, 0);
+  }
+}
+
+void Worker::release(Work& work) {
+  for (const auto& id : work.partitions) {
+    auto it = slices_.find(id);
+    if (it == slices_.end()) continue;
+    if (work.kind == Work::Kind::kRelease) {
+      // The final snapshot, at the final stored position: librdkafka
+      // commits it once the rebalance callback returned, and the commit
+      // result releases the capture to the store.
+      if (std::find(work.capture.begin(), work.capture.end(), id) != work.capture.end()) {
+        capture(*it->second);
+      }
+      if (context_.hooks.on_release) context_.hooks.on_release(*it->second);
+    }
+    slices_.erase(it);
+  }
+}
+
+/// Processes one batch: records are grouped by partition (keeping each
+/// partition's order) and each group goes through its Slice.
+void Worker::process(std::vector<MessagePtr>& records) {
+  std::size_t begin = 0;
+  while (begin < records.size()) {
+    // Consecutive records of one partition form a group; the consumer hands
+    // out records per partition in runs, so groups are usually long.
+    const auto& first = *records[begin];
+    std::size_t end = begin + 1;
+    // Same topic = same topic handle: no name copies per record.
+    const rd_kafka_message_t* head = records[begin]->c_ptr();
+    while (end < records.size() && records[end]->c_ptr()->partition == head->partition &&
+           records[end]->c_ptr()->rkt == head->rkt) {
+      ++end;
+    }
+    PartitionId id{first.topic_name(), first.partition()};
+    auto it = slices_.find(id);
+    if (it == slices_.end()) {
+      // Revoked between fetch and processing: not committed, so the new
+      // owner reads it again.
+      spdlog::debug("worker {}: skipping {} records of unowned partition {}", index_, end - begin,
+                    id.str());
+    } else {
+      process_partition(*it->second, std::span(records).subspan(begin, end - begin));
+      it->second->counters()->queued.fetch_sub(static_cast<std::int64_t>(end - begin),
+                                               std::memory_order_relaxed);
+      if (failed_) return;
+      maybe_capture(*it->second, end - begin);
+    }
+    begin = end;
+  }
+}
+
+void Worker::process_partition(Slice& slice, std::span<MessagePtr> records) {
+  auto started = Clock::now();
+  auto& counters = *slice.counters();
+  emit_ages_ = {};
+  ProducerSinks sinks(*this, slice, records);
+  const BatchResult r = processor_.process(slice, batch_view_.of(records), wall_ms(), sinks);
+  if (r.offsets_rejected) {
+    context_.fatal.set("internal error: offsets of " + slice.id().str() +
+                       " went backwards; stopping without committing them");
+    failed_ = true;
+    return;
+  }
+  if (r.fail_message) {
+    failed_ = true;
+    context_.fatal.set(*r.fail_message);
+  }
+  publish_filter_stats(slice);
+  // Latency histograms: a handful of relaxed adds per batch, never per
+  // record (the StatsBridge turns them into Prometheus observations).
+  counters.emit_ages.add(emit_ages_);
+  counters.batch_times.observe(static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count()));
+}
+
+/// Takes a snapshot capture of `slice` at its current position when one
+/// is due (state.snapshot_interval or snapshot_records since the last) and
+/// none of that partition is waiting or being written.
+void Worker::maybe_capture(Slice& slice, std::size_t records) {
+  if (context_.snapshotter == nullptr || slice.filter() == nullptr) return;
+  auto& schedule = slice.captures();
+  schedule.records_since += records;
+  const auto& state = context_.config.state;
+  if (schedule.records_since < state.snapshot_records &&
+      Clock::now() - schedule.last_time < state.snapshot_interval) {
+    return;
+  }
+  if (context_.snapshotter->busy(slice.id())) return;
+  capture(slice);
+}
+
+/// Copies the slice's state into a capture for the Snapshotter (the only
+/// snapshot work on the worker: one serialization of the filter). Skipped
+/// when nothing changed since the last capture.
+void Worker::capture(Slice& slice) {
+  if (context_.snapshotter == nullptr || slice.filter() == nullptr) return;
+  auto& schedule = slice.captures();
+  const std::int64_t next = slice.next_offset();
+  schedule.records_since = 0;
+  schedule.last_time = Clock::now();
+  if (next < 0 || next == schedule.last_offset) return;
+  schedule.last_offset = next;
+  // serialize() of the AuditedFilter is the inner filter's state.
+  state::SnapshotCapture c = state::capture_snapshot(
+      state::PartitionKey{slice.id().topic, slice.id().partition}, *slice.filter(), slice.scale(),
+      next, slice.clock().now_ms(), context_.salt_check);
+  spdlog::debug("captured {} at offset {} ({} bytes in {:.3f} ms)", slice.id().str(), next,
+                c.state.size(), static_cast<double>(c.capture_time.count()) / 1e6);
+  context_.snapshotter->offer(std::move(c));
+}
+
+/// The filter's size and fpp estimate into the partition's counters, at
+/// most once a second per partition (stats() walks the sub-filters).
+void Worker::publish_filter_stats(Slice& slice) {
+  const auto* f = slice.filter();
+  if (f == nullptr) return;
+  auto& schedule = slice.captures();
+  const auto now = Clock::now();
+  if (now - schedule.last_stats < std::chrono::seconds(1)) return;
+  schedule.last_stats = now;
+  auto& counters = *slice.counters();
+  const auto fs = f->stats();
+  counters.filter_bytes.store(fs.bytes, std::memory_order_relaxed);
+  counters.filter_subfilters.store(fs.subfilters, std::memory_order_relaxed);
+  counters.filter_fpp_estimate.store(fs.fpp_estimate, std::memory_order_relaxed);
+}
+
+/// Adds the age at emit of an output record just handed to the producer
+/// (wall clock now minus its timestamp) to this batch's counts. Records
+/// without a usable timestamp leave with the production time and are not
+/// observed; a timestamp in the future counts as age 0.
+void Worker::observe_emit_age(const RdKafka::Message& m) noexcept {
+  const auto ts = m.timestamp();
+  if (ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE || ts.timestamp <= 0) {
+    return;
+  }
+  const std::int64_t now_ns = wall_ns();
+  // Compared in milliseconds first so a far-future timestamp cannot
+  // overflow the conversion to nanoseconds.
+  const std::int64_t age_ns =
+      ts.timestamp > now_ns / 1'000'000 ? 0 : now_ns - ts.timestamp * 1'000'000;
+  emit_ages_.observe(static_cast<std::uint64_t>(age_ns));
+}
+
+// ------------------------------------------------------------ WorkerPool --
+
+Status WorkerPool::build(const WorkerContext& context, std::uint32_t threads,
+                         const std::string& extractor) {
+  threads = std::max<std::uint32_t>(1, threads);
+  for (std::uint32_t i = 0; i < threads; ++i) {
+    auto made = identity::IdentityExtractor::create(extractor);
+    if (!made) return fail("identity.extractor: " + made.error().message);
+    workers_.push_back(std::make_unique<Worker>(i, context, std::move(*made)));
+  }
+  slices_per_worker_.assign(threads, 0);
+  pending_.resize(threads);
+  batch_size_ = std::max<std::size_t>(1, context.config.batch_size);
+  return {};
+}
+
+void WorkerPool::start() {
+  for (auto& w : workers_) w->start();
+}
+
+void WorkerPool::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  for (auto& w : workers_) {
+    Work stop;
+    stop.kind = Work::Kind::kStop;
+    w->push(std::move(stop));
+  }
+  for (auto& w : workers_) w->join();
+}
+
+std::size_t WorkerPool::queued_records() const {
+  std::size_t total = 0;
+  for (const auto& w : workers_) total += w->queued_records();
+  return total;
+}
+
+std::vector<std::uint64_t> WorkerPool::busy_nanos() const {
+  std::vector<std::uint64_t> out;
+  out.reserve(workers_.size());
+  for (const auto& w : workers_) out.push_back(w->busy_nanos());
+  return out;
+}
+
+void WorkerPool::push_batch(std::uint32_t worker) {
+  Work w;
+  w.records = std::move(pending_[worker]);
+  pending_[worker].clear();
+  pending_records_ -= w.records.size();
+  workers_[worker]->push(std::move(w));
+}
+
+void WorkerPool::flush() {
+  for (std::uint32_t i = 0; i < pending_.size(); ++i) {
+    if (!pending_[i].empty()) push_batch(i);
+  }
+}
+
+void WorkerPool::barrier_all(Work::Kind kind) {
+  for (auto& w : workers_) w->barrier(kind);
+}
+
+std::uint32_t WorkerPool::adopt(std::unique_ptr<Slice> slice) {
+  const std::uint32_t worker = choose_worker(slices_per_worker_);
+  ++slices_per_worker_[worker];
+  Work work;
+  work.kind = Work::Kind::kAdopt;
+  work.slice = std::move(slice);
+  workers_[worker]->push(std::move(work));
+  return worker;
+}
+
+void WorkerPool::release(const std::map<std::uint32_t, std::vector<PartitionId>>& by_worker,
+                         Work::Kind kind, const std::vector<PartitionId>& capture) {
+  for (const auto& [w, list] : by_worker) {
+    workers_[w]->barrier(kind, list, capture);
+    slices_per_worker_[w] -= static_cast<std::uint32_t>(list.size());
+  }
+}
+
+}  // namespace kdedup::pipeline

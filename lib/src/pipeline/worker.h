@@ -1,0 +1,186 @@
+#pragma once
+// The worker threads of `kdedup run`. A Worker owns the Slices of its
+// partitions exclusively (no locks on the hot path) and processes its queue
+// strictly in order: batches of records (identity -> fingerprint -> filter
+// -> produce, through the PartitionProcessor), slices adopted on assignment
+// and released on revocation, barriers, snapshot captures. The WorkerPool is
+// the consumer thread's side: it batches fetched records per worker and
+// pushes the work.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <librdkafka/rdkafkacpp.h>
+
+#include "kdedup/config/config.h"
+#include "kdedup/filter/fingerprint.h"
+#include "kdedup/identity/extractor.h"
+#include "kdedup/metrics/metrics.h"
+#include "kdedup/pipeline/partition_processor.h"
+#include "kdedup/pipeline/slice.h"
+#include "kdedup/pipeline/slice_hooks.h"
+#include "message_view.h"
+#include "output_producer.h"
+
+namespace kdedup::pipeline {
+
+class CommitProtocol;
+class FatalError;
+class Snapshotter;
+
+using MessagePtr = std::unique_ptr<RdKafka::Message>;
+
+/// A unit of work for a worker, processed strictly in queue order.
+struct Work {
+  // kDrop: like kRelease but without on_release or capture: the slice holds
+  // state that was never committed (delivery: transactional rollback).
+  enum class Kind : std::uint8_t { kRecords, kAdopt, kBarrier, kRelease, kDrop, kCapture, kStop };
+  Kind kind = Kind::kRecords;
+  std::vector<MessagePtr> records;
+  std::unique_ptr<Slice> slice;              // kAdopt
+  std::vector<PartitionId> partitions;       // kRelease, kDrop
+  std::vector<PartitionId> capture;          // kRelease: snapshot these first
+  std::shared_ptr<std::promise<void>> done;  // kBarrier, kRelease, kDrop, kCapture
+};
+
+/// What the workers share: read-only after the Pipeline was created, or
+/// thread-safe.
+struct WorkerContext {
+  const config::Config& config;
+  RdKafka::Producer& producer;
+  CommitProtocol& protocol;
+  FatalError& fatal;
+  filter::Fingerprinter fingerprinter;
+  SliceHooks& hooks;
+  Snapshotter* snapshotter = nullptr;  // null: no snapshots
+  std::uint64_t salt_check = 0;        // filter::salt_check(), only with snapshots
+};
+
+/// One worker thread and its queue. The queue is the only thing shared with
+/// the consumer thread (push, barrier, queued_records); the slices, the
+/// processor and the topic handles are the worker's alone.
+class Worker {
+ public:
+  Worker(std::uint32_t index, const WorkerContext& context, identity::IdentityExtractor extractor);
+
+  void start();
+  void join();
+
+  /// Consumer thread: enqueue work.
+  void push(Work work);
+
+  /// Consumer thread: returns once everything queued before has been
+  /// processed (and, for kRelease / kDrop / kCapture, done).
+  void barrier(Work::Kind kind = Work::Kind::kBarrier, std::vector<PartitionId> partitions = {},
+               std::vector<PartitionId> capture = {});
+
+  [[nodiscard]] std::size_t queued_records() const noexcept {
+    return queued_records_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t busy_nanos() const noexcept {
+    return busy_nanos_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  class ProducerSinks;
+
+  void loop();
+  [[nodiscard]] bool next(Work& work);
+  void capture_due_idle();
+  void release(Work& work);
+  void process(std::vector<MessagePtr>& records);
+  void process_partition(Slice& slice, std::span<MessagePtr> records);
+  void maybe_capture(Slice& slice, std::size_t records);
+  void capture(Slice& slice);
+  void publish_filter_stats(Slice& slice);
+  void observe_emit_age(const RdKafka::Message& m) noexcept;
+
+  std::uint32_t index_;
+  const WorkerContext& context_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Work> queue_;
+  std::atomic<std::size_t> queued_records_{0};
+  std::atomic<std::uint64_t> busy_nanos_{0};
+
+  // Worker-thread state, only touched by loop().
+  bool failed_ = false;  // stop processing after a fatal record-level error
+  std::map<PartitionId, std::unique_ptr<Slice>> slices_;
+  PartitionProcessor processor_;
+  BatchView batch_view_;
+  OutputProducer output_;             // topic handles released at kStop
+  metrics::EmitAgeCounts emit_ages_;  // this batch's output records
+};
+
+/// The workers, seen from the consumer thread: fetched records are batched
+/// per worker (config.batch_size, or max_linger) before they are pushed, and
+/// each new Slice goes to the worker with the fewest. Consumer thread only,
+/// except busy_nanos() (any thread).
+class WorkerPool {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Setup: builds `threads` workers (at least one), each with its own
+  /// identity extractor. Not started.
+  [[nodiscard]] Status build(const WorkerContext& context, std::uint32_t threads,
+                             const std::string& extractor);
+  void start();
+  /// Pushes kStop to every worker and joins them (idempotent).
+  void stop();
+
+  [[nodiscard]] std::size_t size() const noexcept { return workers_.size(); }
+  [[nodiscard]] std::size_t queued_records() const;
+  [[nodiscard]] std::vector<std::uint64_t> busy_nanos() const;
+
+  /// Hands a fetched record to worker `worker`'s next batch.
+  void dispatch(MessagePtr message, std::uint32_t worker) {
+    auto& batch = pending_[worker];
+    if (batch.empty() && pending_records_ == 0) first_pending_ = Clock::now();
+    batch.push_back(std::move(message));
+    ++pending_records_;
+    if (batch.size() >= batch_size_) push_batch(worker);
+  }
+  /// Pushes every batch that waits.
+  void flush();
+  /// flush() when the oldest waiting record waited `max_linger`.
+  void flush_lingering(std::chrono::milliseconds max_linger) {
+    if (Clock::now() - first_pending_ >= max_linger) flush();
+  }
+
+  /// Waits until every worker processed what it was handed (`kind`:
+  /// kBarrier, or kCapture to take a snapshot capture of every slice too).
+  void barrier_all(Work::Kind kind = Work::Kind::kBarrier);
+  /// Waits until worker `worker` processed what it was handed.
+  void barrier(std::uint32_t worker) { workers_[worker]->barrier(); }
+
+  /// Hands `slice` to the worker with the fewest slices; returns it.
+  std::uint32_t adopt(std::unique_ptr<Slice> slice);
+  /// Destroys the slices of `by_worker` on their workers once their queued
+  /// records were processed: kRelease (snapshot `capture` first, then the
+  /// on_release hook) or kDrop (neither).
+  void release(const std::map<std::uint32_t, std::vector<PartitionId>>& by_worker, Work::Kind kind,
+               const std::vector<PartitionId>& capture = {});
+
+ private:
+  void push_batch(std::uint32_t worker);
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::uint32_t> slices_per_worker_;
+  std::vector<std::vector<MessagePtr>> pending_;  // per worker, not yet pushed
+  std::size_t pending_records_ = 0;
+  std::size_t batch_size_ = 1;
+  Clock::time_point first_pending_{};
+  bool stopped_ = false;
+};
+
+}  // namespace kdedup::pipeline
