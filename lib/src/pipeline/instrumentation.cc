@@ -312,100 +312,19 @@ void StatsBridge::publish_repartition() {
 
 void StatsBridge::publish() {
   publish_repartition();
-  metrics::Metrics& m = instruments_.metrics();
   const PipelineStats s = source_();
   const std::int64_t wall = wall_ms_();
-
-  // librdkafka statistics: parsed here, off the clients' poll threads.
-  for (const std::string& json : instruments_.take_statistics()) {
-    auto parsed = metrics::parse_statistics(json);
-    if (!parsed) {
-      ++statistics_rejected_;
-      spdlog::debug("ignoring a librdkafka statistics document: {}", parsed.error().message);
-      continue;
-    }
-    m.apply_statistics(*parsed);
-  }
-
-  // Instance-wide figures.
-  for (std::uint64_t i = delta(s.rebalances, rebalances_); i > 0; --i) m.add_rebalance();
-  rebalances_ = s.rebalances;
-  // Transaction totals only grow for the pipeline's lifetime (all zero
-  // unless delivery: transactional).
-  const TransactionStats& t = s.transactions;
-  m.add_transactions(delta(t.committed, transactions_.committed),
-                     delta(t.aborted, transactions_.aborted),
-                     delta(t.records_committed, transactions_.records_committed),
-                     delta(t.records_aborted, transactions_.records_aborted));
-  transactions_ = t;
-  m.set_assigned_partitions(static_cast<std::int64_t>(s.assigned_partitions));
-  m.set_memory(s.memory.max_bytes, s.memory.used_bytes, s.memory.effective_fpp);
-  m.set_workers(static_cast<std::int64_t>(s.worker_busy_nanos.size()));
-  busy_nanos_.resize(s.worker_busy_nanos.size(), 0);
-  std::uint64_t busy = 0;
-  for (std::size_t w = 0; w < s.worker_busy_nanos.size(); ++w) {
-    busy += delta(s.worker_busy_nanos[w], busy_nanos_[w]);
-    busy_nanos_[w] = s.worker_busy_nanos[w];
-  }
-  m.add_busy_seconds(static_cast<double>(busy) / 1e9);
+  publish_instance(s);
 
   std::set<PartitionId> present;
   std::uint64_t delivery_errors = 0;
   std::size_t not_restored = 0;
   for (const PartitionStats& p : s.partitions) {
-    PartitionId id{p.topic, p.partition};
-    present.insert(id);
+    present.insert(PartitionId{p.topic, p.partition});
     if (p.restoring) ++not_restored;
-    const Instrumentation::Entry entry = instruments_.ensure(id);
-    Seen& seen = seen_[id];
-    if (seen.generation != entry.generation) {
-      // A new assignment: the pipeline's counters start over with its Slice.
-      seen.generation = entry.generation;
-      seen.last = PartitionStats{};
-    }
-    const PartitionStats& before = seen.last;
-
-    metrics::BatchCounts c;
-    c.in = delta(p.records_in, before.records_in);
-    c.distinct = delta(p.distinct, before.distinct);
-    c.duplicate = delta(p.duplicates, before.duplicates);
-    c.dlq = delta(p.dead_lettered, before.dead_lettered);
-    c.clock_capped = delta(p.clock_capped, before.clock_capped);
-    c.no_timestamp = delta(p.no_timestamp, before.no_timestamp);
-    for (const auto& [reason, n] : p.invalid_reasons) {
-      auto it = before.invalid_reasons.find(reason);
-      c.invalid[m.reason_index(reason)] +=
-          delta(n, it == before.invalid_reasons.end() ? 0 : it->second);
-    }
-    entry.metrics->add_batch(c);
-    // The latency histograms: the workers count into the same buckets as the
-    // Prometheus histograms, so the delta since the last reading is exactly
-    // the observations made in between, each in its own bucket.
-    entry.metrics->add_batch_times(p.batch_times.since(before.batch_times));
-    entry.metrics->add_emit_ages(p.emit_ages.since(before.emit_ages));
-    delivery_errors += delta(p.delivery_errors, before.delivery_errors);
-    entry.metrics->add_replayed(delta(p.replayed, before.replayed));
-    entry.metrics->add_confirm(delta(p.confirm.lookups, before.confirm.lookups),
-                               delta(p.confirm.prevented, before.confirm.prevented),
-                               p.confirm.lookup_times.since(before.confirm.lookup_times));
-    entry.metrics->set_confirm_store_bytes(p.confirm.store_bytes);
-
-    // Clock lag is wall clock minus the partition clock, negative when the
-    // clock is ahead (records stamped up to max_future_skew in the future);
-    // before the first record there is no clock, so 0 rather than ~56 years.
-    const double lag = p.clock_ms > 0 ? static_cast<double>(wall - p.clock_ms) / 1e3 : 0.0;
-    if (entry.probe && entry.probe->published.load(std::memory_order_acquire)) {
-      entry.metrics->set_filter(entry.probe->read(), lag);
-    } else {
-      filter::FilterStats fs;  // passthrough: no filter state
-      fs.bytes = p.filter_bytes;
-      fs.subfilters = p.filter_subfilters;
-      fs.fpp_estimate = p.filter_fpp_estimate;
-      entry.metrics->set_filter(fs, lag);
-    }
-    entry.metrics->set_queue_depth(p.queued);
-    seen.last = p;
+    delivery_errors += publish_partition(p, wall);
   }
+  metrics::Metrics& m = instruments_.metrics();
   if (delivery_errors != 0) m.add_delivery_errors(delivery_topic_, delivery_errors);
 
   // Revoked partitions: their gauges disappear, their counters stay.
@@ -433,6 +352,100 @@ void StatsBridge::publish() {
   } else {
     m.health().set_ready();
   }
+}
+
+/// The librdkafka statistics documents and the instance-wide figures.
+void StatsBridge::publish_instance(const PipelineStats& s) {
+  metrics::Metrics& m = instruments_.metrics();
+  // librdkafka statistics: parsed here, off the clients' poll threads.
+  for (const std::string& json : instruments_.take_statistics()) {
+    auto parsed = metrics::parse_statistics(json);
+    if (!parsed) {
+      ++statistics_rejected_;
+      spdlog::debug("ignoring a librdkafka statistics document: {}", parsed.error().message);
+      continue;
+    }
+    m.apply_statistics(*parsed);
+  }
+
+  for (std::uint64_t i = delta(s.rebalances, rebalances_); i > 0; --i) m.add_rebalance();
+  rebalances_ = s.rebalances;
+  // Transaction totals only grow for the pipeline's lifetime (all zero
+  // unless delivery: transactional).
+  const TransactionStats& t = s.transactions;
+  m.add_transactions(delta(t.committed, transactions_.committed),
+                     delta(t.aborted, transactions_.aborted),
+                     delta(t.records_committed, transactions_.records_committed),
+                     delta(t.records_aborted, transactions_.records_aborted));
+  transactions_ = t;
+  m.set_assigned_partitions(static_cast<std::int64_t>(s.assigned_partitions));
+  m.set_memory(s.memory.max_bytes, s.memory.used_bytes, s.memory.effective_fpp);
+  m.set_workers(static_cast<std::int64_t>(s.worker_busy_nanos.size()));
+  busy_nanos_.resize(s.worker_busy_nanos.size(), 0);
+  std::uint64_t busy = 0;
+  for (std::size_t w = 0; w < s.worker_busy_nanos.size(); ++w) {
+    busy += delta(s.worker_busy_nanos[w], busy_nanos_[w]);
+    busy_nanos_[w] = s.worker_busy_nanos[w];
+  }
+  m.add_busy_seconds(static_cast<double>(busy) / 1e9);
+}
+
+/// One assigned partition's deltas since the last reading and its gauges;
+/// returns its new delivery errors (labelled by the output topic, summed by
+/// the caller).
+std::uint64_t StatsBridge::publish_partition(const PartitionStats& p, std::int64_t wall) {
+  metrics::Metrics& m = instruments_.metrics();
+  PartitionId id{p.topic, p.partition};
+  const Instrumentation::Entry entry = instruments_.ensure(id);
+  Seen& seen = seen_[id];
+  if (seen.generation != entry.generation) {
+    // A new assignment: the pipeline's counters start over with its Slice.
+    seen.generation = entry.generation;
+    seen.last = PartitionStats{};
+  }
+  const PartitionStats& before = seen.last;
+
+  metrics::BatchCounts c;
+  c.in = delta(p.records_in, before.records_in);
+  c.distinct = delta(p.distinct, before.distinct);
+  c.duplicate = delta(p.duplicates, before.duplicates);
+  c.dlq = delta(p.dead_lettered, before.dead_lettered);
+  c.clock_capped = delta(p.clock_capped, before.clock_capped);
+  c.no_timestamp = delta(p.no_timestamp, before.no_timestamp);
+  for (const auto& [reason, n] : p.invalid_reasons) {
+    auto it = before.invalid_reasons.find(reason);
+    c.invalid[m.reason_index(reason)] +=
+        delta(n, it == before.invalid_reasons.end() ? 0 : it->second);
+  }
+  entry.metrics->add_batch(c);
+  // The latency histograms: the workers count into the same buckets as the
+  // Prometheus histograms, so the delta since the last reading is exactly
+  // the observations made in between, each in its own bucket.
+  entry.metrics->add_batch_times(p.batch_times.since(before.batch_times));
+  entry.metrics->add_emit_ages(p.emit_ages.since(before.emit_ages));
+  const std::uint64_t delivery_errors = delta(p.delivery_errors, before.delivery_errors);
+  entry.metrics->add_replayed(delta(p.replayed, before.replayed));
+  entry.metrics->add_confirm(delta(p.confirm.lookups, before.confirm.lookups),
+                             delta(p.confirm.prevented, before.confirm.prevented),
+                             p.confirm.lookup_times.since(before.confirm.lookup_times));
+  entry.metrics->set_confirm_store_bytes(p.confirm.store_bytes);
+
+  // Clock lag is wall clock minus the partition clock, negative when the
+  // clock is ahead (records stamped up to max_future_skew in the future);
+  // before the first record there is no clock, so 0 rather than ~56 years.
+  const double lag = p.clock_ms > 0 ? static_cast<double>(wall - p.clock_ms) / 1e3 : 0.0;
+  if (entry.probe && entry.probe->published.load(std::memory_order_acquire)) {
+    entry.metrics->set_filter(entry.probe->read(), lag);
+  } else {
+    filter::FilterStats fs;  // passthrough: no filter state
+    fs.bytes = p.filter_bytes;
+    fs.subfilters = p.filter_subfilters;
+    fs.fpp_estimate = p.filter_fpp_estimate;
+    entry.metrics->set_filter(fs, lag);
+  }
+  entry.metrics->set_queue_depth(p.queued);
+  seen.last = p;
+  return delivery_errors;
 }
 
 }  // namespace kdedup::pipeline

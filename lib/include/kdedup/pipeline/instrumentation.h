@@ -254,6 +254,8 @@ class StatsBridge {
 
   void run();
   void publish_repartition();
+  void publish_instance(const PipelineStats& s);
+  [[nodiscard]] std::uint64_t publish_partition(const PartitionStats& p, std::int64_t wall);
 
   std::function<RepartitionStats()> repartition_;
   std::string internal_topic_;
