@@ -479,13 +479,9 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
       const FilterConfig c = config_of(type, 1'000, bits, 0.01, 4096);
       const std::uint32_t window = c.ticks_per_window;
       // 30k ids per window per filter: a pre-sized pair needs about
-      // 2 x 30k x (15..235 bits) / 8; the budget is half of that. (The
-      // compact filter saves at most 5 of its 13 bits a slot at fpp 1% by
-      // raising its fpp to 0.25: it gets a budget 10% short.)
-      const bool compact = type == FilterType::kCompact;
+      // 2 x 30k x (15..235 bits) / 8; the budget is half of that.
       const std::uint64_t need = 2 * presized_bytes(c, 30'000);
-      const auto limit =
-          static_cast<std::uint64_t>(static_cast<double>(need) / (compact ? 1.1 : 2));
+      const std::uint64_t limit = need / 2;
       auto budget = budget_of(limit, c.fpp);
       StreamSpec spec;
       spec.domain = 1ULL << 40;
@@ -495,10 +491,8 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
       const auto events = generate_stream(spec);
       const BudgetRun r = run_two(type, bits, budget, events);
       EXPECT_EQ(r.counts.false_negatives, 0U);
-      // Within the budget, plus each filter's floor (charged past it); the
-      // compact filter also charges a floor-sized table past it when it is
-      // full and refused (compact_filter.h, "Memory budget").
-      EXPECT_LE(r.worst_used, limit + (compact ? 4 : 2) * c.min_bytes);
+      // Within the budget, plus each filter's floor (charged past it).
+      EXPECT_LE(r.worst_used, limit + 2 * c.min_bytes);
       EXPECT_GE(r.worst_level, 1U) << "the budget was never short";
       // The filters report the fpp they run at: what was observed is within it.
       EXPECT_GT(r.worst_estimate, c.fpp);
