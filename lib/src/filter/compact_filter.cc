@@ -77,6 +77,8 @@ bool compact_fpp_supported(double fpp, unsigned tag_bits) {
 // table's line, read only, tags checked. put(): a new entry.
 
 struct CompactFilter::PortableLines {
+  using Any = PortableLines;
+  static bool accepts(const Layout&) { return true; }
   static bool probe(Line& L, const Layout& l, std::uint32_t q, std::uint32_t rem, const Age& a,
                     unsigned& n, std::int64_t& filled) {
     n = compact::count(L, l);
@@ -109,7 +111,24 @@ struct CompactFilter::PortableLines {
 };
 
 #if KDEDUP_COMPACT_X86
+// Kind: which scan the active layout has, fixed per batch run so that the
+// hot loop has no branch on it (kAny decides per line: sealed tables, the
+// scrub).
+namespace {
+struct ScanKind {
+  static constexpr int kAny = 0, kBytes = 1, kWords = 2;
+};
+}  // namespace
+
+template <int Kind>
 struct CompactFilter::VectorLines {
+  using Any = VectorLines<ScanKind::kAny>;
+  // The active layouts this kernel handles.
+  static bool accepts(const Layout& l) {
+    if constexpr (Kind == ScanKind::kBytes) return l.bytes;
+    if constexpr (Kind == ScanKind::kWords) return l.vector && !l.bytes;
+    return true;
+  }
   // Entries matching `m` (any bucket) that are in bucket q.
   KDEDUP_COMPACT_AVX512 static bool in_bucket(std::uint64_t m, std::uint64_t lo, std::uint64_t hi,
                                               std::uint32_t q) {
@@ -119,24 +138,38 @@ struct CompactFilter::VectorLines {
     }
     return false;
   }
+  template <bool WithDead>
+  KDEDUP_COMPACT_AVX512 static compact::VecScan scan(__m512i v, const Layout& l, unsigned n,
+                                                     std::uint32_t rem, const Age& a) {
+    if constexpr (Kind == ScanKind::kBytes) {
+      return compact::scan_bytes_avx512<WithDead>(v, l, n, rem, a);
+    } else if constexpr (Kind == ScanKind::kWords) {
+      const __m512i want = _mm512_set1_epi16(static_cast<short>(rem << l.t));
+      const __m512i now16 = _mm512_set1_epi16(static_cast<short>(a.now + (1U << l.t)));
+      const __m512i window16 = _mm512_set1_epi16(static_cast<short>(a.window));
+      return compact::scan_avx512<WithDead>(v, l, n, want, now16, window16);
+    } else {
+      return compact::scan_line_avx512<WithDead>(v, l, n, rem, a);
+    }
+  }
   KDEDUP_COMPACT_AVX512 static bool probe(Line& L, const Layout& l, std::uint32_t q,
                                           std::uint32_t rem, const Age& a, unsigned& n,
                                           std::int64_t& filled) {
-    if (!l.vector) return PortableLines::probe(L, l, q, rem, a, n, filled);
+    if constexpr (Kind == ScanKind::kAny) {
+      if (!l.vector) return PortableLines::probe(L, l, q, rem, a, n, filled);
+    }
     const std::uint64_t lo = compact::code_lo(L, l), hi = compact::code_hi(L, l);
     n = static_cast<unsigned>(_mm_popcnt_u64(lo) + _mm_popcnt_u64(hi));
     const __m512i v = _mm512_load_si512(L.w);
-    const __m512i want = _mm512_set1_epi16(static_cast<short>(rem << l.t));
     if (compact::stamp(L, l) == a.now) [[likely]] {
-      const auto s = compact::scan_avx512<false>(v, l, n, want, want, want);
-      return s.match != 0 && in_bucket(s.match, lo, hi, q);
+      const std::uint64_t m = scan<false>(v, l, n, rem, a).match;
+      return m != 0 && in_bucket(m, lo, hi, q);
     }
     // Stale: the match is judged on the line as it was (live entries only),
     // then the line is compacted.
-    const __m512i now16 = _mm512_set1_epi16(static_cast<short>(a.now + (1U << l.t)));
-    const __m512i window16 = _mm512_set1_epi16(static_cast<short>(a.window));
-    const auto s = compact::scan_avx512<true>(v, l, n, want, now16, window16);
-    const bool hit = (s.match & ~s.dead) != 0 && in_bucket(s.match & ~s.dead, lo, hi, q);
+    const auto s = scan<true>(v, l, n, rem, a);
+    const std::uint64_t live = s.match & ~s.dead;
+    const bool hit = live != 0 && in_bucket(live, lo, hi, q);
     _mm512_store_si512(L.w, compact::compact_avx512(v, l, s.dead, a.now));
     const auto removed = static_cast<unsigned>(_mm_popcnt_u64(s.dead));
     n -= removed;
@@ -145,33 +178,32 @@ struct CompactFilter::VectorLines {
   }
   KDEDUP_COMPACT_AVX512 static bool seek(const Line& L, const Layout& l, std::uint32_t q,
                                          std::uint32_t rem, const Age& a) {
-    if (!l.vector) return PortableLines::seek(L, l, q, rem, a);
+    if constexpr (Kind == ScanKind::kAny) {
+      if (!l.vector) return PortableLines::seek(L, l, q, rem, a);
+    }
     const std::uint64_t lo = compact::code_lo(L, l), hi = compact::code_hi(L, l);
     const auto n = static_cast<unsigned>(_mm_popcnt_u64(lo) + _mm_popcnt_u64(hi));
-    const __m512i want = _mm512_set1_epi16(static_cast<short>(rem << l.t));
-    const __m512i now16 = _mm512_set1_epi16(static_cast<short>(a.now + (1U << l.t)));
-    const __m512i window16 = _mm512_set1_epi16(static_cast<short>(a.window));
-    const auto s = compact::scan_avx512<true>(_mm512_load_si512(L.w), l, n, want, now16, window16);
+    const auto s = scan<true>(_mm512_load_si512(L.w), l, n, rem, a);
     const std::uint64_t live = s.match & ~s.dead;
     return live != 0 && in_bucket(live, lo, hi, q);
   }
   KDEDUP_COMPACT_AVX512 static void put(Line& L, const Layout& l, std::uint32_t q,
                                         std::uint32_t rem, std::uint32_t tag) {
-    if (!l.vector) return PortableLines::put(L, l, q, rem, tag);
+    if constexpr (Kind == ScanKind::kAny) {
+      if (!l.vector) return PortableLines::put(L, l, q, rem, tag);
+    }
     compact::insert_line_avx512(L, l, q, rem, tag);
   }
   KDEDUP_COMPACT_AVX512 static unsigned sweep(Line& L, const Layout& l, const Age& a, bool all_dead,
                                               std::uint32_t stamp) {
-    if (!l.vector) return PortableLines::sweep(L, l, a, all_dead, stamp);
+    if constexpr (Kind == ScanKind::kAny) {
+      if (!l.vector) return PortableLines::sweep(L, l, a, all_dead, stamp);
+    }
     const std::uint64_t lo = compact::code_lo(L, l), hi = compact::code_hi(L, l);
     const auto n = static_cast<unsigned>(_mm_popcnt_u64(lo) + _mm_popcnt_u64(hi));
     const __m512i v = _mm512_load_si512(L.w);
-    std::uint64_t dead = n >= 64 ? ~0ULL : (1ULL << n) - 1;
-    if (!all_dead) {
-      const __m512i now16 = _mm512_set1_epi16(static_cast<short>(a.now + (1U << l.t)));
-      const __m512i window16 = _mm512_set1_epi16(static_cast<short>(a.window));
-      dead = compact::scan_avx512<true>(v, l, n, now16, now16, window16).dead;
-    }
+    const std::uint64_t dead =
+        all_dead ? (n >= 64 ? ~0ULL : (1ULL << n) - 1) : scan<true>(v, l, n, 0, a).dead;
     _mm512_store_si512(L.w, compact::compact_avx512(v, l, dead, stamp));
     return static_cast<unsigned>(_mm_popcnt_u64(dead));
   }
@@ -259,8 +291,14 @@ bool CompactFilter::vector_path() const noexcept {
 
 // --- the hot path ------------------------------------------------------------------
 
+CompactFilter::Where CompactFilter::where_of(const Key& k) const {
+  const View::Cells& c = view_->tables[0];
+  const Layout& l = *c.layout;
+  return {k, l.line1(k, c.lines), l.line2(k, c.lines), l.bucket_of(k), l.remainder_of(k)};
+}
+
 template <class Lines>
-bool CompactFilter::seen(const Key& k, unsigned& n1, unsigned& n2) {
+bool CompactFilter::seen(const Where& w, unsigned& n1, unsigned& n2) {
   // True when the identity is alive in some table or the overflow list. The
   // active table first: it holds the most recent, most often repeated
   // identities, and its lines are where a new one goes (n1, n2: their
@@ -268,24 +306,47 @@ bool CompactFilter::seen(const Key& k, unsigned& n1, unsigned& n2) {
   const View& v = *view_;
   const View::Cells& c = v.tables[0];
   const Layout& l = *c.layout;
-  const std::uint32_t q = l.bucket_of(k), rem = l.remainder_of(k);
-  const std::uint64_t i1 = l.line1(k, c.lines), i2 = l.line2(k, c.lines);
-  if (Lines::probe(c.data[i1], l, q, rem, v.age, n1, pending_filled_)) return true;
-  if (i2 == i1) {
+  const Key& k = w.key;
+  if (Lines::probe(c.data[w.i1], l, w.q, w.rem, v.age, n1, pending_filled_)) return true;
+  if (w.i2 == w.i1) {
     n2 = n1;
-  } else if (Lines::probe(c.data[i2], l, q, rem, v.age, n2, pending_filled_)) {
+  } else if (Lines::probe(c.data[w.i2], l, w.q, w.rem, v.age, n2, pending_filled_)) {
     return true;
   }
+  if (v.count == 1 && overflow_.empty()) [[likely]]
+    return false;
+  return seen_elsewhere(k);
+}
+
+[[gnu::noinline]] bool CompactFilter::seen_elsewhere(const Key& k) const {
+  // The sealed tables (read only, tags checked) and the overflow list.
+  const View& v = *view_;
   for (std::uint32_t s = 1; s < v.count; ++s) {
     const View::Cells& o = v.tables[s];
-    const Layout& ol = *o.layout;
-    const std::uint32_t oq = ol.bucket_of(k), orem = ol.remainder_of(k);
-    if (Lines::seek(o.data[ol.line1(k, o.lines)], ol, oq, orem, v.age) ||
-        Lines::seek(o.data[ol.line2(k, o.lines)], ol, oq, orem, v.age)) {
+    const Layout& l = *o.layout;
+    const std::uint32_t q = l.bucket_of(k), rem = l.remainder_of(k);
+    if (seek_line(o.data[l.line1(k, o.lines)], l, q, rem, v.age) ||
+        seek_line(o.data[l.line2(k, o.lines)], l, q, rem, v.age)) {
       return true;
     }
   }
   return !overflow_.empty() && overflow_bins_[k.bin()] != 0 && in_overflow(k, v.age);
+}
+
+#if KDEDUP_COMPACT_X86
+KDEDUP_COMPACT_AVX512 bool CompactFilter::seek_vector(const Line& L, const Layout& l,
+                                                      std::uint32_t q, std::uint32_t rem,
+                                                      const Age& a) {
+  return VectorLines<ScanKind::kAny>::seek(L, l, q, rem, a);
+}
+#endif
+
+bool CompactFilter::seek_line(const Line& L, const Layout& l, std::uint32_t q, std::uint32_t rem,
+                              const Age& a) const {
+#if KDEDUP_COMPACT_X86
+  if (vector_path()) return seek_vector(L, l, q, rem, a);
+#endif
+  return PortableLines::seek(L, l, q, rem, a);
 }
 
 bool CompactFilter::in_overflow(const Key& k, const Age& a) const {
@@ -299,27 +360,25 @@ bool CompactFilter::in_overflow(const Key& k, const Age& a) const {
 }
 
 template <class Lines>
-void CompactFilter::place(const Key& k, unsigned n1, unsigned n2) {
+void CompactFilter::place(const Where& w, unsigned n1, unsigned n2) {
   // A new identity into the active table: the line with fewer entries (the
   // first on a tie), or the overflow list when both are full. Counted in
   // pending_filled_; the caller books the insertion.
   const View& v = *view_;
   const View::Cells& c = v.tables[0];
   const Layout& l = *c.layout;
-  const std::uint32_t q = l.bucket_of(k), rem = l.remainder_of(k);
   if (n1 < l.shape.S || n2 < l.shape.S) [[likely]] {
-    const std::uint64_t i = n2 < n1 ? l.line2(k, c.lines) : l.line1(k, c.lines);
-    Lines::put(c.data[i], l, q, rem, v.age.now);
+    Lines::put(c.data[n2 < n1 ? w.i2 : w.i1], l, w.q, w.rem, v.age.now);
     ++pending_filled_;
     return;
   }
   Overflow o;
   o.table = static_cast<std::uint32_t>(tables_.size() - 1);
-  o.line = l.line1(k, c.lines);
-  o.q = q;
-  o.rem = rem;
+  o.line = w.i1;
+  o.q = w.q;
+  o.rem = w.rem;
   o.tag = v.age.now;
-  o.bin = k.bin();
+  o.bin = w.key.bin();
   overflow_.push_back(o);
   ++overflow_bins_[o.bin];
   note_full();
@@ -334,30 +393,43 @@ void CompactFilter::note_full() {
 }
 
 template <class Lines>
-void CompactFilter::active_counts(const Key& k, unsigned& n1, unsigned& n2) {
+void CompactFilter::active_counts(const Where& w, unsigned& n1, unsigned& n2) {
   // The entry counts of the identity's two lines in the active table
   // (compacted when stale), for an identity known to be new.
   const View& v = *view_;
   const View::Cells& c = v.tables[0];
   const Layout& l = *c.layout;
-  const std::uint32_t q = l.bucket_of(k), rem = l.remainder_of(k);
-  const std::uint64_t i1 = l.line1(k, c.lines), i2 = l.line2(k, c.lines);
-  (void)Lines::probe(c.data[i1], l, q, rem, v.age, n1, pending_filled_);
+  (void)Lines::probe(c.data[w.i1], l, w.q, w.rem, v.age, n1, pending_filled_);
   n2 = n1;
-  if (i2 != i1) (void)Lines::probe(c.data[i2], l, q, rem, v.age, n2, pending_filled_);
+  if (w.i2 != w.i1) (void)Lines::probe(c.data[w.i2], l, w.q, w.rem, v.age, n2, pending_filled_);
 }
 
 template <class Lines>
-Decision CompactFilter::decide(const Key& k) {
+Decision CompactFilter::decide(const Where& where) {
+  Where w = where;
   unsigned n1 = 0, n2 = 0;
-  if (seen<Lines>(k, n1, n2)) {
+  if (seen<Lines>(w, n1, n2)) {
     commit_pending();
     return Decision::kDuplicate;
   }
   if (view_->room == 0 && tables_.back()->inserts > 0 && grow_for_insert()) {
-    // The lines read belong to a sealed table now: read the new active's.
-    active_counts<Lines>(k, n1, n2);
+    // The lines read belong to a sealed table now: read the new active's
+    // (whose layout may be of another kind than this kernel's).
+    w = where_of(w.key);
+    return insert_new<typename Lines::Any>(w);
   }
+  return insert_new<Lines>(w, n1, n2);
+}
+
+template <class Lines>
+Decision CompactFilter::insert_new(const Where& w) {
+  unsigned n1 = 0, n2 = 0;
+  active_counts<Lines>(w, n1, n2);
+  return insert_new<Lines>(w, n1, n2);
+}
+
+template <class Lines>
+Decision CompactFilter::insert_new(const Where& w, unsigned n1, unsigned n2) {
   const unsigned S = view_->tables[0].layout->shape.S;
   if (saturated_ && n1 == S && n2 == S) {
     // No room anywhere and none to be had: judged a duplicate (a false
@@ -366,7 +438,7 @@ Decision CompactFilter::decide(const Key& k) {
     commit_pending();
     return Decision::kDuplicate;
   }
-  place<Lines>(k, n1, n2);
+  place<Lines>(w, n1, n2);
   pending_inserts_ = 1;
   commit_pending();
   if (seal_due_) {
@@ -418,36 +490,50 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
   // mid-batch only misses a hint); the keys are kept in a ring.
   constexpr std::size_t D = kPrefetchDistance;
   const std::size_t n = fps.size();
-  std::array<Key, D> ring;
-  auto prefetch = [&](std::size_t j) __attribute__((always_inline)) {
+  std::array<Where, D> ring;
+  auto stage = [&](std::size_t j) __attribute__((always_inline)) {
     const Key k = compact::key_of(fps[j].lo, fps[j].hi);
-    ring[j % D] = k;
     const View& v = *view_;
-    for (std::uint32_t s = 0; s < v.count; ++s) {
-      const Layout& l = *v.tables[s].layout;
-      __builtin_prefetch(v.tables[s].data + l.line1(k, v.tables[s].lines), 1, 3);
-      __builtin_prefetch(v.tables[s].data + l.line2(k, v.tables[s].lines), 1, 3);
+    const Layout& l = *v.tables[0].layout;
+    Where& w = ring[j % D];
+    w = {k, l.line1(k, v.tables[0].lines), l.line2(k, v.tables[0].lines), l.bucket_of(k),
+         l.remainder_of(k)};
+    __builtin_prefetch(v.tables[0].data + w.i1, 1, 3);
+    __builtin_prefetch(v.tables[0].data + w.i2, 1, 3);
+    for (std::uint32_t s = 1; s < v.count; ++s) {
+      const Layout& o = *v.tables[s].layout;
+      __builtin_prefetch(v.tables[s].data + o.line1(k, v.tables[s].lines), 0, 3);
+      __builtin_prefetch(v.tables[s].data + o.line2(k, v.tables[s].lines), 0, 3);
     }
   };
-  for (std::size_t j = i; j < std::min(n, i + D); ++j) prefetch(j);
+  // The positions depend on the active table: computed again after a clock
+  // move (which may replace it).
+  auto prime = [&] {
+    for (std::size_t j = i; j < std::min(n, i + D); ++j) stage(j);
+  };
+  prime();
   while (i < n) {
-    if (ticks[i] > clock_) move_clock(ticks[i]);
+    if (ticks[i] > clock_) {
+      move_clock(ticks[i]);
+      if (!Lines::accepts(tables_.back()->layout)) return;  // another kernel's layout now
+      prime();
+    }
     const std::uint64_t room = view_->room;
     std::uint64_t inserted = 0, rejected = 0;
     bool full = false;  // element i is new and the active table must be sealed first
-    Key full_key;
+    Where full_at;
     const unsigned S = view_->tables[0].layout->shape.S;
     for (; i < n && ticks[i] <= clock_; ++i) {
-      const Key k = ring[i % D];
-      if (i + D < n) prefetch(i + D);
+      const Where w = ring[i % D];
+      if (i + D < n) stage(i + D);
       unsigned n1 = 0, n2 = 0;
-      if (seen<Lines>(k, n1, n2)) {
+      if (seen<Lines>(w, n1, n2)) {
         out[i] = Decision::kDuplicate;
         continue;
       }
       if (inserted >= room) {
         full = true;
-        full_key = k;
+        full_at = w;
         break;
       }
       if (saturated_ && n1 == S && n2 == S) [[unlikely]] {
@@ -455,7 +541,7 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
         out[i] = Decision::kDuplicate;
         continue;
       }
-      place<Lines>(k, n1, n2);
+      place<Lines>(w, n1, n2);
       out[i] = Decision::kDistinct;
       ++inserted;
       if (seal_due_) [[unlikely]] {  // the active ran out of room: book the run, then seal
@@ -472,7 +558,7 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
       return;  // the ring is stale: the caller starts again
     }
     if (full) {
-      out[i] = decide<Lines>(full_key);
+      out[i] = decide<Lines>(full_at);
       ++i;
       return;
     }
@@ -482,23 +568,37 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
 void CompactFilter::run_any(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                             std::span<Decision> out, std::size_t& i) {
 #if KDEDUP_COMPACT_X86
-  if (vector_path()) return run_vector(fps, ticks, out, i);
+  if (vector_path() && tables_.back()->layout.vector) return run_vector(fps, ticks, out, i);
 #endif
   run_batch<PortableLines>(fps, ticks, out, i);
 }
 
 #if KDEDUP_COMPACT_X86
-KDEDUP_COMPACT_AVX512 [[gnu::flatten]] Decision CompactFilter::decide_vector(const Key& k) {
-  return decide<VectorLines>(k);
+KDEDUP_COMPACT_AVX512 [[gnu::flatten]] Decision CompactFilter::decide_vector(const Where& w) {
+  return decide<VectorLines<ScanKind::kAny>>(w);
 }
 
-KDEDUP_COMPACT_AVX512 [[gnu::flatten]] void CompactFilter::run_vector(
+// One kernel per scan kind of the active table; a run ends when the active
+// table changes, and the caller picks the kernel again.
+KDEDUP_COMPACT_AVX512 [[gnu::flatten]] void CompactFilter::run_bytes(
     std::span<const Fingerprint> fps, std::span<const Tick> ticks, std::span<Decision> out,
     std::size_t& i) {
-  run_batch<VectorLines>(fps, ticks, out, i);
+  run_batch<VectorLines<ScanKind::kBytes>>(fps, ticks, out, i);
+}
+
+KDEDUP_COMPACT_AVX512 [[gnu::flatten]] void CompactFilter::run_words(
+    std::span<const Fingerprint> fps, std::span<const Tick> ticks, std::span<Decision> out,
+    std::size_t& i) {
+  run_batch<VectorLines<ScanKind::kWords>>(fps, ticks, out, i);
+}
+
+void CompactFilter::run_vector(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                               std::span<Decision> out, std::size_t& i) {
+  if (tables_.back()->layout.bytes) return run_bytes(fps, ticks, out, i);
+  run_words(fps, ticks, out, i);
 }
 #else
-Decision CompactFilter::decide_vector(const Key& k) { return decide<PortableLines>(k); }
+Decision CompactFilter::decide_vector(const Where& w) { return decide<PortableLines>(w); }
 
 void CompactFilter::run_vector(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                                std::span<Decision> out, std::size_t& i) {
@@ -514,11 +614,11 @@ void CompactFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
 
 Decision CompactFilter::test_and_insert(const Fingerprint& fp, Tick now) {
   if (now > clock_) move_clock(now);
-  const Key k = compact::key_of(fp.lo, fp.hi);
+  const Where w = where_of(compact::key_of(fp.lo, fp.hi));
 #if KDEDUP_COMPACT_X86
-  if (vector_path()) return decide_vector(k);
+  if (vector_path()) return decide_vector(w);
 #endif
-  return decide<PortableLines>(k);
+  return decide<PortableLines>(w);
 }
 
 bool CompactFilter::renew(const Key& k) {
@@ -549,9 +649,10 @@ void CompactFilter::insert(const Fingerprint& x, Tick now) {
   const Key k = compact::key_of(x.lo, x.hi);
   if (renew(k)) return count_refresh();
   if (view_->room == 0 && tables_.back()->inserts > 0) (void)grow_for_insert();
+  const Where w = where_of(k);
   unsigned n1 = 0, n2 = 0;
-  active_counts<PortableLines>(k, n1, n2);
-  place<PortableLines>(k, n1, n2);
+  active_counts<PortableLines>(w, n1, n2);
+  place<PortableLines>(w, n1, n2);
   pending_inserts_ = 1;
   commit_pending();
   if (seal_due_) {
@@ -611,7 +712,7 @@ KDEDUP_COMPACT_AVX512 [[gnu::flatten]] void CompactFilter::scrub_vector(Table& t
                                                                         std::uint64_t count,
                                                                         Tick ref,
                                                                         std::uint64_t extra_age) {
-  scrub_lines<VectorLines>(t, count, ref, extra_age);
+  scrub_lines<VectorLines<ScanKind::kAny>>(t, count, ref, extra_age);
 }
 #endif
 

@@ -139,6 +139,10 @@ Layout Layout::of(const Shape& s, unsigned t) {
   for (unsigned b = 0; b < 64; ++b) l.entry_of_bit[b] = static_cast<std::uint8_t>(b / l.w);
   l.below_stamp = bit_range(0, kLineBits - t);
   l.from_e0 = bit_range(l.e0, kLineBits);
+  for (unsigned i = 0; i < 8; ++i) {
+    l.lane_bit[i] = 64 * i;
+    l.lane_w[i] = l.w;
+  }
   l.vector = l.w <= 16;
   if (l.vector) {
     l.F = l.w <= 14 ? 4 : 3;
@@ -161,6 +165,30 @@ Layout Layout::of(const Shape& s, unsigned t) {
           l.ctrl[g][i * 8 + 2 * lane] = static_cast<std::uint8_t>(o & 63);
           l.ctrl[g][i * 8 + 2 * lane + 1] = static_cast<std::uint8_t>((o + 8) & 63);
         }
+      }
+    }
+  }
+  // Byte lanes: the most entries per 64-bit lane whose remainders (or tags)
+  // lie inside the 8 bytes from the one holding the lane's first entry.
+  if (s.r <= 8 && t <= 8) {
+    unsigned f = 1;
+    while (f < 8 && 7 + f * l.w + t + 8 <= 64) ++f;
+    l.F8 = f;
+    l.bytes = s.S <= 8 * f;
+  }
+  if (l.bytes) {
+    for (unsigned i = 0; i < 8; ++i) {
+      l.lanes8 |= ((1ULL << l.F8) - 1) << (8 * i);
+      const unsigned j0 = i * l.F8;
+      const unsigned byte = std::min((l.e0 + j0 * l.w) / 8, 56U);
+      for (unsigned b = 0; b < 8; ++b) {
+        l.idx8[i * 8 + b] = static_cast<std::uint8_t>(std::min(63U, byte + b));
+      }
+      for (unsigned f = 0; f < l.F8; ++f) {
+        const unsigned at = l.e0 + (j0 + f) * l.w;
+        const unsigned o = at >= 8 * byte && at - 8 * byte < 64 ? at - 8 * byte : 0;
+        l.tctl8[i * 8 + f] = static_cast<std::uint8_t>(o & 63);
+        l.rctl8[i * 8 + f] = static_cast<std::uint8_t>((o + t) & 63);
       }
     }
   }
@@ -311,6 +339,7 @@ KDEDUP_COMPACT_AVX512 void vector_insert(Line& L, const Layout& l, std::uint32_t
 }
 
 KDEDUP_COMPACT_AVX512 std::uint64_t vector_dead(const Line& L, const Layout& l, const Age& a) {
+  if (l.bytes) return scan_bytes_avx512<true>(_mm512_load_si512(L.w), l, count(L, l), 0, a).dead;
   const __m512i now16 = _mm512_set1_epi16(static_cast<short>(a.now + (1U << l.t)));
   const __m512i window16 = _mm512_set1_epi16(static_cast<short>(a.window));
   return scan_avx512<true>(_mm512_load_si512(L.w), l, count(L, l), now16, now16, window16).dead;
@@ -323,6 +352,8 @@ KDEDUP_COMPACT_AVX512 void vector_compact(Line& L, const Layout& l, std::uint64_
 
 KDEDUP_COMPACT_AVX512 std::uint64_t vector_matches(const Line& L, const Layout& l,
                                                    std::uint32_t rem) {
+  if (l.bytes)
+    return scan_bytes_avx512<false>(_mm512_load_si512(L.w), l, count(L, l), rem, {}).match;
   const __m512i want = _mm512_set1_epi16(static_cast<short>(rem << l.t));
   return scan_avx512<false>(_mm512_load_si512(L.w), l, count(L, l), want, want, want).match;
 }
@@ -332,7 +363,8 @@ bool avx512_usable() noexcept {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
-           __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+           __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2") &&
+           __builtin_cpu_supports("popcnt");
   }();
   return usable;
 }

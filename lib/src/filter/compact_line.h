@@ -43,9 +43,9 @@
 #include <immintrin.h>
 #define KDEDUP_COMPACT_X86 1
 // Everything the vector path uses: AVX-512 F/BW/VL, VBMI (byte permutes and
-// multishifts), BMI2 (pdep for select).
+// multishifts), VBMI2 (funnel shifts), BMI2 (pdep / pext for select).
 #define KDEDUP_COMPACT_AVX512 \
-  [[gnu::target("avx512f,avx512bw,avx512vl,avx512vbmi,bmi,bmi2,popcnt,lzcnt")]]
+  [[gnu::target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi,bmi2,popcnt,lzcnt")]]
 #endif
 
 namespace kdedup::filter::compact {
@@ -158,8 +158,17 @@ struct alignas(64) Layout {
   std::uint32_t lanes = 0;
   std::uint16_t rmask16 = 0, tmask16 = 0;
   alignas(64) std::array<std::array<std::uint8_t, 64>, 2> idx{}, ctrl{};
-  // Bit masks (8 words): the entry region below the stamp, bits >= e0.
+  // The byte-lane scan (r <= 8 and S <= 8 F8): F8 entries per 64-bit lane,
+  // each entry's remainder (rctl) or tag (tctl) in its own byte lane, the
+  // whole line in one register; lanes8: F8 ones per 8 bits.
+  bool bytes = false;
+  unsigned F8 = 0;
+  std::uint64_t lanes8 = 0;
+  alignas(64) std::array<std::uint8_t, 64> idx8{}, rctl8{}, tctl8{};
+  // Bit masks (8 words): the entry region below the stamp, bits >= e0; and
+  // per 64-bit lane: its first bit, w, 64 - w.
   alignas(64) std::array<std::uint64_t, 8> below_stamp{}, from_e0{};
+  alignas(64) std::array<std::uint64_t, 8> lane_bit{}, lane_w{};
 
   [[nodiscard]] static Layout of(const Shape& s, unsigned t);
 
@@ -318,32 +327,31 @@ KDEDUP_COMPACT_AVX512 inline VecScan scan_avx512(__m512i v, const Layout& l, uns
   return s;
 }
 
-/// Bits >= c per 64-bit lane, given c - 64 i in lane i.
+/// Bits >= c per 64-bit lane, given c - 64 i in lane i (any value: a count
+/// of 64 or more shifts everything out, a negative one clamps to 0).
 KDEDUP_COMPACT_AVX512 inline __m512i bits_from(__m512i c) {
   return _mm512_sllv_epi64(_mm512_set1_epi64(-1), _mm512_max_epi64(c, _mm512_setzero_si512()));
 }
-KDEDUP_COMPACT_AVX512 inline __m512i lane_offsets(unsigned bit) {
-  const __m512i iota = _mm512_set_epi64(448, 384, 320, 256, 192, 128, 64, 0);
-  return _mm512_sub_epi64(_mm512_set1_epi64(bit), iota);
+KDEDUP_COMPACT_AVX512 inline __m512i lane_offsets(const Layout& l, unsigned bit) {
+  return _mm512_sub_epi64(_mm512_set1_epi64(bit), _mm512_load_si512(l.lane_bit.data()));
 }
 
 /// The line with a 1 inserted into the code at p and the entry value at
 /// bit E (the code region [p, e0) moves up by 1, the entries from E by w).
 KDEDUP_COMPACT_AVX512 inline __m512i insert_avx512(__m512i v, const Layout& l, unsigned p,
                                                    unsigned E, std::uint64_t value) {
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i prev = _mm512_alignr_epi64(v, zero, 7);  // lane i: lane i - 1
-  const __m512i up1 = _mm512_or_si512(_mm512_slli_epi64(v, 1), _mm512_srli_epi64(prev, 63));
-  const __m512i w = _mm512_set1_epi64(l.w), back = _mm512_set1_epi64(64 - l.w);
-  const __m512i upw = _mm512_or_si512(_mm512_sllv_epi64(v, w), _mm512_srlv_epi64(prev, back));
-  const __m512i cp = lane_offsets(p), ce = lane_offsets(E);
+  const __m512i prev = _mm512_alignr_epi64(v, _mm512_setzero_si512(), 7);  // lane i: lane i - 1
+  const __m512i up1 = _mm512_shldi_epi64(v, prev, 1);
+  const __m512i upw = _mm512_shldv_epi64(v, prev, _mm512_load_si512(l.lane_w.data()));
+  const __m512i cp = lane_offsets(l, p), ce = lane_offsets(l, E);
   const __m512i e0 = _mm512_load_si512(l.from_e0.data());
   const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
-  // code [p, e0) from up1; entries [E, stamp) from upw; the rest stays.
+  // code [p, e0) from up1 with a 1 at p; entries [E, stamp) from upw with
+  // the value at E; the rest stays.
   __m512i r = _mm512_ternarylogic_epi64(_mm512_andnot_si512(e0, bits_from(cp)), up1, v, 0xCA);
   r = _mm512_ternarylogic_epi64(_mm512_and_si512(bits_from(ce), stamp), upw, r, 0xCA);
   r = _mm512_or_si512(r, _mm512_sllv_epi64(_mm512_set1_epi64(1), cp));
-  const __m512i nce = _mm512_sub_epi64(zero, ce);
+  const __m512i nce = _mm512_sub_epi64(_mm512_setzero_si512(), ce);
   const __m512i bv = _mm512_set1_epi64(static_cast<long long>(value));
   const __m512i bm = _mm512_set1_epi64(static_cast<long long>(l.wmask));
   const __m512i val = _mm512_or_si512(_mm512_sllv_epi64(bv, ce), _mm512_srlv_epi64(bv, nce));
@@ -351,61 +359,97 @@ KDEDUP_COMPACT_AVX512 inline __m512i insert_avx512(__m512i v, const Layout& l, u
   return _mm512_ternarylogic_epi64(fm, val, r, 0xCA);
 }
 
-/// The line without the code bit at z and the entry at bit D (the code
-/// region (z, e0) moves down by 1, the entries above D down by w).
-KDEDUP_COMPACT_AVX512 inline __m512i delete_avx512(__m512i v, const Layout& l, unsigned z,
-                                                   unsigned D) {
-  const __m512i zero = _mm512_setzero_si512();
+KDEDUP_COMPACT_AVX512 inline unsigned select128_bmi2(std::uint64_t lo, std::uint64_t hi,
+                                                     unsigned k) {
+  // Without a branch: which word holds the k-th bit is a coin flip.
+  const auto c = static_cast<unsigned>(_mm_popcnt_u64(lo));
+  const std::uint64_t high = 0 - static_cast<std::uint64_t>(k >= c);
+  const std::uint64_t word = lo ^ ((lo ^ hi) & high);
+  const unsigned kk = k - (c & static_cast<unsigned>(high));
+  return (64 & static_cast<unsigned>(high)) +
+         static_cast<unsigned>(_tzcnt_u64(_pdep_u64(1ULL << kk, word)));
+}
+
+template <bool WithDead>
+KDEDUP_COMPACT_AVX512 inline VecScan scan_bytes_avx512(__m512i v, const Layout& l, unsigned n,
+                                                       std::uint32_t rem, const Age& a);
+
+/// Remainder matches (and dead entries) of the line in `v` by whichever
+/// scan its layout has.
+template <bool WithDead>
+KDEDUP_COMPACT_AVX512 inline VecScan scan_line_avx512(__m512i v, const Layout& l, unsigned n,
+                                                      std::uint32_t rem, const Age& a) {
+  if (l.bytes) return scan_bytes_avx512<WithDead>(v, l, n, rem, a);
+  const __m512i want = _mm512_set1_epi16(static_cast<short>(rem << l.t));
+  const __m512i now16 = _mm512_set1_epi16(static_cast<short>(a.now + (1U << l.t)));
+  const __m512i window16 = _mm512_set1_epi16(static_cast<short>(a.window));
+  return scan_avx512<WithDead>(v, l, n, want, now16, window16);
+}
+
+/// Byte-lane scan (Layout::bytes): remainder matches and, with WithDead, the
+/// dead entries among the n entries of the line in `v`.
+template <bool WithDead>
+KDEDUP_COMPACT_AVX512 inline VecScan scan_bytes_avx512(__m512i v, const Layout& l, unsigned n,
+                                                       std::uint32_t rem, const Age& a) {
+  VecScan s;
+  const std::uint64_t valid = _pdep_u64(n >= 64 ? ~0ULL : (1ULL << n) - 1, l.lanes8);
+  const __m512i bytes = _mm512_permutexvar_epi8(_mm512_load_si512(l.idx8.data()), v);
+  const __m512i rems = _mm512_multishift_epi64_epi8(_mm512_load_si512(l.rctl8.data()), bytes);
+  const __mmask64 m = _mm512_mask_cmpeq_epi8_mask(
+      valid, _mm512_and_si512(rems, _mm512_set1_epi8(static_cast<char>(l.rmask))),
+      _mm512_set1_epi8(static_cast<char>(rem)));
+  s.match = _pext_u64(m, l.lanes8);
+  if constexpr (WithDead) {
+    const __m512i tm = _mm512_set1_epi8(static_cast<char>(l.tmask));
+    const __m512i tags = _mm512_and_si512(
+        _mm512_multishift_epi64_epi8(_mm512_load_si512(l.tctl8.data()), bytes), tm);
+    const __m512i age =
+        _mm512_and_si512(_mm512_sub_epi8(_mm512_set1_epi8(static_cast<char>(a.now)), tags), tm);
+    s.dead = _pext_u64(
+        _mm512_mask_cmpgt_epu8_mask(valid, age, _mm512_set1_epi8(static_cast<char>(a.window))),
+        l.lanes8);
+  }
+  return s;
+}
+
+/// The line without the entry at bit D: the entries above it move down by w
+/// (the code is left alone).
+KDEDUP_COMPACT_AVX512 inline __m512i delete_entry_avx512(__m512i v, const Layout& l, unsigned D) {
   const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
-  const __m512i e0 = _mm512_load_si512(l.from_e0.data());
-  // Shifted copies without the stamp (and, for the code, without the
-  // entries), so that nothing moves in from above a region.
   const __m512i ve = _mm512_and_si512(v, stamp);
-  const __m512i vc = _mm512_andnot_si512(e0, v);
-  const __m512i nc = _mm512_alignr_epi64(zero, vc, 1);  // lane i: lane i + 1
-  const __m512i ne = _mm512_alignr_epi64(zero, ve, 1);
-  const __m512i down1 = _mm512_or_si512(_mm512_srli_epi64(vc, 1), _mm512_slli_epi64(nc, 63));
-  const __m512i w = _mm512_set1_epi64(l.w), back = _mm512_set1_epi64(64 - l.w);
-  const __m512i downw = _mm512_or_si512(_mm512_srlv_epi64(ve, w), _mm512_sllv_epi64(ne, back));
-  __m512i r = _mm512_ternarylogic_epi64(_mm512_andnot_si512(e0, bits_from(lane_offsets(z))), down1,
-                                        v, 0xCA);
-  return _mm512_ternarylogic_epi64(_mm512_and_si512(bits_from(lane_offsets(D)), stamp), downw, r,
+  const __m512i ne = _mm512_alignr_epi64(_mm512_setzero_si512(), ve, 1);  // lane i: lane i + 1
+  const __m512i downw = _mm512_shrdv_epi64(ve, ne, _mm512_load_si512(l.lane_w.data()));
+  return _mm512_ternarylogic_epi64(_mm512_and_si512(bits_from(lane_offsets(l, D)), stamp), downw, v,
                                    0xCA);
 }
 
-KDEDUP_COMPACT_AVX512 inline unsigned select128_bmi2(std::uint64_t lo, std::uint64_t hi,
-                                                     unsigned k) {
-  const unsigned c = static_cast<unsigned>(_mm_popcnt_u64(lo));
-  return k < c ? static_cast<unsigned>(_tzcnt_u64(_pdep_u64(1ULL << k, lo)))
-               : 64 + static_cast<unsigned>(_tzcnt_u64(_pdep_u64(1ULL << (k - c), hi)));
-}
-
-/// The line without its `dead` entries, stamped `tag`.
+/// The line without its `dead` entries, stamped `tag`. The code loses the 1s
+/// of those entries in one pext per word; the entries move down one at a
+/// time, the highest first.
 KDEDUP_COMPACT_AVX512 inline __m512i compact_avx512(__m512i v, const Layout& l, std::uint64_t dead,
                                                     std::uint32_t tag) {
   if (dead != 0) {
-    // The code positions of the dead entries: their 1s, highest first, so
-    // that the lower ones do not move.
-    const std::uint64_t lo =
-        static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm512_castsi512_si128(v))) & l.code_lo;
-    const std::uint64_t hi =
-        static_cast<std::uint64_t>(_mm_extract_epi64(_mm512_castsi512_si128(v), 1)) & l.code_hi;
-    const unsigned below = static_cast<unsigned>(_mm_popcnt_u64(lo));
-    std::uint64_t at_lo = _pdep_u64(dead, lo);
-    std::uint64_t at_hi = _pdep_u64(below >= 64 ? 0 : dead >> below, hi);
-    while (dead != 0) {
-      const unsigned j = 63 - static_cast<unsigned>(_lzcnt_u64(dead));
-      dead &= ~(1ULL << j);
-      unsigned z;
-      if (at_hi != 0) {
-        z = 127 - static_cast<unsigned>(_lzcnt_u64(at_hi));
-        at_hi &= ~(1ULL << (z - 64));
-      } else {
-        z = 63 - static_cast<unsigned>(_lzcnt_u64(at_lo));
-        at_lo &= ~(1ULL << z);
-      }
-      v = delete_avx512(v, l, z, l.e0 + j * l.w);
+    const __m128i low = _mm512_castsi512_si128(v);
+    const std::uint64_t w0 = static_cast<std::uint64_t>(_mm_cvtsi128_si64(low));
+    const std::uint64_t w1 = static_cast<std::uint64_t>(_mm_extract_epi64(low, 1));
+    const std::uint64_t lo = w0 & l.code_lo, hi = w1 & l.code_hi;
+    const auto below = static_cast<unsigned>(_mm_popcnt_u64(lo));
+    const std::uint64_t gone_lo = _pdep_u64(dead, lo);
+    const std::uint64_t gone_hi = _pdep_u64(below >= 64 ? 0 : dead >> below, hi);
+    const std::uint64_t keep_lo = l.code_lo & ~gone_lo, keep_hi = l.code_hi & ~gone_hi;
+    const std::uint64_t c_lo = _pext_u64(lo, keep_lo), c_hi = _pext_u64(hi, keep_hi);
+    const auto kept_lo = static_cast<unsigned>(_mm_popcnt_u64(keep_lo));
+    const u128 code = static_cast<u128>(c_lo) | static_cast<u128>(c_hi) << kept_lo;
+    for (std::uint64_t d = dead; d != 0;) {
+      const unsigned j = 63 - static_cast<unsigned>(_lzcnt_u64(d));
+      d &= ~(1ULL << j);
+      v = delete_entry_avx512(v, l, l.e0 + j * l.w);
     }
+    const __m512i c = _mm512_set_epi64(0, 0, 0, 0, 0, 0, static_cast<long long>(code >> 64),
+                                       static_cast<long long>(static_cast<std::uint64_t>(code)));
+    const __m512i region = _mm512_set_epi64(0, 0, 0, 0, 0, 0, static_cast<long long>(l.code_hi),
+                                            static_cast<long long>(l.code_lo));
+    v = _mm512_ternarylogic_epi64(region, c, v, 0xCA);
   }
   const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
   const __m512i s = _mm512_set_epi64(static_cast<long long>(std::uint64_t{tag} << (64 - l.t)), 0, 0,

@@ -47,6 +47,14 @@ struct TickCounts {
 
 }  // namespace compact
 
+/// An identity's place in the active table, computed once per element (the
+/// batch path computes it when it prefetches).
+struct CompactFilter::Where {
+  compact::Key key;
+  std::uint64_t i1 = 0, i2 = 0;  // its two lines
+  std::uint32_t q = 0, rem = 0;  // its bucket and remainder
+};
+
 /// One table: whole lines of one shape, and what its scrub and budget need.
 struct CompactFilter::Table {
   std::unique_ptr<compact::Line[], compact::FreeLines> data;

@@ -162,6 +162,8 @@ struct Shape {
 };
 struct Key;
 struct Age;
+struct Line;
+struct Layout;
 }  // namespace compact
 
 /// Largest ticks_per_window of the compact filter (8-bit tags).
@@ -288,9 +290,11 @@ class CompactFilter final : public SlidingFilter {
 
  private:
   struct Table;
+  struct Where;
   struct View;
   struct Overflow;
   struct PortableLines;
+  template <int Kind>
   struct VectorLines;
   enum class Seal : std::uint8_t;
 
@@ -299,16 +303,26 @@ class CompactFilter final : public SlidingFilter {
       const FilterConfig& config);
 
   // --- the hot path (compact_filter.cc) ---
+  [[nodiscard]] Where where_of(const compact::Key& k) const;
   template <class Lines>
-  Decision decide(const compact::Key& k);
-  Decision decide_vector(const compact::Key& k);
+  Decision decide(const Where& w);
   template <class Lines>
-  [[nodiscard]] bool seen(const compact::Key& k, unsigned& n1, unsigned& n2);
+  Decision insert_new(const Where& w);
   template <class Lines>
-  void active_counts(const compact::Key& k, unsigned& n1, unsigned& n2);
+  Decision insert_new(const Where& w, unsigned n1, unsigned n2);
+  Decision decide_vector(const Where& w);
+  template <class Lines>
+  [[nodiscard]] bool seen(const Where& w, unsigned& n1, unsigned& n2);
+  template <class Lines>
+  void active_counts(const Where& w, unsigned& n1, unsigned& n2);
+  [[nodiscard]] bool seen_elsewhere(const compact::Key& k) const;
+  [[nodiscard]] bool seek_line(const compact::Line& L, const compact::Layout& l, std::uint32_t q,
+                               std::uint32_t rem, const compact::Age& a) const;
+  static bool seek_vector(const compact::Line& L, const compact::Layout& l, std::uint32_t q,
+                          std::uint32_t rem, const compact::Age& a);
   [[nodiscard]] bool in_overflow(const compact::Key& k, const compact::Age& a) const;
   template <class Lines>
-  void place(const compact::Key& k, unsigned n1, unsigned n2);
+  void place(const Where& w, unsigned n1, unsigned n2);
   template <class Lines>
   void run_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                  std::span<Decision> out, std::size_t& i);
@@ -316,6 +330,10 @@ class CompactFilter final : public SlidingFilter {
                std::span<Decision> out, std::size_t& i);
   void run_vector(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                   std::span<Decision> out, std::size_t& i);
+  void run_bytes(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                 std::span<Decision> out, std::size_t& i);
+  void run_words(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
+                 std::span<Decision> out, std::size_t& i);
   [[nodiscard]] bool vector_path() const noexcept;
   void commit_pending();
   void count_refresh();
