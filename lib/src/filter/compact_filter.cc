@@ -80,7 +80,7 @@ struct CompactFilter::PortableLines {
   using Any = PortableLines;
   static bool accepts(const Layout&) { return true; }
   static bool probe(Line& L, const Layout& l, std::uint32_t q, std::uint32_t rem, const Age& a,
-                    unsigned& n, std::int64_t& filled) {
+                    unsigned& n, unsigned& p, std::int64_t& filled) {
     n = compact::count(L, l);
     if (compact::stamp(L, l) != a.now) {
       const std::uint64_t dead = compact::dead_entries(L, l, n, a);
@@ -89,13 +89,15 @@ struct CompactFilter::PortableLines {
       n -= removed;
       filled -= removed;
     }
+    p = 0;  // put() finds it again
     return compact::holds(L, l, q, rem, nullptr);
   }
   static bool seek(const Line& L, const Layout& l, std::uint32_t q, std::uint32_t rem,
                    const Age& a) {
     return compact::holds(L, l, q, rem, &a);
   }
-  static void put(Line& L, const Layout& l, std::uint32_t q, std::uint32_t rem, std::uint32_t tag) {
+  static void put(Line& L, const Layout& l, std::uint32_t q, unsigned /*p*/, std::uint32_t rem,
+                  std::uint32_t tag) {
     compact::insert(L, l, q, rem, tag);
   }
   // The scrub: removes the entries dead at `a` (every entry when
@@ -153,17 +155,18 @@ struct CompactFilter::VectorLines {
     }
   }
   KDEDUP_COMPACT_AVX512 static bool probe(Line& L, const Layout& l, std::uint32_t q,
-                                          std::uint32_t rem, const Age& a, unsigned& n,
+                                          std::uint32_t rem, const Age& a, unsigned& n, unsigned& p,
                                           std::int64_t& filled) {
     if constexpr (Kind == ScanKind::kAny) {
-      if (!l.vector) return PortableLines::probe(L, l, q, rem, a, n, filled);
+      if (!l.vector) return PortableLines::probe(L, l, q, rem, a, n, p, filled);
     }
-    const std::uint64_t lo = compact::code_lo(L, l), hi = compact::code_hi(L, l);
+    std::uint64_t lo = compact::code_lo(L, l), hi = compact::code_hi(L, l);
     n = static_cast<unsigned>(_mm_popcnt_u64(lo) + _mm_popcnt_u64(hi));
     const __m512i v = _mm512_load_si512(L.w);
     if (compact::stamp(L, l) == a.now) [[likely]] {
-      const std::uint64_t m = scan<false>(v, l, n, rem, a).match;
-      return m != 0 && in_bucket(m, lo, hi, q);
+      // Bucket q's entries and where a new one would go, without a branch.
+      const std::uint64_t in_q = compact::bucket_entries_bmi2(lo, hi, l, q, p);
+      return (scan<false>(v, l, n, rem, a).match & in_q) != 0;
     }
     // Stale: the match is judged on the line as it was (live entries only),
     // then the line is compacted.
@@ -174,6 +177,9 @@ struct CompactFilter::VectorLines {
     const auto removed = static_cast<unsigned>(_mm_popcnt_u64(s.dead));
     n -= removed;
     filled -= removed;
+    lo = compact::code_lo(L, l);
+    hi = compact::code_hi(L, l);
+    (void)compact::bucket_entries_bmi2(lo, hi, l, q, p);
     return hit;
   }
   KDEDUP_COMPACT_AVX512 static bool seek(const Line& L, const Layout& l, std::uint32_t q,
@@ -187,12 +193,12 @@ struct CompactFilter::VectorLines {
     const std::uint64_t live = s.match & ~s.dead;
     return live != 0 && in_bucket(live, lo, hi, q);
   }
-  KDEDUP_COMPACT_AVX512 static void put(Line& L, const Layout& l, std::uint32_t q,
+  KDEDUP_COMPACT_AVX512 static void put(Line& L, const Layout& l, std::uint32_t q, unsigned p,
                                         std::uint32_t rem, std::uint32_t tag) {
     if constexpr (Kind == ScanKind::kAny) {
-      if (!l.vector) return PortableLines::put(L, l, q, rem, tag);
+      if (!l.vector) return PortableLines::put(L, l, q, p, rem, tag);
     }
-    compact::insert_line_avx512(L, l, q, rem, tag);
+    compact::insert_at_avx512(L, l, q, p, rem, tag);
   }
   KDEDUP_COMPACT_AVX512 static unsigned sweep(Line& L, const Layout& l, const Age& a, bool all_dead,
                                               std::uint32_t stamp) {
@@ -298,19 +304,20 @@ CompactFilter::Where CompactFilter::where_of(const Key& k) const {
 }
 
 template <class Lines>
-bool CompactFilter::seen(const Where& w, unsigned& n1, unsigned& n2) {
+bool CompactFilter::seen(const Where& w, Fill& f) {
   // True when the identity is alive in some table or the overflow list. The
   // active table first: it holds the most recent, most often repeated
-  // identities, and its lines are where a new one goes (n1, n2: their
-  // entry counts, valid when false is returned).
+  // identities, and its lines are where a new one goes (f: their entry
+  // counts and bucket positions, valid when false is returned).
   const View& v = *view_;
   const View::Cells& c = v.tables[0];
   const Layout& l = *c.layout;
   const Key& k = w.key;
-  if (Lines::probe(c.data[w.i1], l, w.q, w.rem, v.age, n1, pending_filled_)) return true;
+  if (Lines::probe(c.data[w.i1], l, w.q, w.rem, v.age, f.n1, f.p1, pending_filled_)) return true;
   if (w.i2 == w.i1) {
-    n2 = n1;
-  } else if (Lines::probe(c.data[w.i2], l, w.q, w.rem, v.age, n2, pending_filled_)) {
+    f.n2 = f.n1;
+    f.p2 = f.p1;
+  } else if (Lines::probe(c.data[w.i2], l, w.q, w.rem, v.age, f.n2, f.p2, pending_filled_)) {
     return true;
   }
   if (v.count == 1 && overflow_.empty()) [[likely]]
@@ -360,15 +367,16 @@ bool CompactFilter::in_overflow(const Key& k, const Age& a) const {
 }
 
 template <class Lines>
-void CompactFilter::place(const Where& w, unsigned n1, unsigned n2) {
+void CompactFilter::place(const Where& w, const Fill& f) {
   // A new identity into the active table: the line with fewer entries (the
   // first on a tie), or the overflow list when both are full. Counted in
   // pending_filled_; the caller books the insertion.
   const View& v = *view_;
   const View::Cells& c = v.tables[0];
   const Layout& l = *c.layout;
-  if (n1 < l.shape.S || n2 < l.shape.S) [[likely]] {
-    Lines::put(c.data[n2 < n1 ? w.i2 : w.i1], l, w.q, w.rem, v.age.now);
+  if (f.n1 < l.shape.S || f.n2 < l.shape.S) [[likely]] {
+    const bool second = f.n2 < f.n1;
+    Lines::put(c.data[second ? w.i2 : w.i1], l, w.q, second ? f.p2 : f.p1, w.rem, v.age.now);
     ++pending_filled_;
     return;
   }
@@ -393,22 +401,25 @@ void CompactFilter::note_full() {
 }
 
 template <class Lines>
-void CompactFilter::active_counts(const Where& w, unsigned& n1, unsigned& n2) {
+void CompactFilter::active_counts(const Where& w, Fill& f) {
   // The entry counts of the identity's two lines in the active table
   // (compacted when stale), for an identity known to be new.
   const View& v = *view_;
   const View::Cells& c = v.tables[0];
   const Layout& l = *c.layout;
-  (void)Lines::probe(c.data[w.i1], l, w.q, w.rem, v.age, n1, pending_filled_);
-  n2 = n1;
-  if (w.i2 != w.i1) (void)Lines::probe(c.data[w.i2], l, w.q, w.rem, v.age, n2, pending_filled_);
+  (void)Lines::probe(c.data[w.i1], l, w.q, w.rem, v.age, f.n1, f.p1, pending_filled_);
+  f.n2 = f.n1;
+  f.p2 = f.p1;
+  if (w.i2 != w.i1) {
+    (void)Lines::probe(c.data[w.i2], l, w.q, w.rem, v.age, f.n2, f.p2, pending_filled_);
+  }
 }
 
 template <class Lines>
 Decision CompactFilter::decide(const Where& where) {
   Where w = where;
-  unsigned n1 = 0, n2 = 0;
-  if (seen<Lines>(w, n1, n2)) {
+  Fill f;
+  if (seen<Lines>(w, f)) {
     commit_pending();
     return Decision::kDuplicate;
   }
@@ -418,27 +429,27 @@ Decision CompactFilter::decide(const Where& where) {
     w = where_of(w.key);
     return insert_new<typename Lines::Any>(w);
   }
-  return insert_new<Lines>(w, n1, n2);
+  return insert_new<Lines>(w, f);
 }
 
 template <class Lines>
 Decision CompactFilter::insert_new(const Where& w) {
-  unsigned n1 = 0, n2 = 0;
-  active_counts<Lines>(w, n1, n2);
-  return insert_new<Lines>(w, n1, n2);
+  Fill f;
+  active_counts<Lines>(w, f);
+  return insert_new<Lines>(w, f);
 }
 
 template <class Lines>
-Decision CompactFilter::insert_new(const Where& w, unsigned n1, unsigned n2) {
+Decision CompactFilter::insert_new(const Where& w, const Fill& f) {
   const unsigned S = view_->tables[0].layout->shape.S;
-  if (saturated_ && n1 == S && n2 == S) {
+  if (saturated_ && f.n1 == S && f.n2 == S) {
     // No room anywhere and none to be had: judged a duplicate (a false
     // positive, counted in the estimate), never a live entry evicted.
     ++pending_rejected_;
     commit_pending();
     return Decision::kDuplicate;
   }
-  place<Lines>(w, n1, n2);
+  place<Lines>(w, f);
   pending_inserts_ = 1;
   commit_pending();
   if (seal_due_) {
@@ -526,8 +537,8 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
     for (; i < n && ticks[i] <= clock_; ++i) {
       const Where w = ring[i % D];
       if (i + D < n) stage(i + D);
-      unsigned n1 = 0, n2 = 0;
-      if (seen<Lines>(w, n1, n2)) {
+      Fill f;
+      if (seen<Lines>(w, f)) {
         out[i] = Decision::kDuplicate;
         continue;
       }
@@ -536,12 +547,12 @@ void CompactFilter::run_batch(std::span<const Fingerprint> fps, std::span<const 
         full_at = w;
         break;
       }
-      if (saturated_ && n1 == S && n2 == S) [[unlikely]] {
+      if (saturated_ && f.n1 == S && f.n2 == S) [[unlikely]] {
         ++rejected;
         out[i] = Decision::kDuplicate;
         continue;
       }
-      place<Lines>(w, n1, n2);
+      place<Lines>(w, f);
       out[i] = Decision::kDistinct;
       ++inserted;
       if (seal_due_) [[unlikely]] {  // the active ran out of room: book the run, then seal
@@ -629,8 +640,8 @@ bool CompactFilter::renew(const Key& k) {
   const Layout& l = *c.layout;
   const std::uint32_t q = l.bucket_of(k), rem = l.remainder_of(k);
   for (const std::uint64_t i : {l.line1(k, c.lines), l.line2(k, c.lines)}) {
-    unsigned n = 0;
-    (void)PortableLines::probe(c.data[i], l, q, rem, v.age, n, pending_filled_);
+    unsigned n = 0, p = 0;
+    (void)PortableLines::probe(c.data[i], l, q, rem, v.age, n, p, pending_filled_);
     if (compact::renew(c.data[i], l, q, rem, v.age)) return true;
   }
   const auto active = static_cast<std::uint32_t>(tables_.size() - 1);
@@ -650,9 +661,9 @@ void CompactFilter::insert(const Fingerprint& x, Tick now) {
   if (renew(k)) return count_refresh();
   if (view_->room == 0 && tables_.back()->inserts > 0) (void)grow_for_insert();
   const Where w = where_of(k);
-  unsigned n1 = 0, n2 = 0;
-  active_counts<PortableLines>(w, n1, n2);
-  place<PortableLines>(w, n1, n2);
+  Fill f;
+  active_counts<PortableLines>(w, f);
+  place<PortableLines>(w, f);
   pending_inserts_ = 1;
   commit_pending();
   if (seal_due_) {

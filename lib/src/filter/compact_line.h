@@ -412,6 +412,19 @@ KDEDUP_COMPACT_AVX512 inline VecScan scan_bytes_avx512(__m512i v, const Layout& 
   return s;
 }
 
+/// Bucket q of a line with code words lo, hi: its first code position
+/// (`p`, where a new entry's 1 goes) and its entries as a mask.
+KDEDUP_COMPACT_AVX512 inline std::uint64_t bucket_entries_bmi2(std::uint64_t lo, std::uint64_t hi,
+                                                               const Layout& l, std::uint32_t q,
+                                                               unsigned& p) {
+  p = q == 0 ? 0 : select128_bmi2(~lo & l.code_lo, ~hi & l.code_hi, q - 1) + 1;
+  // The run of 1s from p: the trailing zeros of the inverted code above p.
+  const std::uint64_t above_lo =
+      p >= 64 ? hi >> (p - 64) : (lo >> p) | (p == 0 ? 0 : hi << (64 - p));
+  const auto run = static_cast<unsigned>(_tzcnt_u64(~above_lo));
+  return _bzhi_u64(~0ULL, run) << (p - q);
+}
+
 /// The line without the entry at bit D: the entries above it move down by w
 /// (the code is left alone).
 KDEDUP_COMPACT_AVX512 inline __m512i delete_entry_avx512(__m512i v, const Layout& l, unsigned D) {
@@ -457,13 +470,21 @@ KDEDUP_COMPACT_AVX512 inline __m512i compact_avx512(__m512i v, const Layout& l, 
   return _mm512_ternarylogic_epi64(stamp, v, s, 0xCA);
 }
 
+/// insert() on a line in memory, given the first code position p of bucket
+/// q (bucket_entries_bmi2()).
+KDEDUP_COMPACT_AVX512 inline void insert_at_avx512(Line& L, const Layout& l, std::uint32_t q,
+                                                   unsigned p, std::uint32_t rem,
+                                                   std::uint32_t tag) {
+  const std::uint64_t value = (std::uint64_t{rem} << l.t) | tag;
+  _mm512_store_si512(L.w, insert_avx512(_mm512_load_si512(L.w), l, p, l.e0 + (p - q) * l.w, value));
+}
+
 /// insert() on a line in memory.
 KDEDUP_COMPACT_AVX512 inline void insert_line_avx512(Line& L, const Layout& l, std::uint32_t q,
                                                      std::uint32_t rem, std::uint32_t tag) {
   const std::uint64_t lo = code_lo(L, l), hi = code_hi(L, l);
   const unsigned p = q == 0 ? 0 : select128_bmi2(~lo & l.code_lo, ~hi & l.code_hi, q - 1) + 1;
-  const std::uint64_t value = (std::uint64_t{rem} << l.t) | tag;
-  _mm512_store_si512(L.w, insert_avx512(_mm512_load_si512(L.w), l, p, l.e0 + (p - q) * l.w, value));
+  insert_at_avx512(L, l, q, p, rem, tag);
 }
 
 /// The tests' handles on the vector operations (out of line, with the

@@ -55,6 +55,14 @@ struct CompactFilter::Where {
   std::uint32_t q = 0, rem = 0;  // its bucket and remainder
 };
 
+/// The identity's two lines in the active table as its test left them: their
+/// entry counts and the code position of its bucket in each (where a new
+/// entry goes).
+struct CompactFilter::Fill {
+  unsigned n1 = 0, n2 = 0;
+  unsigned p1 = 0, p2 = 0;
+};
+
 /// One table: whole lines of one shape, and what its scrub and budget need.
 struct CompactFilter::Table {
   std::unique_ptr<compact::Line[], compact::FreeLines> data;

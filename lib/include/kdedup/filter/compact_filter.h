@@ -291,6 +291,7 @@ class CompactFilter final : public SlidingFilter {
  private:
   struct Table;
   struct Where;
+  struct Fill;
   struct View;
   struct Overflow;
   struct PortableLines;
@@ -309,12 +310,12 @@ class CompactFilter final : public SlidingFilter {
   template <class Lines>
   Decision insert_new(const Where& w);
   template <class Lines>
-  Decision insert_new(const Where& w, unsigned n1, unsigned n2);
+  Decision insert_new(const Where& w, const Fill& f);
   Decision decide_vector(const Where& w);
   template <class Lines>
-  [[nodiscard]] bool seen(const Where& w, unsigned& n1, unsigned& n2);
+  [[nodiscard]] bool seen(const Where& w, Fill& f);
   template <class Lines>
-  void active_counts(const Where& w, unsigned& n1, unsigned& n2);
+  void active_counts(const Where& w, Fill& f);
   [[nodiscard]] bool seen_elsewhere(const compact::Key& k) const;
   [[nodiscard]] bool seek_line(const compact::Line& L, const compact::Layout& l, std::uint32_t q,
                                std::uint32_t rem, const compact::Age& a) const;
@@ -322,7 +323,7 @@ class CompactFilter final : public SlidingFilter {
                           std::uint32_t rem, const compact::Age& a);
   [[nodiscard]] bool in_overflow(const compact::Key& k, const compact::Age& a) const;
   template <class Lines>
-  void place(const Where& w, unsigned n1, unsigned n2);
+  void place(const Where& w, const Fill& f);
   template <class Lines>
   void run_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                  std::span<Decision> out, std::size_t& i);
