@@ -64,18 +64,47 @@ std::string CompactFilter::serialize() const {
                                 kCompactStateVersion, std::move(out));
 }
 
+namespace {
+
+Error bad(const std::string& what) { return Error{"compact filter state: " + what}; }
+
+}  // namespace
+
 Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view payload,
                                                               std::uint16_t version) {
-  auto bad = [](const std::string& what) { return fail("compact filter state: " + what); };
   if (version != kCompactStateVersion) {
-    return bad("format version " + std::to_string(version) + " is not read by this version (" +
-               std::to_string(kCompactStateVersion) +
-               "; version 1 held cuckoo buckets): the partition is rebuilt from its input");
+    return tl::unexpected(bad("format version " + std::to_string(version) +
+                              " is not read by this version (" +
+                              std::to_string(kCompactStateVersion) +
+                              "; version 1 held cuckoo buckets): the partition is rebuilt "
+                              "from its input"));
   }
   ByteReader r(payload);
+  auto made = restore_header(r);
+  if (!made) return tl::unexpected(made.error());
+  std::unique_ptr<CompactFilter> f = std::move(*made);
+  auto count = r.get<std::uint32_t>("table count");
+  if (!count) return tl::unexpected(bad("truncated header"));
+  if (*count == 0 || *count > compact::kHardMaxTables) {
+    return tl::unexpected(bad("table count " + std::to_string(*count) + " out of range"));
+  }
+  for (std::uint32_t i = 0; i < *count; ++i) {
+    auto t = f->restore_table(r, i);
+    if (!t) return tl::unexpected(t.error());
+    f->tables_.push_back(std::move(*t));
+  }
+  if (auto o = f->restore_overflow(r); !o) return tl::unexpected(o.error());
+  if (auto end = r.expect_end("compact filter state"); !end) return tl::unexpected(end.error());
+  f->refresh_limit();
+  return std::unique_ptr<SlidingFilter>(std::move(f));
+}
+
+Result<std::unique_ptr<CompactFilter>> CompactFilter::restore_header(ByteReader& r) {
+  // The config, then the filter-wide fields; the empty shell is rebuilt from
+  // the config and the derived fields checked against it.
   auto config = read_config(r);
   if (!config) return tl::unexpected(config.error());
-  if (config->type != FilterType::kCompact) return bad("wrong filter type in config");
+  if (config->type != FilterType::kCompact) return tl::unexpected(bad("wrong filter type"));
   auto base_bits = r.get<std::uint8_t>("remainder bits");
   auto t_bits = r.get<std::uint8_t>("tag bits");
   auto clock = r.get<Tick>("clock");
@@ -83,36 +112,33 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
   auto insertions = r.get<std::uint64_t>("insertions");
   auto flags = r.get<std::uint8_t>("flags");
   if (!base_bits || !t_bits || !clock || !first_tick || !insertions || !flags) {
-    return bad("truncated header");
+    return tl::unexpected(bad("truncated header"));
   }
-  if (config->ticks_per_window > kMaxCompactTicksPerWindow) return bad("ticks_per_window");
-  if ((*flags & ~(kOverfull | kSaturated)) != 0) return bad("unknown flags");
+  if (config->ticks_per_window > kMaxCompactTicksPerWindow) {
+    return tl::unexpected(bad("ticks_per_window"));
+  }
+  if ((*flags & ~(kOverfull | kSaturated)) != 0) return tl::unexpected(bad("unknown flags"));
+  if (*first_tick > *clock) return tl::unexpected(bad("first tick after clock"));
   const std::uint32_t window = config->ticks_per_window;
   std::vector<double> tick_fpp(std::uint64_t{window} + 2);
   for (double& p : tick_fpp) {
     auto v = r.get<double>("tick estimates");
-    if (!v) return bad("truncated tick estimates");
-    if (!(*v >= 0.0 && *v <= 1.0)) return bad("tick estimate out of range");
+    if (!v) return tl::unexpected(bad("truncated tick estimates"));
+    if (!(*v >= 0.0 && *v <= 1.0)) return tl::unexpected(bad("tick estimate out of range"));
     p = *v;
   }
   std::vector<std::uint32_t> rejected(std::uint64_t{window} + 2);
   for (std::uint32_t& x : rejected) {
     auto v = r.get<std::uint32_t>("rejections");
-    if (!v) return bad("truncated rejections");
+    if (!v) return tl::unexpected(bad("truncated rejections"));
     x = *v;
   }
-  auto count = r.get<std::uint32_t>("table count");
-  if (!count) return bad("truncated header");
-  if (*count == 0 || *count > compact::kHardMaxTables) {
-    return bad("table count " + std::to_string(*count) + " out of range");
-  }
-  if (*first_tick > *clock) return bad("first tick after clock");
-  // Rebuild the empty shell from the config, then check the derived fields.
   auto made = make_empty(*config);
-  if (!made) return bad(made.error().message);
+  if (!made) return tl::unexpected(bad(made.error().message));
   std::unique_ptr<CompactFilter> f = std::move(*made);
-  if (*base_bits != f->base_.r || *t_bits != f->t_)
-    return bad("bit widths do not match the config");
+  if (*base_bits != f->base_.r || *t_bits != f->t_) {
+    return tl::unexpected(bad("bit widths do not match the config"));
+  }
   f->clock_ = *clock;
   f->first_tick_ = *first_tick;
   f->insertions_ = *insertions;
@@ -120,75 +146,101 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
   f->saturated_ = (*flags & kSaturated) != 0;
   f->tick_fpp_ = std::move(tick_fpp);
   f->rejected_ = std::move(rejected);
-  const compact::Age age{static_cast<std::uint32_t>(*clock) & ((1U << f->t_) - 1), window};
-  for (std::uint32_t i = 0; i < *count; ++i) {
-    auto rb = r.get<std::uint8_t>("table remainder bits");
-    auto slots = r.get<std::uint8_t>("slots per line");
-    auto buckets = r.get<std::uint8_t>("buckets per line");
-    auto lines = r.get<std::uint64_t>("lines");
-    auto created = r.get<Tick>("created");
-    auto swept = r.get<std::uint64_t>("swept");
-    auto last_insert = r.get<Tick>("last insert");
-    auto inserts = r.get<std::uint64_t>("inserts");
-    auto nonempty = r.get<std::uint64_t>("nonempty");
-    if (!rb || !slots || !buckets || !lines || !created || !swept || !last_insert || !inserts ||
-        !nonempty) {
-      return bad("truncated table header");
-    }
-    const compact::Shape shape{*rb, *slots, *buckets};
-    if (!compact::fits(shape, f->t_) || shape.r < kMinRemainderBits) {
-      return bad("table shape out of range");
-    }
-    if (*lines < 2 || *lines > r.remaining() / compact::kLineBytes) {
-      return bad("table size exceeds input");
-    }
-    if (*created > *clock || *last_insert > *clock || *last_insert < *created) {
-      return bad("table ticks inconsistent with the clock");
-    }
-    auto t = std::make_unique<Table>();
-    t->layout = compact::Layout::of(shape, f->t_);
-    t->lines = *lines;
-    t->alive.init(window);
-    if (t->alive.ring.size() > r.remaining() / 4) return bad("window counts exceed input");
-    for (std::uint32_t& c : t->alive.ring) {
-      c = *r.get<std::uint32_t>("window counts");
-      t->alive.sum += c;
-    }
-    if (t->alive.sum > *inserts) return bad("window count exceeds insertions");
-    if (t->alive.at(*clock + 1) != 0) return bad("window counts do not match the clock");
-    for (Tick x = *clock - std::min<Tick>(*clock, window); x < *created; ++x) {
-      if (t->alive.at(x) != 0) return bad("window counts before the table was created");
-    }
-    auto cells = r.get_bytes(t->bytes(), "lines");
-    if (!cells) return bad("truncated lines");
-    t->data.reset(compact::allocate_lines(t->lines));
-    if (!t->data) return bad("cannot allocate " + std::to_string(t->bytes()) + " bytes");
-    std::memcpy(static_cast<void*>(t->data.get()), cells->data(), cells->size());
-    t->created = *created;
-    t->swept = *swept;
-    t->last_insert = *last_insert;
-    t->inserts = *inserts;
-    t->nonempty = *nonempty;
-    if (t->swept < t->required(*clock, f->period_) ||
-        t->swept > t->required(*clock + 1, f->period_)) {
-      return bad("scrub position inconsistent with the clock");
-    }
-    std::uint64_t held = 0;
-    for (std::uint64_t j = 0; j < t->lines; ++j) {
-      unsigned n = 0;
-      if (!compact::consistent(t->line(j), t->layout, age, n)) {
-        return bad("line " + std::to_string(j) + " of table " + std::to_string(i) +
-                   " is not one the codec writes");
-      }
-      held += n;
-    }
-    if (held != t->nonempty) return bad("entries inconsistent with the recorded count");
-    f->tables_.push_back(std::move(t));
+  return f;
+}
+
+Result<std::unique_ptr<CompactFilter::Table>> CompactFilter::restore_table(ByteReader& r,
+                                                                           std::uint32_t i) const {
+  // One table: its header, its window counts and its lines, each line one
+  // the codec writes and their entries adding up to the recorded count.
+  auto rb = r.get<std::uint8_t>("table remainder bits");
+  auto slots = r.get<std::uint8_t>("slots per line");
+  auto buckets = r.get<std::uint8_t>("buckets per line");
+  auto lines = r.get<std::uint64_t>("lines");
+  auto created = r.get<Tick>("created");
+  auto swept = r.get<std::uint64_t>("swept");
+  auto last_insert = r.get<Tick>("last insert");
+  auto inserts = r.get<std::uint64_t>("inserts");
+  auto nonempty = r.get<std::uint64_t>("nonempty");
+  if (!rb || !slots || !buckets || !lines || !created || !swept || !last_insert || !inserts ||
+      !nonempty) {
+    return tl::unexpected(bad("truncated table header"));
   }
+  const compact::Shape shape{*rb, *slots, *buckets};
+  if (!compact::fits(shape, t_) || shape.r < kMinRemainderBits) {
+    return tl::unexpected(bad("table shape out of range"));
+  }
+  if (*lines < 2 || *lines > r.remaining() / compact::kLineBytes) {
+    return tl::unexpected(bad("table size exceeds input"));
+  }
+  if (*created > clock_ || *last_insert > clock_ || *last_insert < *created) {
+    return tl::unexpected(bad("table ticks inconsistent with the clock"));
+  }
+  const std::uint32_t window = config_.ticks_per_window;
+  auto t = std::make_unique<Table>();
+  t->layout = compact::Layout::of(shape, t_);
+  t->lines = *lines;
+  t->alive.init(window);
+  if (t->alive.ring.size() > r.remaining() / 4) {
+    return tl::unexpected(bad("window counts exceed input"));
+  }
+  for (std::uint32_t& c : t->alive.ring) {
+    c = *r.get<std::uint32_t>("window counts");
+    t->alive.sum += c;
+  }
+  if (t->alive.sum > *inserts) return tl::unexpected(bad("window count exceeds insertions"));
+  if (t->alive.at(clock_ + 1) != 0) {
+    return tl::unexpected(bad("window counts do not match the clock"));
+  }
+  for (Tick x = clock_ - std::min<Tick>(clock_, window); x < *created; ++x) {
+    if (t->alive.at(x) != 0) {
+      return tl::unexpected(bad("window counts before the table was created"));
+    }
+  }
+  auto cells = r.get_bytes(t->bytes(), "lines");
+  if (!cells) return tl::unexpected(bad("truncated lines"));
+  t->data.reset(compact::allocate_lines(t->lines));
+  if (!t->data) {
+    return tl::unexpected(bad("cannot allocate " + std::to_string(t->bytes()) + " bytes"));
+  }
+  std::memcpy(static_cast<void*>(t->data.get()), cells->data(), cells->size());
+  t->created = *created;
+  t->swept = *swept;
+  t->last_insert = *last_insert;
+  t->inserts = *inserts;
+  t->nonempty = *nonempty;
+  if (t->swept < t->required(clock_, period_) || t->swept > t->required(clock_ + 1, period_)) {
+    return tl::unexpected(bad("scrub position inconsistent with the clock"));
+  }
+  const compact::Age age{static_cast<std::uint32_t>(clock_) & ((1U << t_) - 1), window};
+  std::uint64_t held = 0;
+  for (std::uint64_t j = 0; j < t->lines; ++j) {
+    unsigned n = 0;
+    if (!compact::consistent(t->line(j), t->layout, age, n)) {
+      return tl::unexpected(bad("line " + std::to_string(j) + " of table " + std::to_string(i) +
+                                " is not one the codec writes"));
+    }
+    held += n;
+  }
+  if (held != t->nonempty) {
+    return tl::unexpected(bad("entries inconsistent with the recorded count"));
+  }
+  return t;
+}
+
+Status CompactFilter::restore_overflow(ByteReader& r) {
+  // The overflow list: every entry in a table, line, bucket and remainder
+  // range of its table, and alive at the clock.
   auto overflow = r.get<std::uint32_t>("overflow size");
-  if (!overflow) return bad("truncated overflow");
-  if (*overflow > compact::kMaxOverflow + kOverflowSeal) return bad("overflow size out of range");
-  if (*overflow > r.remaining() / kOverflowBytes) return bad("overflow exceeds input");
+  if (!overflow) return tl::unexpected(bad("truncated overflow"));
+  if (*overflow > compact::kMaxOverflow + kOverflowSeal) {
+    return tl::unexpected(bad("overflow size out of range"));
+  }
+  if (*overflow > r.remaining() / kOverflowBytes) {
+    return tl::unexpected(bad("overflow exceeds input"));
+  }
+  const compact::Age age{static_cast<std::uint32_t>(clock_) & ((1U << t_) - 1),
+                         config_.ticks_per_window};
   for (std::uint32_t i = 0; i < *overflow; ++i) {
     Overflow o;
     o.table = *r.get<std::uint32_t>("overflow table");
@@ -197,18 +249,16 @@ Result<std::unique_ptr<SlidingFilter>> CompactFilter::restore(std::string_view p
     o.rem = *r.get<std::uint32_t>("overflow remainder");
     o.tag = *r.get<std::uint32_t>("overflow tag");
     o.bin = *r.get<std::uint8_t>("overflow bin");
-    const bool table_ok = o.table < f->tables_.size();
-    const Table* t = table_ok ? f->tables_[o.table].get() : nullptr;
+    const bool table_ok = o.table < tables_.size();
+    const Table* t = table_ok ? tables_[o.table].get() : nullptr;
     if (!table_ok || o.line >= t->lines || o.q >= t->layout.shape.B || o.rem > t->layout.rmask ||
         o.tag > t->layout.tmask || !compact::alive(o.tag, t->layout, age)) {
-      return bad("overflow entry " + std::to_string(i) + " inconsistent");
+      return tl::unexpected(bad("overflow entry " + std::to_string(i) + " inconsistent"));
     }
-    f->overflow_.push_back(o);
-    ++f->overflow_bins_[o.bin];
+    overflow_.push_back(o);
+    ++overflow_bins_[o.bin];
   }
-  if (auto end = r.expect_end("compact filter state"); !end) return tl::unexpected(end.error());
-  f->refresh_limit();
-  return std::unique_ptr<SlidingFilter>(std::move(f));
+  return {};
 }
 
 }  // namespace kdedup::filter

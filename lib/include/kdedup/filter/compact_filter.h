@@ -148,6 +148,10 @@
 #include "kdedup/filter/memory_budget.h"
 #include "kdedup/filter/sliding_filter.h"
 
+namespace kdedup {
+class ByteReader;
+}  // namespace kdedup
+
 namespace kdedup::filter {
 
 namespace compact {
@@ -302,6 +306,11 @@ class CompactFilter final : public SlidingFilter {
   explicit CompactFilter(const FilterConfig& config);
   [[nodiscard]] static Result<std::unique_ptr<CompactFilter>> make_empty(
       const FilterConfig& config);
+
+  // --- snapshots (compact_snapshot.cc) ---
+  [[nodiscard]] static Result<std::unique_ptr<CompactFilter>> restore_header(ByteReader& r);
+  [[nodiscard]] Result<std::unique_ptr<Table>> restore_table(ByteReader& r, std::uint32_t i) const;
+  [[nodiscard]] Status restore_overflow(ByteReader& r);
 
   // --- the hot path (compact_filter.cc) ---
   [[nodiscard]] Where where_of(const compact::Key& k) const;
