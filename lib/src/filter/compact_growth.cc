@@ -163,7 +163,9 @@ bool CompactFilter::seal_and_grow(Seal why, double want) {
   // the target at every tick meanwhile.
   if (want <= 0) want = growth_target();
   const double left = why == Seal::kReplace ? target_ : target_ - fpp_budget_used();
-  const Shape shape = shape_for(kBudgetShare * left);
+  // A full table with no fpp left (the level rose after the tables were
+  // added): the most room per byte, not the finest shape.
+  const Shape shape = left > 0 ? shape_for(kBudgetShare * left) : coarsest_;
   // A table that could not take a single identity within the fpp left (the
   // table cap; the sealed tables' share after the level fell) is no use
   // unless the active is full.
@@ -203,13 +205,15 @@ std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, dou
   const std::uint64_t floor = floor_lines();
   if (!budget_) return make_table(lines, shape, clock_);
   const std::uint64_t least = floor * compact::kLineBytes;
-  if (budget_->max_bytes() != 0 && budget_->demand(0) > budget_->max_bytes() &&
-      demand_.at_target() > 0) {
+  const std::uint64_t total = budget_->expected_demand(demand_.at_target());
+  if (budget_->max_bytes() != 0 && total > budget_->max_bytes() && demand_.at_target() > 0) {
     // Over budget, each filter holds at most its share of it, in proportion
-    // to what it needs at the target (so every partition's fpp rises alike).
+    // to what it needs at the target (so every partition's fpp rises alike);
+    // the filters that have not published yet count as needing what this
+    // one does: a compact table, once taken, is not given back until it
+    // drains, so the first to ask must not take the others' share.
     const double part = static_cast<double>(budget_->max_bytes()) *
-                        static_cast<double>(demand_.at_target()) /
-                        static_cast<double>(budget_->demand(0));
+                        static_cast<double>(demand_.at_target()) / static_cast<double>(total);
     double held = 0;
     for (const auto& t : tables_) held += static_cast<double>(t->bytes());
     const auto room = static_cast<std::uint64_t>(std::max(0.0, part - held));
