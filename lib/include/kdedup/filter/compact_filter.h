@@ -19,9 +19,10 @@
 // Allocations", SIAM J. Comput. 29(1), 1999; as in vector quotient filters).
 // An identity has two candidate lines anywhere in the table and goes to the
 // one with fewer live entries. With 29 or more slots a line, the fullest
-// lines stay within a few entries of the mean: at a live load of 0.9, in the
-// sliding-window steady state where the oldest entries keep leaving, no
-// insertion of a million found both lines full (docs/performance.md). The
+// lines stay within a few entries of the mean: a table filled within one
+// tick first finds both lines of an identity full at a load of 0.949 at fpp
+// 1% (37 slots), 0.924 at 0.1% (29 slots); in the sliding-window steady
+// state at the target load of 0.9 none does (docs/performance.md). The
 // previous cuckoo table (four-slot buckets) moved an entry for a third of
 // its insertions at that load. An insertion that does find both lines full
 // goes to a small overflow list searched by queries; kOverflowSeal of them
@@ -64,11 +65,13 @@
 //   fpp 0.1%: r = 11, S = 29, B = 44:  19.6
 // at the target load of 0.9 (512 bits / (S x 0.9)).
 //
-// Vector path. On x86-64 CPUs with AVX-512 (F, BW, VL, VBMI) and BMI2, a
-// line is one register: its entries are unpacked into 16-bit lanes by a byte
-// permute and a multishift and compared with the query's remainder at once,
-// and an insertion is a funnel shift of the code and entry regions (w <= 16
-// bits an entry; wider entries take the portable path). Both paths give the
+// Vector path. On x86-64 CPUs with AVX-512 (F, BW, VL, VBMI, VBMI2) and
+// BMI2, a line is one register: its entries' remainders (and tags) are
+// unpacked into byte lanes (remainders of at most 8 bits) or 16-bit lanes by
+// a byte permute and a multishift and compared with the query's all at
+// once, the bucket is found with pdep on the code, and an insertion is a
+// funnel shift of the code and entry regions (w <= 16 bits an entry; wider
+// entries take the portable path). Both paths give the
 // same decisions and bytes (tests/unit/filter/compact_filter_test.cc);
 // KDEDUP_SIMD / set_simd() below avx512 selects the portable one (simd.h).
 //
@@ -113,19 +116,21 @@
 // lone table is replaced by a coarser one, so the filter shrinks), and the
 // active may fill further before it is sealed. While the total demand
 // exceeds the limit, a new table is no larger than this filter's share of
-// the limit (in proportion to its demand at the target). When the active
+// the limit (in proportion to its demand at the target), the filters that
+// have not published a demand yet counted as needing what this one does: a
+// compact table is not given back before it drains, so the first partition
+// to grow at startup must not take the others' share. When the active
 // table is full and the budget refuses a new one, the filter trades
 // accuracy for room without asking for memory: first a sealed table with an
 // eighth of its slots free becomes the active one again; then the active
-// table is narrowed in place (its remainders lose their top bits, which the
-// bucket code does not need, and each line gains slots: at fpp 1%, 4 bits
-// fewer give 43% more room at about 16x the false-positive rate); at the
-// narrowest shape (2-bit remainders) a new identity that finds no room is
-// judged a duplicate (a false positive: nothing to remember, so no false
-// negative), and the share so judged within the window is added to the
-// estimate. So the compact filter never holds more than the budget and its
-// floor, and its estimate covers what it does (docs/performance.md, "Memory
-// budget").
+// table is narrowed in place (its remainders lose their top bits, the fewest
+// that give a line an eighth more slots: at fpp 1%, 2 bits for 19% more
+// room at 4x the false-positive rate); at the narrowest shape (2-bit
+// remainders) a new identity that finds no room is judged a duplicate (a
+// false positive: nothing to remember, so no false negative), and the share
+// so judged within the window is added to the estimate. So the compact
+// filter never holds more than the budget and its floor, and its estimate
+// covers what it does (docs/performance.md, "Memory budget").
 //
 // Serialized form: envelope kind FilterType::kCompact, version 2 (lines;
 // version 1, the cuckoo buckets, is refused: config_fingerprint() differs
