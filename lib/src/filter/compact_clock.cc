@@ -146,7 +146,7 @@ void CompactFilter::drop_expired() {
   }
   tick_fpp_[clock_ % tick_fpp_.size()] = fpp_budget_used();  // at the new tick's start
   overfull_ = false;
-  saturated_ = false;
+  saturated_ = overflow_.size() >= compact::kMaxOverflow;
   observe_budget();
   publish_demand();
   refresh_view();

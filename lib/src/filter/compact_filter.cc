@@ -244,11 +244,15 @@ void CompactFilter::place(const Where& w, const Fill& f) {
 }
 
 void CompactFilter::note_full() {
-  // kOverflowSeal insertions without room in the active table: it is full.
+  // kOverflowSeal insertions without room in the active table, plus one per
+  // kOverflowPer live entries: it is full. A full overflow list takes no
+  // more (when no table can be added): new identities without room are
+  // judged duplicates until it has room again.
   const auto active = static_cast<std::uint32_t>(tables_.size() - 1);
   const auto in_active = static_cast<std::size_t>(std::count_if(
       overflow_.begin(), overflow_.end(), [&](const Overflow& o) { return o.table == active; }));
-  if (in_active >= kOverflowSeal && overflow_.size() < compact::kMaxOverflow) seal_due_ = true;
+  if (in_active >= kOverflowSeal + tables_.back()->alive.sum / kOverflowPer) seal_due_ = true;
+  if (overflow_.size() >= compact::kMaxOverflow) saturated_ = true;
 }
 
 template <class Lines>

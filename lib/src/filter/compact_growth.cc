@@ -18,11 +18,17 @@ std::uint64_t CompactFilter::floor_lines() const noexcept {
   return std::max<std::uint64_t>(2, config_.min_bytes / compact::kLineBytes);
 }
 
+double CompactFilter::target_load(const Shape& s) const noexcept {
+  // kTargetLoad, less for lines of few slots or long windows (safe_load()):
+  // two choices then miss often enough to fill the overflow list.
+  return std::min(kTargetLoad, compact::safe_load(s.S, config_.ticks_per_window));
+}
+
 std::uint64_t CompactFilter::lines_for(double entries, const Shape& s,
                                        bool bounded) const noexcept {
-  // Lines for `entries` at kTargetLoad (within min_bytes / max_bytes when
+  // Lines for `entries` at target_load() (within min_bytes / max_bytes when
   // `bounded`).
-  const double want = std::ceil(std::max(1.0, entries) / (kTargetLoad * s.S));
+  const double want = std::ceil(std::max(1.0, entries) / (target_load(s) * s.S));
   const double most = std::max(2.0, std::floor(static_cast<double>(config_.max_bytes) /
                                                static_cast<double>(compact::kLineBytes)));
   if (bounded && want <= static_cast<double>(floor_lines())) return floor_lines();

@@ -83,6 +83,22 @@ inline std::uint64_t mulhi(std::uint64_t a, std::uint64_t b) {
   return std::log1p(-fpp) * s.B / (2.0 * s.S * per);
 }
 
+/// Highest live load at which two choices between lines of S slots, in a
+/// sliding window of W ticks, rarely find both lines full: at most about one
+/// insertion in a million, in a simulation of the steady state (an entry
+/// per insertion into the less full of two random lines, the oldest tick's
+/// entries removed at each tick; the filter itself misses about ten times
+/// less often). The fullest lines stay a few slots above the mean (Azar et
+/// al. 1999: ln ln n / ln 2 + O(1)), so what must be left free is a number
+/// of slots, not a share: about 3 at W = 10, where the load reaches its peak
+/// only at the end of each tick, rising to 4 for long windows, whose load
+/// stays at its peak (measured: W = 10: 3.0-3.2, W = 29: 3.3-3.6, W = 125:
+/// 3.7-4.1 slots for S = 18 .. 37).
+[[nodiscard]] inline double safe_load(unsigned S, std::uint32_t window) {
+  const double free_slots = std::max(2.0, 4.1 - 11.0 / std::max(1U, window));
+  return std::max(0.5, 1.0 - free_slots / static_cast<double>(S));
+}
+
 /// True when a line of tag width t holds shape `s`.
 [[nodiscard]] inline bool fits(const Shape& s, unsigned t) {
   return s.r >= 1 && s.r <= kMaxRemainder && s.S >= 4 && s.S <= kMaxSlots && s.B >= 1 &&

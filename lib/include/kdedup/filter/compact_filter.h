@@ -18,15 +18,19 @@
 // Two choices, no kicks (Azar, Broder, Karlin, Upfal, "Balanced
 // Allocations", SIAM J. Comput. 29(1), 1999; as in vector quotient filters).
 // An identity has two candidate lines anywhere in the table and goes to the
-// one with fewer live entries. With 29 or more slots a line, the fullest
-// lines stay within a few entries of the mean: a table filled within one
-// tick first finds both lines of an identity full at a load of 0.949 at fpp
-// 1% (37 slots), 0.924 at 0.1% (29 slots); in the sliding-window steady
-// state at the target load of 0.9 none does (docs/performance.md). The
-// previous cuckoo table (four-slot buckets) moved an entry for a third of
-// its insertions at that load. An insertion that does find both lines full
-// goes to a small overflow list searched by queries; kOverflowSeal of them
-// mean the table is full. A live entry is never evicted.
+// one with fewer live entries. The fullest lines stay a few entries above
+// the mean, whatever the table's size: a table filled within one tick first
+// finds both lines of an identity full at a load of 0.949 at fpp 1% (37
+// slots), 0.924 at 0.1% (29 slots). In the sliding-window steady state a
+// table is sized for the load safe_load() gives (compact_line.h): 0.9 up
+// to three slots short of full at the default ten ticks, about four slots
+// short with long windows, where the load stays at its peak (below 0.9 for
+// lines of fewer than 30 slots or windows over 13 ticks). The previous
+// cuckoo table (four-slot buckets) moved an entry for a third of its
+// insertions at 0.9. An insertion that does find both lines full goes to a
+// small overflow list searched by queries; kOverflowSeal of them, plus one
+// per kOverflowPer live entries, mean the table is full. A live entry is
+// never evicted.
 //
 // Tags (seed 000 §4: store the insertion tick, judge age at read time). A
 // tag is the tick mod M, M = 2^t; an entry is alive at `now` iff
@@ -63,7 +67,8 @@
 //   fpp 10%:  r = 4,  S = 49, B = 67:  11.6 bits per in-window identity
 //   fpp 1%:   r = 7,  S = 37, B = 64:  15.4
 //   fpp 0.1%: r = 11, S = 29, B = 44:  19.6
-// at the target load of 0.9 (512 bits / (S x 0.9)).
+// at the target load of 0.9 (512 bits / (S x 0.9)); at 0.1% safe_load()
+// gives 0.897 (19.7 bits).
 //
 // Vector path. On x86-64 CPUs with AVX-512 (F, BW, VL, VBMI, VBMI2) and
 // BMI2, a line is one register: its entries' remainders (and tags) are
@@ -87,9 +92,9 @@
 // insertion counts of the last W + 1 ticks, so S only falls between seals
 // and the union bound sum p <= f* holds while the filter can grow. The
 // active table is sealed when its live load would pass kMaxLoad or its
-// budget, or when kOverflowSeal insertions found no room in it. The table
+// budget, or when its overflow entries reach the bound above. The table
 // added then is sized by new_table_bytes() for the recent rate of new
-// identities over a window at kTargetLoad (before one whole tick has been
+// identities over a window at target_load() (before one whole tick has been
 // seen, kMaxGrowthStep times what the sealed one held), with the coarsest
 // shape whose p at kTargetLoad fits the budget the sealed tables leave: a
 // table added while others still hold most of the budget has wider
@@ -199,7 +204,7 @@ inline constexpr std::uint16_t kCompactStateVersion = 2;
 
 class CompactFilter final : public SlidingFilter {
  public:
-  /// Live load new tables are sized for.
+  /// Live load new tables are sized for, at most (target_load()).
   static constexpr double kTargetLoad = 0.9;
   /// Live load at which the active table is sealed.
   static constexpr double kMaxLoad = 0.95;
@@ -219,8 +224,11 @@ class CompactFilter final : public SlidingFilter {
   static constexpr double kMaxGrowthStep = 4.0;
   /// Tables beyond which only a full active table adds one.
   static constexpr std::size_t kMaxTables = 32;
-  /// Insertions that found no room in the active table before it is full.
+  /// Insertions that found no room in the active table before it is full,
+  /// plus one per kOverflowPer live entries (two choices miss rarely, in
+  /// proportion to the insertions: a large table must not seal on chance).
   static constexpr std::size_t kOverflowSeal = 8;
+  static constexpr std::uint64_t kOverflowPer = 65536;
   /// Elements ahead that the batch path prefetches.
   static constexpr std::size_t kPrefetchDistance = 16;
   /// Smallest fpp.
@@ -279,7 +287,7 @@ class CompactFilter final : public SlidingFilter {
   /// Slots per line of the base shape.
   [[nodiscard]] unsigned slots_per_line() const noexcept;
   /// Bytes of a table of the base shape added now to hold `entries` live
-  /// identities at kTargetLoad: the one sizing rule (whole lines, within
+  /// identities at target_load(): the one sizing rule (whole lines, within
   /// min_bytes / max_bytes).
   [[nodiscard]] std::uint64_t new_table_bytes(double entries) const noexcept;
   /// Bytes and remainder bits of each live table, oldest first (the last
@@ -389,6 +397,7 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
   void refresh_limit();
+  [[nodiscard]] double target_load(const compact::Shape& s) const noexcept;
   [[nodiscard]] std::uint64_t lines_for(double entries, const compact::Shape& s,
                                         bool bounded) const noexcept;
   [[nodiscard]] std::uint64_t floor_lines() const noexcept;
