@@ -1,5 +1,5 @@
 // The filter family side by side: timer (4/8/16-bit timers), aging (seed 002),
-// compact (cuckoo table with tick tags) and exact, on the same generated
+// compact (lines of fingerprints with tick tags) and exact, on the same generated
 // streams in one run. Prints markdown tables; asserts nothing.
 //
 // 1. Streams (seed 000 §7): identities drawn uniformly or Zipf(alpha = 1)

@@ -130,12 +130,15 @@
 // eighth of its slots free becomes the active one again; then the active
 // table is narrowed in place (its remainders lose their top bits, the fewest
 // that give a line an eighth more slots: at fpp 1%, 2 bits for 19% more
-// room at 4x the false-positive rate); at the narrowest shape (2-bit
-// remainders) a new identity that finds no room is judged a duplicate (a
-// false positive: nothing to remember, so no false negative), and the share
-// so judged within the window is added to the estimate. So the compact
-// filter never holds more than the budget and its floor, and its estimate
-// covers what it does (docs/performance.md, "Memory budget").
+// room at 4x the false-positive rate; shorter fingerprints for more
+// entries, as filters that grow without knowing their size do: Pagh, Segev,
+// Wieder, "How to Approximate a Set Without Knowing Its Size in Advance",
+// FOCS 2013; InfiniFilter, Dayan et al., SIGMOD 2023); at the narrowest
+// shape (2-bit remainders) a new identity that finds no room is judged a
+// duplicate (a false positive: nothing to remember, so no false negative),
+// and the share so judged within the window is added to the estimate. So
+// the compact filter never holds more than the budget and its floor, and
+// its estimate covers what it does (docs/performance.md, "Memory budget").
 //
 // Serialized form: envelope kind FilterType::kCompact, version 2 (lines;
 // version 1, the cuckoo buckets, is refused: config_fingerprint() differs
