@@ -1,5 +1,5 @@
 // The filter family side by side: timer (4/8/16-bit timers), aging (seed 002),
-// compact (cuckoo table with tick tags) and exact, on the same generated
+// compact (lines of fingerprints with tick tags) and exact, on the same generated
 // streams in one run. Prints markdown tables; asserts nothing.
 //
 // 1. Streams (seed 000 §7): identities drawn uniformly or Zipf(alpha = 1)
@@ -56,11 +56,11 @@
 //
 // 4. Memory budget: four partitions' filters sharing a MemoryBudget smaller
 //    than they need at the target (1.3x, 2x, 4x, and 1.1x for compact, whose
-//    slot shrinks from 17 to at best 8 bits at fpp 0.1%; fpp 0.1%, 50k distinct ids
-//    per window each, six windows, the partitions interleaved tick by tick
-//    as workers run them): the level the budget ends at and its effective
-//    fpp, the largest estimate any partition reported in the last three
-//    windows, the
+//    entry shrinks from about 17.7 bits at fpp 0.1% to 9.1 at fpp 0.25, so
+//    it has less to trade; fpp 0.1%, 50k distinct ids per window each, six
+//    windows, the partitions interleaved tick by tick as workers run them):
+//    the level the budget ends at and its effective fpp, the largest
+//    estimate any partition reported in the last three windows, the
 //    false-positive rate each partition measured against its oracle over
 //    the last three windows (worst and mean), FN, and the largest
 //    reservation against the budget.

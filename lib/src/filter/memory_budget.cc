@@ -94,6 +94,13 @@ void MemoryBudget::change_level(std::uint32_t from, std::uint32_t to) noexcept {
   }
 }
 
+std::uint64_t MemoryBudget::expected_demand(std::uint64_t mine) const noexcept {
+  const std::uint32_t members = members_.load(std::memory_order_relaxed);
+  const std::uint32_t published = publishers_.load(std::memory_order_relaxed);
+  const std::uint32_t silent = members > published ? members - published : 0;
+  return demand(0) + silent * mine;
+}
+
 std::uint32_t MemoryDemand::levels() const noexcept {
   return budget_ && budget_->max_bytes() != 0 ? budget_->max_level() + 1 : 0;
 }
@@ -111,6 +118,10 @@ void MemoryDemand::publish(std::span<const std::uint64_t> bytes) noexcept {
     budget_->demand_[l].fetch_add(bytes[l] - bytes_[l], std::memory_order_relaxed);
     bytes_[l] = bytes[l];
   }
+  if (!published_) {
+    published_ = true;
+    budget_->publishers_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void MemoryDemand::withdraw() noexcept {
@@ -119,6 +130,16 @@ void MemoryDemand::withdraw() noexcept {
     budget_->demand_[l].fetch_sub(bytes_[l], std::memory_order_relaxed);
   }
   bytes_.clear();
+  if (published_) {
+    published_ = false;
+    budget_->publishers_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void MemoryDemand::leave() noexcept {
+  withdraw();
+  if (budget_) budget_->members_.fetch_sub(1, std::memory_order_relaxed);
+  budget_.reset();
 }
 
 void MemoryCharge::reset() noexcept {

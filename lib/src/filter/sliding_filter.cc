@@ -111,8 +111,7 @@ Result<FilterConfig> normalize(FilterConfig c) {
                   std::to_string(kMaxCompactTicksPerWindow) + ")");
     }
     const unsigned tag = compact_tag_bits(c.ticks_per_window);
-    const unsigned code = tag == 4 ? 12 : 4 * tag;
-    if (code + CompactFilter::kSlots * compact_fingerprint_bits(c.fpp) > 121) {
+    if (!compact_fpp_supported(c.fpp, tag)) {
       return fail("fpp " + std::to_string(c.fpp) + " is too small for the compact filter with " +
                   std::to_string(c.ticks_per_window) + " ticks per window (" + std::to_string(tag) +
                   "-bit tags): raise fpp or use fewer ticks");
@@ -171,6 +170,9 @@ std::uint64_t config_fingerprint(const FilterConfig& config) {
   std::string bytes;
   ByteWriter w(bytes);
   write_config(w, config);
+  // A compact filter's state format is part of what its snapshots need:
+  // state of another format is a changed configuration (compact_filter.h).
+  if (config.type == FilterType::kCompact) w.put<std::uint16_t>(kCompactStateVersion);
   return hash64(bytes, 0x636f6e666967ULL);
 }
 

@@ -1,9 +1,10 @@
 // Compact filter (compact_filter.h) against the exact oracle: no false
 // negatives inside the window on random streams, bursts, idle gaps longer
 // than the tags' wrap period and clock jumps; false-positive rate under
-// target; expiry within one tick of the window edge; batch == sequential,
-// byte for byte; restore mid-stream; insert(); growth and shrink; every
-// truncation and flip of a snapshot rejected.
+// target; expiry within one tick of the window edge; batch == sequential and
+// portable == vector, byte for byte; restore mid-stream; insert(); growth and
+// shrink; every truncation and flip of a snapshot rejected. The line codec
+// itself: compact_line_test.cc.
 
 #include "kdedup/filter/compact_filter.h"
 
@@ -18,6 +19,7 @@
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/config_codec.h"
 #include "kdedup/filter/exact_filter.h"
+#include "kdedup/filter/simd.h"
 #include "streams.h"
 
 namespace kdedup::filter {
@@ -93,18 +95,18 @@ TEST(CompactConfig, DefaultsWidthsAndRanges) {
   EXPECT_EQ(compact_tag_bits(14), 5U);
   EXPECT_EQ(compact_tag_bits(253), 8U);
   EXPECT_EQ(compact_tag_bits(254), 0U);
-  EXPECT_EQ(compact_fingerprint_bits(0.1), 7U);
-  EXPECT_EQ(compact_fingerprint_bits(0.01), 10U);
-  EXPECT_EQ(compact_fingerprint_bits(0.001), 14U);
+  // The base shapes of compact_filter.h (remainder bits).
+  EXPECT_EQ(compact_fingerprint_bits(0.1), 4U);
+  EXPECT_EQ(compact_fingerprint_bits(0.01), 7U);
+  EXPECT_EQ(compact_fingerprint_bits(0.001), 11U);
   c.ticks_per_window = 254;
   auto too_fine = normalize(c);
   ASSERT_FALSE(too_fine);
   EXPECT_EQ(too_fine.error().message.rfind("ticks_per_window", 0), 0U) << too_fine.error().message;
-  c.ticks_per_window = 200;
-  c.fpp = 1e-6;  // 8-bit tags leave too few bits for the fingerprint
-  auto too_small = normalize(c);
-  ASSERT_FALSE(too_small);
-  EXPECT_EQ(too_small.error().message.rfind("fpp", 0), 0U) << too_small.error().message;
+  c.ticks_per_window = 253;
+  c.fpp = 1e-7;  // the smallest fpp, with the widest tags: still a shape
+  EXPECT_TRUE(normalize(c));
+  EXPECT_TRUE(compact_fpp_supported(1e-7, 8));
   c.ticks_per_window = 0;
   c.fpp = 1e-8;
   EXPECT_FALSE(normalize(c));
@@ -177,6 +179,34 @@ TEST(CompactFilter, BatchGivesTheSequentialDecisionsAndState) {
       EXPECT_GE(a->stats().subfilters, 1U);
     }
   }
+}
+
+TEST(CompactFilter, PortableAndVectorPathsGiveTheSameDecisionsAndBytes) {
+  // Every table shape the stream reaches (growth, tightening, replacement),
+  // three targets and three tag widths: the AVX-512 path (where the CPU has
+  // it) against the portable one, decisions and serialized state.
+  if (simd_supported() != Simd::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  StreamSpec spec;
+  spec.domain = 40'000;
+  spec.base_rate = 500;
+  spec.ticks = 120;
+  spec.burst_factor = 5;
+  spec.seed = 12;
+  const auto events = generate_stream(spec);
+  const Simd before = simd_in_use();
+  for (double fpp : {0.1, 0.01, 0.001}) {
+    for (std::uint32_t window : {10U, 20U, 100U}) {
+      auto a = make(compact_config(window, 300, fpp));
+      auto b = make(compact_config(window, 300, fpp));
+      set_simd(Simd::kPortable);
+      const auto portable = run(*a, events, 64);
+      set_simd(Simd::kAvx512);
+      const auto vector = run(*b, events, 64);
+      EXPECT_EQ(portable, vector) << fpp << " W " << window;
+      EXPECT_EQ(a->serialize(), b->serialize()) << fpp << " W " << window;
+    }
+  }
+  set_simd(before);
 }
 
 // --- the window edge and the wrapping tags -------------------------------------
@@ -322,21 +352,24 @@ TEST(CompactFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   std::string config_bytes;
   ByteWriter w(config_bytes);
   write_config(w, f->config());
-  // After the config: f (u8), t (u8), clock, first tick, insertions, the
-  // estimate of each of W + 2 ticks (f64), count (u32); then per table: f
-  // (u8), buckets per block (u32), blocks (u64), created, swept, last
-  // insert, inserts, nonempty, window counts, buckets.
+  // After the config: r (u8), t (u8), clock, first tick, insertions, flags
+  // (u8), the estimate (f64) and rejections (u32) of each of W + 2 ticks,
+  // count (u32); then per table: r, S, B (u8), lines (u64), created, swept,
+  // last insert, inserts, nonempty, window counts, lines.
   const std::size_t head = config_bytes.size();
-  const std::size_t estimates = head + 2 + 24;
-  const std::size_t count = estimates + (10 + 2) * 8;
+  const std::size_t flags = head + 2 + 24;
+  const std::size_t estimates = flags + 1;
+  const std::size_t count = estimates + (10 + 2) * 12;
   const std::size_t table = count + 4;
-  auto reseal = [&](std::size_t at, std::uint64_t value, std::size_t width) {
+  auto reseal = [&](std::size_t at, std::uint64_t value, std::size_t width,
+                    std::uint16_t version = kCompactStateVersion) {
     std::string p = payload;
     std::memcpy(p.data() + at, &value, width);
-    return seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), 1, p);
+    return seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), version, p);
   };
   EXPECT_FALSE(restore_filter(reseal(head, 9, 1)));           // base width vs config
   EXPECT_FALSE(restore_filter(reseal(head + 2 + 8, 11, 8)));  // first tick > clock
+  EXPECT_FALSE(restore_filter(reseal(flags, 4, 1)));          // unknown flag
   double two = 2.0, negative = -0.5;
   std::uint64_t bits = 0;
   std::memcpy(&bits, &two, 8);
@@ -345,22 +378,26 @@ TEST(CompactFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   EXPECT_FALSE(restore_filter(reseal(estimates, bits, 8)));        // below 0
   EXPECT_FALSE(restore_filter(reseal(count, 0, 4)));               // no tables
   EXPECT_FALSE(restore_filter(reseal(count, 1000, 4)));            // too many
-  EXPECT_FALSE(restore_filter(reseal(table, 3, 1)));               // width below the narrowest
-  EXPECT_FALSE(restore_filter(reseal(table + 1, 1, 4)));           // one bucket per block
-  EXPECT_FALSE(restore_filter(reseal(table + 5, 1ULL << 40, 8)));  // blocks beyond input
-  EXPECT_FALSE(restore_filter(reseal(table + 13 + 32, 7, 8)));     // nonempty count
-  // A bucket's tag code past the last multiset (sorted 4-bit tags).
+  EXPECT_FALSE(restore_filter(reseal(table, 1, 1)));               // remainder below the narrowest
+  EXPECT_FALSE(restore_filter(reseal(table + 1, 70, 1)));          // more slots than a line holds
+  EXPECT_FALSE(restore_filter(reseal(table + 2, 100, 1)));         // code past its two words
+  EXPECT_FALSE(restore_filter(reseal(table + 3, 1ULL << 40, 8)));  // lines beyond input
+  EXPECT_FALSE(restore_filter(reseal(table + 11 + 32, 7, 8)));     // nonempty count
+  // A bit set in a line where the codec writes none (past the entries of
+  // the first line, below its stamp).
   std::string p = payload;
-  const std::size_t buckets_at = p.size() - 8 - as_compact(*f).table_bytes().back();
-  p[buckets_at] = static_cast<char>(0xFF);
-  p[buckets_at + 1] = static_cast<char>(p[buckets_at + 1] | 0x0F);
-  EXPECT_FALSE(
-      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), 1, p)));
-  // Unchanged payload still restores (the test edits are what break it).
-  EXPECT_TRUE(
-      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), 1, payload)));
-  EXPECT_FALSE(
-      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), 2, payload)));
+  const std::size_t lines_at = p.size() - 4 - as_compact(*f).table_bytes().back();
+  p[lines_at + 63] = static_cast<char>(p[lines_at + 63] | 0x01);
+  EXPECT_FALSE(restore_filter(
+      seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), kCompactStateVersion, p)));
+  // Unchanged payload still restores (the test edits are what break it); the
+  // cuckoo format before it is refused by version.
+  EXPECT_TRUE(restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact),
+                                           kCompactStateVersion, payload)));
+  auto old =
+      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kCompact), 1, payload));
+  ASSERT_FALSE(old);
+  EXPECT_NE(old.error().message.find("version 1"), std::string::npos) << old.error().message;
 }
 
 // --- memory follows load ----------------------------------------------------------
@@ -380,8 +417,7 @@ TEST(CompactFilter, GrowsUnderBurstKeepsTheBudgetAndShrinksAfter) {
     auto f = make(compact_config(window, static_cast<std::uint64_t>(hint * need)));
     auto& compact = as_compact(*f);
     // What a filter right-sized for the base rate holds.
-    const std::uint64_t presized =
-        compact.new_table_bytes(static_cast<double>(need), compact.fingerprint_bits());
+    const std::uint64_t presized = compact.new_table_bytes(static_cast<double>(need));
     std::uint64_t before_burst = 0, peak = 0;
     FilterStats soon_after;  // a window and a half after the burst
     double worst_budget = 0;
@@ -434,8 +470,10 @@ TEST(CompactFilter, AtFpp10ItSizesForTheIdsThatArriveNotForItsDeliveries) {
     }
     f->test_and_insert_batch(fps, ticks, out);
   }
-  const auto right = static_cast<double>(compact.new_table_bytes(
-      static_cast<double>(kPerTick * (window + 1)) * (1 - 0.055), compact.fingerprint_bits()));
+  // A table at the target load of 0.9 of the base shape (r = 4, S = 49,
+  // B = 67) delivers 1 - 0.081 of the new identities.
+  const auto right = static_cast<double>(
+      compact.new_table_bytes(static_cast<double>(kPerTick * (window + 1)) * (1 - 0.081)));
   EXPECT_EQ(f->stats().subfilters, 1U);
   EXPECT_EQ(compact.table_fingerprint_bits().front(), compact.fingerprint_bits());
   EXPECT_LE(static_cast<double>(compact.table_bytes().front()), 1.05 * right);
@@ -458,24 +496,91 @@ TEST(CompactFilter, IdleFilterShrinksToTheFloor) {
   EXPECT_LE(f->stats().bytes, 70 * 1024U);
 }
 
-TEST(CompactFilter, KicksAtHighLoadKeepEveryIdentity) {
-  // A table kept just under its seal load: most insertions kick, entries
-  // wait in the stash, and every delivered identity stays a duplicate.
-  std::unique_ptr<SlidingFilter> f = presized(compact_config(10, 50'000));
+TEST(CompactFilter, AtHighLoadEveryIdentityStaysWithoutOverflow) {
+  // A table kept just under its seal load: two choices of line keep every
+  // insertion in its lines (nothing overflows), every delivered identity
+  // stays a duplicate, in the batch and the one-by-one paths alike.
+  for (std::size_t batch : {std::size_t{1}, std::size_t{256}}) {
+    std::unique_ptr<SlidingFilter> f = presized(compact_config(10, 50'000));
+    auto& compact = as_compact(*f);
+    const double slots = static_cast<double>(f->stats().cells);
+    std::vector<Event> events;
+    for (std::uint64_t id = 0; id < static_cast<std::uint64_t>(0.93 * slots); ++id) {
+      events.push_back({identity_fingerprint(id, 8), 1});
+    }
+    const auto first = run(*f, events, batch);
+    EXPECT_EQ(f->stats().subfilters, 1U);  // all of it in the one table
+    EXPECT_EQ(compact.stash_size(), 0U);
+    EXPECT_GT(static_cast<double>(f->stats().live_cells), 0.9 * slots);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (first[i] != Decision::kDistinct) continue;
+      ASSERT_EQ(f->test_and_insert(events[i].fp, 1), Decision::kDuplicate);
+      ASSERT_TRUE(compact.contains(events[i].fp, 11));
+    }
+  }
+}
+
+TEST(CompactFilter, OverflowEntriesAreFoundAndSealTheTable) {
+  // At fpp 0.1% (29 slots a line) a table filled within one tick starts to
+  // find both lines of an identity full at a load of about 0.92: those
+  // insertions go to the overflow list, are found there, and kOverflowSeal
+  // of them, plus one per kOverflowPer live entries, seal the table before
+  // kMaxLoad.
+  std::unique_ptr<SlidingFilter> f = presized(compact_config(10, 1'000'000, 0.001));
   auto& compact = as_compact(*f);
-  std::vector<Fingerprint> delivered;
-  std::size_t stashed = 0;
-  for (std::uint64_t id = 0; id < 47'000; ++id) {
-    const Fingerprint x = identity_fingerprint(id, 8);
-    if (f->test_and_insert(x, 1) == Decision::kDistinct) delivered.push_back(x);
-    stashed = std::max(stashed, compact.stash_size());
+  const double slots = static_cast<double>(f->stats().cells);
+  std::vector<Fingerprint> kept;
+  std::size_t most = 0;
+  std::uint64_t live = 0;
+  for (std::uint64_t id = 0; f->stats().subfilters == 1; ++id) {
+    const Fingerprint x = identity_fingerprint(id, 13);
+    live = f->stats().live_cells;
+    f->insert(x, 1);
+    kept.push_back(x);
+    most = std::max(most, compact.stash_size());
   }
-  EXPECT_GT(stashed, 0U);
-  EXPECT_EQ(f->stats().subfilters, 1U);  // all of it in the one table
-  for (const Fingerprint& x : delivered) {
-    ASSERT_EQ(f->test_and_insert(x, 1), Decision::kDuplicate);
+  EXPECT_EQ(most, CompactFilter::kOverflowSeal + live / CompactFilter::kOverflowPer);
+  EXPECT_LT(static_cast<double>(kept.size()), CompactFilter::kMaxLoad * slots);
+  for (const Fingerprint& x : kept) ASSERT_TRUE(compact.contains(x, 11));
+  for (Tick t = 2; t < 13; ++t) f->advance(t);
+  EXPECT_EQ(compact.stash_size(), 0U);  // gone with their window
+}
+
+TEST(CompactFilter, LongWindowsAndNarrowLinesKeepOneTableInTheSteadyState) {
+  // A steady stream of distinct ids for four windows. With 125 ticks a
+  // window the load stays at its peak all the time, and at fpp 1e-5 a line
+  // holds 21 entries: at a load of 0.9 two choices would miss often enough
+  // (about 1 insertion in 5,000 and 1 in 1,000) to seal table after table.
+  // Sized at safe_load() the filter settles on one table, as at 10 ticks.
+  struct Steady {
+    std::uint32_t window;
+    double fpp;
+  };
+  for (const Steady& k : {Steady{125, 0.01}, Steady{10, 0.00001}}) {
+    FilterConfig c = compact_config(k.window, 1'000, k.fpp);
+    c.min_bytes = 64 * 1024;
+    std::unique_ptr<SlidingFilter> f = make(c);
+    const std::uint64_t per_tick = 300'000 / (k.window + 1);
+    std::vector<Fingerprint> fps(per_tick);
+    std::vector<Tick> ticks(per_tick);
+    std::vector<Decision> out(per_tick);
+    std::uint64_t id = 0, distinct = 0;
+    for (Tick t = 0; t < 4 * static_cast<Tick>(k.window + 1); ++t) {
+      for (std::uint64_t j = 0; j < per_tick; ++j) {
+        fps[j] = identity_fingerprint(id++, 17);
+        ticks[j] = t;
+      }
+      f->test_and_insert_batch(fps, ticks, out);
+      distinct +=
+          static_cast<std::uint64_t>(std::count(out.begin(), out.end(), Decision::kDistinct));
+    }
+    EXPECT_EQ(f->stats().subfilters, 1U) << k.window << " ticks, fpp " << k.fpp;
+    const auto slots = static_cast<double>(f->stats().cells);
+    const double load = static_cast<double>(f->stats().live_cells) / slots;
+    EXPECT_GT(load, 0.75) << k.window << " ticks, fpp " << k.fpp;
+    EXPECT_LE(load, CompactFilter::kTargetLoad + 0.01) << k.window << " ticks, fpp " << k.fpp;
+    EXPECT_GT(distinct, id - id / 100);
   }
-  for (const Fingerprint& x : delivered) ASSERT_TRUE(compact.contains(x, 11));
 }
 
 TEST(CompactFilter, StatsReportSlotsTablesAndTheEstimate) {
@@ -483,8 +588,8 @@ TEST(CompactFilter, StatsReportSlotsTablesAndTheEstimate) {
   const auto st0 = f->stats();
   EXPECT_EQ(st0.subfilters, 1U);
   EXPECT_EQ(st0.live_cells, 0U);
-  EXPECT_EQ(st0.cells % CompactFilter::kSlots, 0U);
-  EXPECT_GT(st0.bytes, st0.cells * 13 / 8);  // 13 bits a slot at 1% (10 + 3)
+  EXPECT_EQ(st0.cells % as_compact(*f).slots_per_line(), 0U);
+  EXPECT_GT(st0.bytes, st0.cells * 13 / 8);  // 512 / 37 = 13.8 bits a slot at 1%
   for (std::uint64_t id = 0; id < 1'000; ++id) {
     (void)f->test_and_insert(identity_fingerprint(id, 4), 1);
   }

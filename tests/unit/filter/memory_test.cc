@@ -165,6 +165,25 @@ TEST(MemoryBudget, RefusalsKeepTheLevelUp) {
   EXPECT_EQ(b->level(), 1U);
 }
 
+TEST(MemoryBudget, FiltersThatHaveNotPublishedCountAsNeedingWhatTheAskerNeeds) {
+  // Three filters share a budget; one has published. Asked by it, the
+  // expected demand counts the two silent ones at its own need, and drops
+  // to the published total once they have spoken or gone.
+  auto b = budget_of(1000);
+  MemoryDemand first(b);
+  auto second = std::make_unique<MemoryDemand>(b);
+  MemoryDemand third(b);
+  first.publish(std::vector<std::uint64_t>{600, 300});
+  EXPECT_EQ(b->demand(0), 600U);
+  EXPECT_EQ(b->expected_demand(600), 1800U);
+  third.publish(std::vector<std::uint64_t>{100, 50});
+  EXPECT_EQ(b->expected_demand(600), 1300U);
+  second.reset();
+  EXPECT_EQ(b->expected_demand(600), 700U);
+  MemoryDemand moved(std::move(third));
+  EXPECT_EQ(b->expected_demand(600), 700U);  // moving does not count twice
+}
+
 TEST(MemoryBudget, ChargesReleaseThemselves) {
   auto b = budget_of(1000);
   {
@@ -479,13 +498,9 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
       const FilterConfig c = config_of(type, 1'000, bits, 0.01, 4096);
       const std::uint32_t window = c.ticks_per_window;
       // 30k ids per window per filter: a pre-sized pair needs about
-      // 2 x 30k x (15..235 bits) / 8; the budget is half of that. (The
-      // compact filter saves at most 5 of its 13 bits a slot at fpp 1% by
-      // raising its fpp to 0.25: it gets a budget 10% short.)
-      const bool compact = type == FilterType::kCompact;
+      // 2 x 30k x (15..235 bits) / 8; the budget is half of that.
       const std::uint64_t need = 2 * presized_bytes(c, 30'000);
-      const auto limit =
-          static_cast<std::uint64_t>(static_cast<double>(need) / (compact ? 1.1 : 2));
+      const std::uint64_t limit = need / 2;
       auto budget = budget_of(limit, c.fpp);
       StreamSpec spec;
       spec.domain = 1ULL << 40;
@@ -495,16 +510,57 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
       const auto events = generate_stream(spec);
       const BudgetRun r = run_two(type, bits, budget, events);
       EXPECT_EQ(r.counts.false_negatives, 0U);
-      // Within the budget, plus each filter's floor (charged past it); the
-      // compact filter also charges a floor-sized table past it when it is
-      // full and refused (compact_filter.h, "Memory budget").
-      EXPECT_LE(r.worst_used, limit + (compact ? 4 : 2) * c.min_bytes);
+      // Within the budget, plus each filter's floor (charged past it).
+      EXPECT_LE(r.worst_used, limit + 2 * c.min_bytes);
       EXPECT_GE(r.worst_level, 1U) << "the budget was never short";
       // The filters report the fpp they run at: what was observed is within it.
       EXPECT_GT(r.worst_estimate, c.fpp);
       EXPECT_LE(r.counts.fp_rate(), 1.2 * r.worst_estimate);
     }
   }
+}
+
+TEST(MemoryBudgetFilters, ACompactFilterThatCannotGrowNarrowsThenRejectsNeverForgets) {
+  // A budget that holds the floor and little more, and a window's worth of
+  // new identities far beyond it: the compact filter narrows its table in
+  // place, then judges the identities it has no room for duplicates. It
+  // never holds more than the budget and its floor, forgets no identity it
+  // delivered, and its estimate covers the false positives it made.
+  const FilterConfig c = config_of(FilterType::kCompact, 1'000, 8, 0.01, 4096);
+  auto budget = budget_of(3 * c.min_bytes, c.fpp);
+  auto f = make(c);
+  f->set_memory_budget(budget);
+  auto& compact = dynamic_cast<CompactFilter&>(*f);
+  FilterConfig oc;
+  oc.type = FilterType::kExact;
+  oc.ticks_per_window = c.ticks_per_window;
+  ExactFilter oracle(oc);
+  std::uint64_t fp = 0, fresh = 0, fn = 0, most = 0;
+  unsigned narrowest = compact.fingerprint_bits();
+  double worst_estimate = 0;
+  for (std::uint64_t id = 0; id < 40'000; ++id) {
+    const Tick t = id / 8'000;
+    const Fingerprint x = identity_fingerprint(id, 17);
+    const bool delivered = oracle.contains(x, t);
+    const Decision d = f->test_and_insert(x, t);
+    if (d == Decision::kDistinct) {
+      oracle.insert(x, t);
+      fn += delivered ? 1 : 0;
+    } else if (!delivered) {
+      ++fp;
+    }
+    fresh += delivered ? 0 : 1;
+    most = std::max(most, budget->used());
+    narrowest = std::min(narrowest, compact.table_fingerprint_bits().back());
+    if (id % 1'000 == 999) worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+  }
+  EXPECT_EQ(fn, 0U);
+  EXPECT_LE(most, budget->max_bytes() + c.min_bytes);
+  EXPECT_LT(narrowest, compact.fingerprint_bits());  // narrowed in place
+  EXPECT_GT(compact.rejected_in_window(), 0U);       // then out of room
+  const double fp_rate = static_cast<double>(fp) / static_cast<double>(fresh);
+  EXPECT_GT(fp_rate, c.fpp);
+  EXPECT_LE(fp_rate, 1.2 * worst_estimate);
 }
 
 TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {

@@ -149,6 +149,11 @@ class MemoryBudget {
   [[nodiscard]] std::uint64_t demand(std::uint32_t level) const noexcept {
     return demand_[level].load(std::memory_order_relaxed);
   }
+  /// The demand at level 0 with every filter sharing the budget that has not
+  /// published one yet (its first tick has not come) counted as needing
+  /// `mine`: a filter sizing a part before the others have spoken (the first
+  /// tick of a process) takes no more than its share of the limit.
+  [[nodiscard]] std::uint64_t expected_demand(std::uint64_t mine) const noexcept;
 
  private:
   friend class MemoryDemand;
@@ -159,6 +164,8 @@ class MemoryBudget {
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint32_t> level_{0};
   std::array<std::atomic<std::uint64_t>, kMaxLevels + 1> demand_{};
+  std::atomic<std::uint32_t> members_{0};             // MemoryDemands attached
+  std::atomic<std::uint32_t> publishers_{0};          // ... of which have published
   std::atomic<std::uint64_t> refusals_{0};            // reservations refused
   std::atomic<std::uint64_t> refusals_at_settle_{0};  // ... at the last settle()
 };
@@ -169,14 +176,20 @@ class MemoryBudget {
 class MemoryDemand {
  public:
   MemoryDemand() = default;
-  explicit MemoryDemand(std::shared_ptr<MemoryBudget> budget) : budget_(std::move(budget)) {}
-  ~MemoryDemand() { withdraw(); }
-  MemoryDemand(MemoryDemand&&) noexcept = default;
+  explicit MemoryDemand(std::shared_ptr<MemoryBudget> budget) : budget_(std::move(budget)) {
+    if (budget_) budget_->members_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~MemoryDemand() { leave(); }
+  MemoryDemand(MemoryDemand&& o) noexcept
+      : budget_(std::move(o.budget_)),
+        bytes_(std::move(o.bytes_)),
+        published_(std::exchange(o.published_, false)) {}
   MemoryDemand& operator=(MemoryDemand&& o) noexcept {
     if (this != &o) {
-      withdraw();
+      leave();
       budget_ = std::move(o.budget_);
       bytes_ = std::move(o.bytes_);
+      published_ = std::exchange(o.published_, false);
     }
     return *this;
   }
@@ -196,9 +209,11 @@ class MemoryDemand {
 
  private:
   void withdraw() noexcept;
+  void leave() noexcept;
 
   std::shared_ptr<MemoryBudget> budget_;
   std::vector<std::uint64_t> bytes_;
+  bool published_ = false;  // counted in the budget's publishers_
 };
 
 /// Bytes one part of a filter holds against a MemoryBudget; released when

@@ -6,9 +6,13 @@
 // AVX-512 (F and BW), the timer filter with 8-bit timers tests a whole
 // 64-byte line in a few instructions and writes its k cells at once (a masked
 // store with AVX-512, a blend with AVX2), and its scrub clears a line in a
-// handful of instructions. All paths give the same decisions and the same
-// state, byte for byte (tests/unit/filter/timer_filter_test.cc runs each
-// level the CPU supports against the portable one).
+// handful of instructions. At the avx512 level, on CPUs that also have
+// AVX-512 VBMI and VBMI2 (Ice Lake and later, Zen 4), the compact filter
+// scans and rewrites a whole 64-byte line in a register (compact_filter.h);
+// without them it keeps its portable path. All paths give the same decisions
+// and the same state, byte for byte (timer_filter_test.cc and
+// compact_filter_test.cc in tests/unit/filter run each level the CPU supports
+// against the portable one).
 //
 // The level is the best the CPU supports, detected once per process. The
 // `kdedup` binary caps it with the environment variable

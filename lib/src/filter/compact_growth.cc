@@ -1,0 +1,396 @@
+// Compact filter: how many tables of which size and shape, and the memory
+// budget ("Memory follows load" and "Memory budget" in compact_filter.h).
+
+#include <algorithm>
+#include <cmath>
+
+#include "compact_table.h"
+#include "kdedup/filter/compact_filter.h"
+
+namespace kdedup::filter {
+
+using compact::Layout;
+using compact::Shape;
+
+// --- sizing ------------------------------------------------------------------------
+
+std::uint64_t CompactFilter::floor_lines() const noexcept {
+  return std::max<std::uint64_t>(2, config_.min_bytes / compact::kLineBytes);
+}
+
+double CompactFilter::target_load(const Shape& s) const noexcept {
+  // kTargetLoad, less for lines of few slots or long windows (safe_load()):
+  // two choices then miss often enough to fill the overflow list.
+  return std::min(kTargetLoad, compact::safe_load(s.S, config_.ticks_per_window));
+}
+
+std::uint64_t CompactFilter::lines_for(double entries, const Shape& s,
+                                       bool bounded) const noexcept {
+  // Lines for `entries` at target_load() (within min_bytes / max_bytes when
+  // `bounded`).
+  const double want = std::ceil(std::max(1.0, entries) / (target_load(s) * s.S));
+  const double most = std::max(2.0, std::floor(static_cast<double>(config_.max_bytes) /
+                                               static_cast<double>(compact::kLineBytes)));
+  if (bounded && want <= static_cast<double>(floor_lines())) return floor_lines();
+  return static_cast<std::uint64_t>(std::clamp(want, 2.0, most));
+}
+
+std::uint64_t CompactFilter::initial_lines() const noexcept {
+  // The hint may start the filter below the floor, never above it.
+  return std::min(lines_for(static_cast<double>(config_.capacity), base_, false), floor_lines());
+}
+
+std::uint64_t CompactFilter::initial_bytes() const noexcept {
+  return initial_lines() * compact::kLineBytes;
+}
+
+std::uint64_t CompactFilter::new_table_bytes(double entries) const noexcept {
+  return lines_for(entries, base_, true) * compact::kLineBytes;
+}
+
+std::unique_ptr<CompactFilter::Table> CompactFilter::charged_table(std::uint64_t lines,
+                                                                   const Shape& s) {
+  auto t = make_table(lines, s, clock_);
+  if (t && budget_) {
+    budget_->charge(t->bytes());
+    t->charge = MemoryCharge(budget_, t->bytes());
+  }
+  return t;
+}
+
+double CompactFilter::table_fpp(const Table& t) const {
+  return compact::fpp_at(static_cast<double>(t.alive.sum) / static_cast<double>(t.slots()),
+                         t.layout.shape);
+}
+
+double CompactFilter::fpp_budget_used() const {
+  double sum = 0;
+  for (const auto& t : tables_) sum += table_fpp(*t);
+  return sum;
+}
+
+Shape CompactFilter::shape_for(double budget) const {
+  // The coarsest shape whose p at kTargetLoad fits `budget`, but never
+  // coarser than the base shape at the effective target (which lets a lone
+  // table fill to kMaxLoad).
+  const Shape s = compact::best_shape(budget, kTargetLoad, t_);
+  return s.S > coarsest_.S ? coarsest_ : s;
+}
+
+void CompactFilter::refresh_limit() {
+  double sealed = 0;
+  for (std::size_t i = 0; i + 1 < tables_.size(); ++i) sealed += table_fpp(*tables_[i]);
+  const Table& a = *tables_.back();
+  const double budget = kBudgetShare * (target_ - sealed);
+  // Overfull (no table could be added this tick): whatever the table takes
+  // up to kMaxLoad; saturated: whatever its lines have room for.
+  const double load =
+      saturated_ ? 1.0
+      : overfull_
+          ? kMaxLoad
+          : std::min(kMaxLoad, budget > 0 ? compact::load_for(budget, a.layout.shape) : 0.0);
+  active_limit_ = static_cast<std::uint64_t>(load * static_cast<double>(a.slots()));
+  refresh_view();
+}
+
+// --- rates ---------------------------------------------------------------------------
+
+bool CompactFilter::rate_known() const {
+  // At least one whole tick of insertions behind the clock.
+  return insertions_ > 0 && clock_ > first_tick_;
+}
+
+double CompactFilter::arrivals(Tick x) const {
+  // Deliveries count the new identities the filter did not mistake for
+  // duplicates: divided by 1 - (the estimate at that tick), they give the
+  // new identities that arrived, whatever the filter's fpp was then (a
+  // ramp-up's fuller tables, a table under budget pressure).
+  std::uint64_t n = 0;
+  for (const auto& t : tables_) n += t->alive.at(x);
+  return static_cast<double>(n) / (1.0 - std::min(0.5, tick_fpp_[x % tick_fpp_.size()]));
+}
+
+double CompactFilter::window_arrivals() const {
+  const Tick from = clock_ - std::min<Tick>(clock_, config_.ticks_per_window);
+  double sum = 0;
+  for (Tick x = from; x <= clock_; ++x) sum += arrivals(x);
+  return sum;
+}
+
+double CompactFilter::recent_rate(Tick horizon, bool rising) const {
+  // New identities per tick: the mean of the last `horizon` whole ticks
+  // (since the first insertion if later); with `rising`, the current tick's
+  // so far when that is more.
+  const Tick history = insertions_ == 0 ? 0 : clock_ - std::min(clock_, first_tick_);
+  const Tick span = std::min(horizon, history);
+  double whole = 0;
+  for (Tick x = clock_ - span; x < clock_; ++x) whole += arrivals(x);
+  const double mean = span > 0 ? whole / static_cast<double>(span) : 0.0;
+  return rising ? std::max(mean, arrivals(clock_)) : mean;
+}
+
+double CompactFilter::growth_rate() const {
+  // Over a quarter of the window (at least 2 ticks), and never less than
+  // the current tick so far: a rising rate is seen at once.
+  const std::uint32_t window = config_.ticks_per_window;
+  return recent_rate(std::min<Tick>(window, std::max<Tick>(2, (window + 1) / 4)), true);
+}
+
+double CompactFilter::delivered_share() const {
+  // A right-sized table at kTargetLoad delivers this share of the new
+  // identities (at fpp 10% a few % fewer than arrive).
+  return 1.0 - compact::fpp_at(kTargetLoad, coarsest_);
+}
+
+double CompactFilter::growth_target() const {
+  // The recent rate over a whole window once one whole tick has been seen
+  // (a burst inside the current tick is never extrapolated to a window);
+  // before that, geometric growth (scalable Bloom filters).
+  if (rate_known()) return growth_rate() * (config_.ticks_per_window + 1) * delivered_share();
+  return kMaxGrowthStep *
+         static_cast<double>(std::max<std::uint64_t>(1, tables_.back()->alive.sum));
+}
+
+// --- tables --------------------------------------------------------------------------
+
+bool CompactFilter::grow_for_insert() {
+  // The active has no room left for the next identity: its fpp share ran
+  // out, or, overfull, it is at kMaxLoad.
+  return seal_and_grow(overfull_ ? Seal::kFull : Seal::kBudget);
+}
+
+bool CompactFilter::seal_and_grow(Seal why, double want) {
+  // The new table holds `want` entries at kTargetLoad with the coarsest
+  // shape the budget left by the tables sealed now allows: after a full
+  // table that is a few bits finer, and once alone it is replaced by a
+  // right-sized table at the base shape (maybe_replace). A replacement
+  // takes the coarsest shape that fits the target by itself: the table it
+  // replaces drains while it fills, and the room rule keeps the sum within
+  // the target at every tick meanwhile.
+  if (want <= 0) want = growth_target();
+  const double left = why == Seal::kReplace ? target_ : target_ - fpp_budget_used();
+  // A full table with no fpp left (the level rose after the tables were
+  // added): the most room per byte, not the finest shape.
+  const Shape shape = left > 0 ? shape_for(kBudgetShare * left) : coarsest_;
+  // A table that could not take a single identity within the fpp left (the
+  // table cap; the sealed tables' share after the level fell) is no use
+  // unless the active is full.
+  const bool useless =
+      tables_.size() >= kMaxTables || compact::fpp_at(kTargetLoad, shape) > kBudgetShare * left;
+  std::unique_ptr<Table> t;
+  if (tables_.size() < compact::kHardMaxTables && (why == Seal::kFull || !useless)) {
+    t = reserve_table(why, want, shape);
+  }
+  if (!t && why == Seal::kFull) {
+    // Refused while the active cannot take more: trade accuracy for room
+    // without asking for memory. An older table with room takes the new
+    // identities, else the active is narrowed in place, else it takes what
+    // its lines still hold and rejects the rest (judged duplicates).
+    if (reopen_sealed() || narrow_active()) return true;
+    saturated_ = true;
+    refresh_limit();
+    return false;
+  }
+  if (!t) {
+    // Refused, out of memory or of no use: the active takes new identities
+    // up to kMaxLoad until the next tick, when growth is asked for again.
+    if (why != Seal::kReplace) {
+      overfull_ = true;
+      refresh_limit();
+    }
+    return false;
+  }
+  tables_.push_back(std::move(t));
+  refresh_limit();
+  return true;
+}
+
+std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, double want,
+                                                                   const Shape& shape) {
+  std::uint64_t lines = lines_for(want, shape, true);
+  const std::uint64_t floor = floor_lines();
+  if (!budget_) return make_table(lines, shape, clock_);
+  const std::uint64_t least = floor * compact::kLineBytes;
+  const std::uint64_t total = budget_->expected_demand(demand_.at_target());
+  if (budget_->max_bytes() != 0 && total > budget_->max_bytes() && demand_.at_target() > 0) {
+    // Over budget, each filter holds at most its share of it, in proportion
+    // to what it needs at the target (so every partition's fpp rises alike);
+    // the filters that have not published yet count as needing what this
+    // one does: a compact table, once taken, is not given back until it
+    // drains, so the first to ask must not take the others' share.
+    const double part = static_cast<double>(budget_->max_bytes()) *
+                        static_cast<double>(demand_.at_target()) / static_cast<double>(total);
+    double held = 0;
+    for (const auto& t : tables_) held += static_cast<double>(t->bytes());
+    const auto room = static_cast<std::uint64_t>(std::max(0.0, part - held));
+    lines = std::min(lines, std::max(floor, room / compact::kLineBytes));
+  }
+  const std::uint64_t bytes = lines * compact::kLineBytes;
+  // A growth table may get part of what it asks for (no less than a
+  // quarter, or the floor: much smaller tables fill at once); a replacement
+  // must be right-sized. Every new table is reserved: only a filter's
+  // starting floor is charged past the limit.
+  const std::uint64_t ask =
+      why == Seal::kReplace ? bytes : std::min(bytes, std::max(least, bytes / 4));
+  const std::uint64_t granted = budget_->reserve_up_to(ask, bytes);
+  if (granted == 0) return nullptr;  // refused
+  auto t = make_table(std::max<std::uint64_t>(2, granted / compact::kLineBytes), shape, clock_);
+  const std::uint64_t used = t ? t->bytes() : 0;
+  if (granted > used) budget_->release(granted - used);
+  if (t) t->charge = MemoryCharge(budget_, used);
+  return t;
+}
+
+bool CompactFilter::reopen_sealed() {
+  // The sealed table with the most room below kMaxLoad, if that is at least
+  // an eighth of its slots (less would be sealed again at once), becomes the
+  // active one again: it moves to the back, and the overflow entries follow
+  // their tables.
+  std::size_t best = tables_.size();
+  double most = 0;
+  for (std::size_t i = 0; i + 1 < tables_.size(); ++i) {
+    const auto slots = static_cast<double>(tables_[i]->slots());
+    const double room = kMaxLoad * slots - static_cast<double>(tables_[i]->alive.sum);
+    if (room >= slots / 8 && room > most) {
+      best = i;
+      most = room;
+    }
+  }
+  if (best == tables_.size()) return false;
+  const auto last = static_cast<std::uint32_t>(tables_.size() - 1);
+  auto moved = [&](std::uint32_t i) { return i < best ? i : i == best ? last : i - 1; };
+  for (Overflow& o : overflow_) o.table = moved(o.table);
+  std::rotate(tables_.begin() + static_cast<std::ptrdiff_t>(best),
+              tables_.begin() + static_cast<std::ptrdiff_t>(best) + 1, tables_.end());
+  overfull_ = true;  // it takes identities up to kMaxLoad until the next tick
+  refresh_limit();
+  return true;
+}
+
+bool CompactFilter::narrow_active() {
+  // The active table's remainders lose their top bits, the fewest that give
+  // its lines an eighth more slots (or the most there are): its fpp rises,
+  // its memory does not. Every line is rewritten once.
+  Table& a = *tables_.back();
+  const Shape from = a.layout.shape;
+  Shape to = from;
+  for (unsigned bits = 1; from.r > bits && from.r - bits >= kMinRemainderBits; ++bits) {
+    to = compact::narrowed(from, t_, bits);
+    if (to.S * 8 >= from.S * 9) break;
+  }
+  if (to == from) return false;
+  const Layout layout = Layout::of(to, t_);
+  for (std::uint64_t i = 0; i < a.lines; ++i) compact::relayout(a.line(i), a.layout, layout);
+  a.layout = layout;
+  const auto active = static_cast<std::uint32_t>(tables_.size() - 1);
+  for (Overflow& o : overflow_) {
+    if (o.table == active) o.rem &= layout.rmask;
+  }
+  overfull_ = true;
+  refresh_limit();
+  return true;
+}
+
+void CompactFilter::maybe_replace() {
+  // Two rules. After a fall of the rate (a burst's end), the active table
+  // is replaced as soon as it is kFallFactor times too big for the recent
+  // rate of new identities (the mean of the last R whole ticks, R = a
+  // quarter of the window, at least 2), alone or not. And a lone table that
+  // has seen a whole window is right-sized when it is more than
+  // kShrinkFactor times too big for the window's exact live count, or finer
+  // than the target requires (after a growth phase's tightening): the live
+  // count is steady where the rate is not (on a stream with repeats, the
+  // rate of new identities dips after a burst and climbs back over a
+  // window, and a small threshold on it would replace table after table).
+  // The new table only takes what arrives from then on; the old one keeps
+  // its entries and drains within a window. A table younger than R ticks is
+  // left alone: its rate is still being measured.
+  const Table& active = *tables_.back();
+  const std::uint32_t window = config_.ticks_per_window;
+  const Tick young = std::max<Tick>(2, (window + 1) / 4);
+  if (clock_ - active.created <= young) return;
+  const double share = delivered_share();
+  const Shape& shape = active.layout.shape;
+  const double rate_need = recent_rate(young, false) * (window + 1) * share;
+  // Coarser than the effective target allows (narrowed, or added, under a
+  // pressure that has eased): replaced as soon as the budget grants it.
+  const bool too_coarse = shape.S > coarsest_.S;
+  if (too_coarse || static_cast<double>(active.bytes()) >
+                        kFallFactor * static_cast<double>(lines_for(rate_need, shape, true) *
+                                                          compact::kLineBytes)) {
+    (void)seal_and_grow(Seal::kReplace, std::max(rate_need, 1.0));
+    return;
+  }
+  if (tables_.size() != 1 || clock_ - active.created <= window) return;
+  // Called as the clock moves: the new tick holds no insertions yet, so the
+  // live count covers W ticks, and a table must hold W + 1 at the tick's end.
+  const double want = window_arrivals() * (window + 1) / window * share;
+  const bool coarser = shape_for(kBudgetShare * target_).S > shape.S;
+  const bool smaller =
+      static_cast<double>(active.bytes()) >
+      kShrinkFactor * static_cast<double>(lines_for(want, shape, true) * compact::kLineBytes);
+  if (coarser || smaller) (void)seal_and_grow(Seal::kReplace, want);
+}
+
+// --- the memory budget -------------------------------------------------------------
+
+void CompactFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
+  budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
+  level_shapes_.clear();
+  for (std::uint32_t l = 0; l < demand_.levels(); ++l) {
+    const double fpp = filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(l)));
+    level_shapes_.push_back(compact::best_shape(kBudgetShare * fpp, kFingerprintLoad, t_));
+  }
+  for (auto& t : tables_) {
+    t->charge = MemoryCharge();
+    if (budget_) {
+      budget_->charge(t->bytes());
+      t->charge = MemoryCharge(budget_, t->bytes());
+    }
+  }
+  budget_level_ = budget_ ? budget_->level() : 0;
+  level_since_ = clock_;
+  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(budget_level_))));
+  refresh_limit();
+}
+
+void CompactFilter::set_target(double fpp) {
+  target_ = fpp;
+  const Shape s = compact::best_shape(kBudgetShare * fpp, kFingerprintLoad, t_);
+  coarsest_ = s.S >= base_.S ? s : base_;
+}
+
+std::uint32_t CompactFilter::budget_vote() const noexcept {
+  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
+  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
+                                                                             : MemoryBudget::kHold;
+}
+
+void CompactFilter::observe_budget() {
+  if (!budget_) return;
+  budget_->settle(budget_vote());  // the load may have fallen
+  const std::uint32_t level = budget_->level();
+  if (level == budget_level_) return;
+  budget_level_ = level;
+  level_since_ = clock_;
+  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+}
+
+void CompactFilter::publish_demand() {
+  if (level_shapes_.empty()) return;
+  // The new identities that arrived in the window (arrivals(): a saturated
+  // filter inserts only those it does not mistake for duplicates), or what
+  // the current rate brings in one if more, in a right-sized table at each
+  // level's base shape.
+  const double rate = rate_known() ? growth_rate() : 0.0;
+  double holds = std::max(window_arrivals(), rate * (config_.ticks_per_window + 1));
+  holds += static_cast<double>(rejected_in_window());  // turned away for want of room
+  std::vector<std::uint64_t> bytes(level_shapes_.size());
+  for (std::size_t l = 0; l < level_shapes_.size(); ++l) {
+    bytes[l] = lines_for(holds, level_shapes_[l], true) * compact::kLineBytes;
+  }
+  demand_.publish(bytes);
+}
+
+}  // namespace kdedup::filter

@@ -1,0 +1,396 @@
+// Timer filter: sub-filter sizes, the memory budget, growth by sealing and
+// shrink by folding (seed 000 §5; "Dynamic size" in timer_filter.h).
+
+#include "timer_cells.h"
+
+namespace kdedup::filter {
+
+namespace {
+
+// The smallest 5-smooth number (2^a 3^b 5^c) >= n. Line counts of that form
+// have divisors at every scale, so a sub-filter can fold to within a few
+// percent of any smaller size (fold() needs an integer factor); the
+// rounding itself costs about 2% at the usual sizes.
+std::uint64_t smooth_ceil(std::uint64_t n) {
+  std::uint64_t best = ~std::uint64_t{0};
+  for (std::uint64_t p5 = 1;; p5 *= 5) {
+    for (std::uint64_t p35 = p5;; p35 *= 3) {
+      std::uint64_t v = p35;
+      while (v < n) v *= 2;
+      best = std::min(best, v);
+      if (p35 >= n) break;
+    }
+    if (p5 >= n) break;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::uint64_t TimerFilter::lines_for(double elements, double lambda) const {
+  const double min_lines = static_cast<double>(floor_lines());
+  const double max_lines = std::max(min_lines, static_cast<double>(config_.max_bytes / kLineBytes));
+  double lines = lambda > 0 ? std::ceil(elements / lambda) : max_lines;
+  lines = std::clamp(lines, min_lines, max_lines);
+  if (lines > static_cast<double>(kFoldGrain)) {
+    // kFoldGrain x a 5-smooth number: divisors at every scale.
+    const double smooth = static_cast<double>(
+        kFoldGrain * smooth_ceil(static_cast<std::uint64_t>(std::ceil(lines / kFoldGrain))));
+    if (smooth <= max_lines) lines = smooth;
+  }
+  return static_cast<std::uint64_t>(lines);
+}
+
+std::unique_ptr<TimerFilter::SubFilter> TimerFilter::new_subfilter(std::uint64_t lines,
+                                                                   bool required,
+                                                                   std::uint64_t least) {
+  std::uint64_t bytes = lines * kLineBytes;
+  MemoryCharge charge;
+  if (budget_) {
+    if (required) {
+      budget_->charge(bytes);
+    } else {
+      // What is left of the budget, if less than asked for (a smaller
+      // sub-filter fills sooner and asks again), before any fpp is raised.
+      least = std::min(least == 0 ? lines : least, lines);
+      const std::uint64_t granted = budget_->reserve_up_to(least * kLineBytes, bytes);
+      if (granted == 0) return nullptr;
+      std::uint64_t fit = granted / kLineBytes;
+      if (fit > kFoldGrain) fit = fit / kFoldGrain * kFoldGrain;  // can still fold by 2, 4, 8
+      fit = std::max(fit, least);
+      if (fit * kLineBytes < granted) budget_->release(granted - fit * kLineBytes);
+      lines = fit;
+      bytes = fit * kLineBytes;
+    }
+    charge = MemoryCharge(budget_, bytes);
+  }
+  auto s = SubFilter::make(lines, clock_, config_.ticks_per_window);
+  if (s) s->charge = std::move(charge);
+  return s;  // null: out of memory (the charge went with it)
+}
+
+void TimerFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
+  budget_ = std::move(budget);
+  demand_ = MemoryDemand(budget_);
+  // Load per line at kBudgetShare of each level's target (publish_demand).
+  level_lambda_.clear();
+  for (std::uint32_t l = 0; l < demand_.levels(); ++l) {
+    level_lambda_.push_back(model_->lambda_for(
+        kBudgetShare * filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(l)))));
+  }
+  for (auto& s : subs_) {
+    s->charge = MemoryCharge();
+    if (budget_) {
+      budget_->charge(s->bytes());
+      s->charge = MemoryCharge(budget_, s->bytes());
+    }
+  }
+  budget_level_ = budget_ ? budget_->level() : 0;
+  level_since_ = clock_;
+  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(budget_level_))));
+  refresh_threshold();
+}
+
+std::uint32_t TimerFilter::budget_vote() const noexcept {
+  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
+  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
+                                                                             : MemoryBudget::kHold;
+}
+
+void TimerFilter::observe_budget() {
+  if (!budget_) return;
+  budget_->settle(budget_vote());  // the load may have fallen
+  const std::uint32_t level = budget_->level();
+  if (level == budget_level_) return;
+  budget_level_ = level;
+  level_since_ = clock_;
+  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+}
+
+void TimerFilter::publish_demand() {
+  if (level_lambda_.empty()) return;
+  // What the window holds, or brings at the current rate if more, with the
+  // headroom a new sub-filter gets, at each level's load per line.
+  const std::uint32_t window = config_.ticks_per_window;
+  const auto horizon =
+      static_cast<Tick>(std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(window))));
+  const double rate = std::max(0.0, recent_rate(horizon));
+  // A saturated filter inserts only the share of new identities it does not
+  // mistake for duplicates: what arrives is what it inserted / (1 - fpp).
+  const double missed = 1.0 - std::min(0.5, fpp_budget_used());
+  const double holds =
+      kGrowthHeadroom *
+      std::max(static_cast<double>(alive_total()), rate * static_cast<double>(window + 1)) / missed;
+  demand_bytes_.resize(level_lambda_.size());
+  for (std::size_t l = 0; l < level_lambda_.size(); ++l) {
+    const auto lines = static_cast<std::uint64_t>(std::ceil(holds / level_lambda_[l]));
+    demand_bytes_[l] = std::max(lines, floor_lines()) * kLineBytes;
+  }
+  demand_.publish(demand_bytes_);
+}
+
+void TimerFilter::set_target(double fpp) {
+  if (fpp == target_) return;
+  target_ = fpp;
+  lambda_full_ = model_->lambda_for(kBudgetShare * fpp);
+}
+
+double TimerFilter::subfilter_fpp(const SubFilter& s) const {
+  return model_->fpp(static_cast<double>(s.alive.sum) / static_cast<double>(s.lines));
+}
+
+std::uint64_t TimerFilter::alive_total() const {
+  std::uint64_t n = 0;
+  for (const auto& s : subs_) n += s->alive.sum;
+  return n;
+}
+
+double TimerFilter::fpp_budget_used() const {
+  double sum = 0;
+  for (const auto& s : subs_) sum += subfilter_fpp(*s);
+  return sum;
+}
+
+double TimerFilter::active_lambda() const {
+  const SubFilter& active = *subs_.back();
+  // The common case (one sub-filter at its full share) needs no solve: this
+  // runs every tick.
+  if (subs_.size() == 1 && active.share >= 1.0) return lambda_full_;
+  double sealed = 0;
+  for (std::size_t i = 0; i + 1 < subs_.size(); ++i) sealed += subfilter_fpp(*subs_[i]);
+  const double budget = kBudgetShare * std::min(target_ - sealed, active.share * target_);
+  return budget > 0 ? model_->lambda_for(budget) : 0.0;
+}
+
+void TimerFilter::refresh_threshold() {
+  active_limit_ =
+      static_cast<std::uint64_t>(active_lambda() * static_cast<double>(subs_.back()->lines));
+  refresh_view();
+}
+
+double TimerFilter::recent_rate(Tick horizon) const {
+  if (insertions_ == 0) return -1;
+  const Tick from = std::max({first_tick_, history_from_, clock_ > horizon ? clock_ - horizon : 0});
+  const std::uint64_t width = subs_.back()->alive.width;
+  // Whole buckets strictly before the clock's (the current one is partial).
+  const std::uint64_t b_from = (from + width - 1) / width, b_to = clock_ / width;
+  if (b_to <= b_from) return -1;
+  std::uint64_t n = 0;
+  for (const auto& s : subs_) n += s->alive.sum_buckets(b_from, b_to);
+  return static_cast<double>(n) / static_cast<double>((b_to - b_from) * width);
+}
+
+TimerFilter::GrowthTarget TimerFilter::growth_target() const {
+  // Rate extrapolation (see "Dynamic size" in the header): the larger of the
+  // rates over the last W / 8 and W / 32 complete ticks, so that a rising
+  // load is seen within a few ticks, and never less than this tick so far.
+  // What the window holds bounds it: kMaxGrowthStep times the window's
+  // content, projected over a whole window while the history is shorter
+  // (at most kMaxProjection times). Beyond that bound, or with no complete
+  // tick yet, growth is geometric; a young filter's geometric steps are
+  // probes.
+  constexpr double kMaxProjection = 8.0;
+  const SubFilter& active = *subs_.back();
+  const std::uint32_t window = config_.ticks_per_window;
+  const double held = static_cast<double>(std::max<std::uint64_t>(
+      1, config_.growth == Growth::kCardinality ? active.inserts : active.alive.sum));
+  const double holds = std::max(held, static_cast<double>(alive_total()));
+  const auto horizon = static_cast<Tick>(
+      std::max(1.0, std::ceil(kGrowthHorizonShare * static_cast<double>(window))));
+  const double rate = std::max(recent_rate(horizon), recent_rate((horizon + 3) / 4));
+  if (rate < 0) return {kMaxGrowthStep * holds, true};
+  const Tick history = clock_ - std::max(first_tick_, history_from_);
+  const double projection =
+      std::min(kMaxProjection, std::max(1.0, static_cast<double>(window + 1) /
+                                                 static_cast<double>(std::max<Tick>(1, history))));
+  const double bound = kMaxGrowthStep * holds * projection;
+  const double want = kGrowthHeadroom * std::max(rate, static_cast<double>(tick_inserts_)) *
+                      static_cast<double>(window + 1);
+  if (want <= bound) return {std::max(1.0, want), false};
+  // A young filter's probe holds a few times what the window holds now (no
+  // projection): it lives a window, and the next one will know the rate.
+  if (history < horizon) return {kMaxGrowthStep * holds, true};
+  return {bound, false};
+}
+
+void TimerFilter::seal_and_grow() {
+  if (subs_.size() >= kMaxSubfilters) {
+    overfull_ = true;  // until the next tick
+    view_.room = ~std::uint64_t{0};
+    return;
+  }
+  const GrowthTarget want = growth_target();
+  const double free = target_ - fpp_budget_used();  // the active is about to be sealed
+  // A probe is sized for its own small share; a rate-sized sub-filter for
+  // the share it will have once the sealed ones' entries expire (header).
+  const double share =
+      want.probe ? std::min(free, kProbeShare * target_) : std::max(free, kPlanShare * target_);
+  const double lambda = model_->lambda_for(kBudgetShare * (share > 0 ? share : 1e-3 * target_));
+  std::uint64_t lines = lines_for(want.elements, lambda);
+  if (!demand_bytes_.empty() && budget_->demand(0) > budget_->max_bytes()) {
+    // Over budget, each filter holds at most its share of it, in proportion
+    // to what it needs at the target (so every partition's fpp rises alike):
+    // the room freed as sub-filters expire goes to the partitions that need
+    // it, not to the first to ask.
+    const double part = static_cast<double>(budget_->max_bytes()) *
+                        static_cast<double>(demand_bytes_.front()) /
+                        static_cast<double>(budget_->demand(0));
+    double held = 0;
+    for (const auto& s : subs_) held += static_cast<double>(s->bytes());
+    const double room = std::max(0.0, part - held) / kLineBytes;
+    lines = std::max(floor_lines(), std::min(lines, static_cast<std::uint64_t>(room)));
+  }
+  // Take no less than a quarter of what it asks for: sub-filters much
+  // smaller than the rate needs fill at once, and each sealed one takes a
+  // share of the fpp budget; overfilling the active until the next tick
+  // costs less.
+  auto sub = new_subfilter(lines, false, std::max(floor_lines(), lines / 4));
+  if (!sub) {
+    // The budget refused (or memory ran out): keep inserting into the active
+    // until the next tick, when growth is asked for again.
+    overfull_ = true;
+    view_.room = ~std::uint64_t{0};
+    return;
+  }
+  if (want.probe) sub->share = kProbeShare;
+  subs_.push_back(std::move(sub));
+  refresh_threshold();
+}
+
+void TimerFilter::maybe_fold() {
+  // Runs at every tick: the usual answer (a sub-filter sized for what it
+  // holds) comes from a few compares, before any rate is computed.
+  SubFilter& a = *subs_.back();
+  const std::uint64_t floor = floor_lines();
+  if (a.lines <= floor) return;
+  if (config_.growth == Growth::kDensity &&
+      static_cast<double>(a.lines) * lambda_full_ <
+          2 * kFoldHeadroom * static_cast<double>(a.alive.sum)) {
+    return;  // it holds more than half of what it can: no fold is possible
+  }
+  const std::uint32_t window = config_.ticks_per_window;
+  const auto horizon =
+      static_cast<Tick>(std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(window))));
+  // A young sub-filter's rate is still being learned (and it was just sized).
+  if (clock_ - a.created < horizon) return;
+  if (a.alive.sum == 0 && config_.growth == Growth::kDensity) {
+    // Nothing in it is alive (a quiet partition, a restored snapshot whose
+    // entries have expired): back to the floor, whatever its line count.
+    if (auto sub = new_subfilter(floor, true)) {
+      sub->share = kProbeShare;
+      subs_.back() = std::move(sub);
+    }
+    return;
+  }
+  if (a.lines < 2 * floor) return;
+  const double rate = recent_rate(horizon);
+  if (rate < 0) return;
+  if (config_.growth == Growth::kCardinality) {
+    // Cardinality growth never forgets an insertion (seed 000 §5), so its
+    // active cannot fold (its count would pass the limit at once): a lone
+    // active twice what the rate needs is sealed and replaced by a
+    // rate-sized one instead, and leaves a window later.
+    const double want = kGrowthHeadroom * rate * static_cast<double>(window + 1);
+    if (subs_.size() != 1 || a.lines < 2 * lines_for(want, lambda_full_)) return;
+    const double share = std::max(target_ - fpp_budget_used(), kPlanShare * target_);
+    auto sub = new_subfilter(lines_for(want, model_->lambda_for(kBudgetShare * share)), false);
+    if (sub) subs_.push_back(std::move(sub));
+    return;
+  }
+  const double lambda = active_lambda();
+  if (!(lambda > 0)) return;
+  const double content = static_cast<double>(a.alive.sum);
+  const double turnover = rate * static_cast<double>(window + 1);
+  const auto need = std::max(
+      floor,
+      static_cast<std::uint64_t>(std::ceil(kFoldHeadroom * std::max(content, turnover) / lambda)));
+  // Fold once the window has turned over at the current rate: what it holds
+  // is what the rate brings, so the need is final and one fold lands close
+  // to it (an earlier fold could land on a line count without a divisor
+  // near the final need).
+  if (content > kSettled * turnover) return;
+  // The smallest divisor L' of the line count with L' >= need: fold by L / L'.
+  std::uint64_t best = a.lines;
+  if (a.lines >= 2 * need) {
+    for (std::uint64_t d = 1; d * d <= a.lines; ++d) {
+      if (a.lines % d != 0) continue;
+      for (const std::uint64_t c : {d, a.lines / d}) {
+        if (c >= need && c < best) best = c;
+      }
+    }
+  }
+  if (best > a.lines / 2) {
+    // Too little to fold by an integer factor (less than 2x, or no divisor):
+    // a lone active more than 1.5x what the rate needs is replaced by a
+    // rate-sized one (it leaves a window later), as long as the two together
+    // stay within what the filter already held at its peak.
+    if (subs_.size() != 1) return;
+    const double want = kGrowthHeadroom * turnover;
+    if (2 * a.lines < 3 * lines_for(want, lambda_full_)) return;
+    const double share = std::max(target_ - fpp_budget_used(), kPlanShare * target_);
+    const std::uint64_t lines = lines_for(want, model_->lambda_for(kBudgetShare * share));
+    if ((a.lines + lines) * kLineBytes > peak_bytes_) return;
+    if (auto sub = new_subfilter(lines, false)) subs_.push_back(std::move(sub));
+    return;
+  }
+  const std::uint64_t factor = a.lines / best;
+  switch (config_.timer_bits) {
+    case 4:
+      fold<4>(a, factor);
+      break;
+    case 8:
+      fold<8>(a, factor);
+      break;
+    default:
+      fold<16>(a, factor);
+      break;
+  }
+}
+
+template <unsigned Bits>
+void TimerFilter::fold(SubFilter& s, std::uint64_t factor) {
+  // New line j merges old lines j * factor .. j * factor + factor - 1: per
+  // cell the youngest live code (dead codes read as empty). Live codes are
+  // ordered by age as (v - lo) mod 2^b over the live interval (see "Age
+  // test"), so the youngest is the largest key.
+  const std::uint64_t lines = s.lines / factor;
+  std::unique_ptr<std::uint8_t[], SubFilter::Free> data(allocate_cells(lines * kLineBytes));
+  if (!data) return;  // no memory for the smaller copy: stay as is
+  const std::uint32_t now_code = static_cast<std::uint32_t>(clock_ % modulus_) + 1;
+  const LiveInterval live = live_interval(now_code, config_.ticks_per_window, modulus_);
+  const std::uint32_t mask = modulus_;  // 2^b - 1
+  auto key = [&](std::uint32_t v) -> std::uint32_t {
+    if (v == 0) return 0;
+    const std::uint32_t offset = (v - live.lo) & mask;
+    return offset <= live.span ? offset + 1 : 0;
+  };
+  std::uint64_t nonempty = 0;
+  for (std::uint64_t j = 0; j < lines; ++j) {
+    std::uint8_t* out = data.get() + j * kLineBytes;
+    for (std::uint32_t c = 0; c < Cells<Bits>::kPerLine; ++c) {
+      std::uint32_t best = 0, best_key = 0;
+      for (std::uint64_t i = 0; i < factor; ++i) {
+        const std::uint32_t v = Cells<Bits>::get(s.line(j * factor + i), c);
+        const std::uint32_t k = key(v);
+        if (k > best_key) {
+          best_key = k;
+          best = v;
+        }
+      }
+      if (best != 0) {
+        Cells<Bits>::set(out, c, best);
+        ++nonempty;
+      }
+    }
+  }
+  s.data = std::move(data);
+  s.lines = lines;
+  s.nonempty = nonempty;
+  // Every cell is now live or empty, as if each line had just been visited:
+  // the sweep continues from the schedule's position for the new size.
+  s.swept = s.required(clock_, period_);
+  s.cursor = s.swept % lines;
+  s.charge.resize(lines * kLineBytes);
+}
+
+}  // namespace kdedup::filter
