@@ -438,7 +438,10 @@ KDEDUP_COMPACT_AVX512 inline std::uint64_t bucket_entries_bmi2(std::uint64_t lo,
   const std::uint64_t above_lo =
       p >= 64 ? hi >> (p - 64) : (lo >> p) | (p == 0 ? 0 : hi << (64 - p));
   const auto run = static_cast<unsigned>(_tzcnt_u64(~above_lo));
-  return _bzhi_u64(~0ULL, run) << (p - q);
+  // p - q entries sit in the buckets below q: 64 in a full line, whose
+  // bucket q is then empty (a shift by 64 is undefined, not zero).
+  const unsigned below = p - q;
+  return below >= 64 ? 0 : _bzhi_u64(~0ULL, run) << below;
 }
 
 /// The line without the entry at bit D: the entries above it move down by w

@@ -142,15 +142,19 @@ struct Pipeline::Impl {
   void on_snapshot_written(const PartitionId& id, const Result<state::WriteReport>& result);
   [[nodiscard]] Status start();
   void consume(const std::atomic<bool>& stop);
-  void on_message(MessagePtr message);
-  void dispatch(MessagePtr message);
+  void on_message(MessagePtr message, Clock::time_point now);
+  void dispatch(MessagePtr message, Clock::time_point now);
   [[nodiscard]] Status shut_down();
   void wait_for_commits(Clock::time_point deadline);
   void leave_group(Clock::time_point deadline);
   void finish_snapshots(Clock::time_point deadline);
   void drain_until(Clock::time_point deadline, const std::function<bool()>& done);
   void stop_threads();
-  void beat_loop() noexcept { loop_beat_ns.store(steady_ns(), std::memory_order_relaxed); }
+  void beat_loop(Clock::time_point now) noexcept {
+    loop_beat_ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+        std::memory_order_relaxed);
+  }
 };
 
 SliceOptions slice_options(const config::Config& config) {
@@ -291,15 +295,18 @@ void Pipeline::Impl::consume(const std::atomic<bool>& stop) {
   constexpr auto kCheckRestoredEvery = std::chrono::milliseconds(50);
   auto next_check = Clock::now() + kCheckRestoredEvery;
   while (!stop.load(std::memory_order_relaxed) && !fatal.raised()) {
-    beat_loop();
+    // One clock read a turn (a turn is one record under load): what waits
+    // on it (the linger, the loop turn's periodic work) is in milliseconds,
+    // and a turn that waited for a record (consume's 20 ms) flushed anyway.
+    const auto now = Clock::now();
+    beat_loop(now);
     if (workers.queued_records() > max_queued) {
       workers.flush();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     } else {
-      on_message(MessagePtr(consumer->consume(20)));
-      workers.flush_lingering(kMaxLinger);
+      on_message(MessagePtr(consumer->consume(20)), now);
+      workers.flush_lingering(now, kMaxLinger);
     }
-    const auto now = Clock::now();
     protocol->on_loop_turn(now);
     if (now >= next_check) {
       check_restored(partitions, *consumer, hooks);
@@ -308,10 +315,10 @@ void Pipeline::Impl::consume(const std::atomic<bool>& stop) {
   }
 }
 
-void Pipeline::Impl::on_message(MessagePtr message) {
+void Pipeline::Impl::on_message(MessagePtr message, Clock::time_point now) {
   switch (message->err()) {
     case RdKafka::ERR_NO_ERROR:
-      dispatch(std::move(message));
+      dispatch(std::move(message), now);
       break;
     case RdKafka::ERR__TIMED_OUT:
     case RdKafka::ERR__PARTITION_EOF:
@@ -330,12 +337,12 @@ void Pipeline::Impl::on_message(MessagePtr message) {
   }
 }
 
-void Pipeline::Impl::dispatch(MessagePtr message) {
+void Pipeline::Impl::dispatch(MessagePtr message, Clock::time_point now) {
   Assigned* a = partitions.find(PartitionId{message->topic_name(), message->partition()});
   if (a == nullptr) return;  // not ours (any more): not committed, re-read by the owner
   if (a->start_offset < 0) a->start_offset = message->offset();
   a->counters->queued.fetch_add(1, std::memory_order_relaxed);
-  workers.dispatch(std::move(message), a->worker);
+  workers.dispatch(std::move(message), a->worker, now);
 }
 
 // ------------------------------------------------------------- shutdown --
@@ -420,8 +427,8 @@ void Pipeline::Impl::drain_until(Clock::time_point deadline, const std::function
   // Serves callbacks (rebalance, commit results) without processing records:
   // a record fetched now is neither processed nor stored, so whoever owns its
   // partition next reads it again.
-  while (!done() && Clock::now() < deadline) {
-    beat_loop();
+  for (auto now = Clock::now(); !done() && now < deadline; now = Clock::now()) {
+    beat_loop(now);
     MessagePtr msg(consumer->consume(50));
     (void)msg;
   }

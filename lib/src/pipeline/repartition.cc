@@ -26,6 +26,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
 
+#include "fatal_error.h"
 #include "kafka_errors.h"
 #include "kdedup/common/kafka_log.h"
 #include "kdedup/common/partitions.h"
@@ -62,30 +63,6 @@ constexpr const char* kErrorHeader = "kdedup-error";
 constexpr const char* kErrorMessageHeader = "kdedup-error-message";
 
 /// The first fatal problem; later ones are only logged. Thread-safe.
-class Fatal {
- public:
-  void set(std::string message) {
-    std::lock_guard lock(mu_);
-    if (message_) {
-      spdlog::debug("repartition: {}", message);
-      return;
-    }
-    spdlog::error("repartition: {}", message);
-    message_ = std::move(message);
-    raised_.store(true, std::memory_order_release);
-  }
-  [[nodiscard]] bool raised() const noexcept { return raised_.load(std::memory_order_acquire); }
-  [[nodiscard]] std::string message() const {
-    std::lock_guard lock(mu_);
-    return message_.value_or("");
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::optional<std::string> message_;
-  std::atomic<bool> raised_{false};
-};
-
 /// What the stage counts; relaxed atomics, read by stats().
 struct Counters {
   std::atomic<std::uint64_t> in{0}, repartitioned{0}, dead_lettered{0}, dropped{0}, passed{0},
@@ -104,7 +81,7 @@ struct Tag {
 
 class Reports final : public RdKafka::DeliveryReportCb {
  public:
-  Reports(Fatal& fatal, Counters& counters) : fatal_(fatal), counters_(counters) {}
+  Reports(FatalError& fatal, Counters& counters) : fatal_(fatal), counters_(counters) {}
   void dr_cb(RdKafka::Message& message) override {
     std::unique_ptr<Tag> tag(static_cast<Tag*>(message.msg_opaque()));
     if (!tag) return;
@@ -133,14 +110,14 @@ class Reports final : public RdKafka::DeliveryReportCb {
   }
 
  private:
-  Fatal& fatal_;
+  FatalError& fatal_;
   Counters& counters_;
 };
 
 /// Log lines and fatal client errors of one client.
 class Events final : public RdKafka::EventCb {
  public:
-  Events(Fatal& fatal, const char* client) : fatal_(fatal), client_(client) {}
+  Events(FatalError& fatal, const char* client) : fatal_(fatal), client_(client) {}
   void event_cb(RdKafka::Event& event) override {
     if (event.type() == RdKafka::Event::EVENT_LOG) {
       log_librdkafka(client_, event.severity(), event.fac(), event.str());
@@ -155,7 +132,7 @@ class Events final : public RdKafka::EventCb {
   }
 
  private:
-  Fatal& fatal_;
+  FatalError& fatal_;
   const char* client_;
 };
 
@@ -221,7 +198,7 @@ struct Repartitioner::Impl final : public RdKafka::RebalanceCb, public RdKafka::
   identity::IdentityExtractor extractor;
   filter::Fingerprinter fingerprinter;
   MessageView view;
-  Fatal fatal;
+  FatalError fatal{"repartition: "};
   Counters counters;
   Reports reports{fatal, counters};
   Events consumer_events{fatal, "repartition consumer"};

@@ -142,19 +142,20 @@ class WorkerPool {
   [[nodiscard]] std::size_t queued_records() const;
   [[nodiscard]] std::vector<std::uint64_t> busy_nanos() const;
 
-  /// Hands a fetched record to worker `worker`'s next batch.
-  void dispatch(MessagePtr message, std::uint32_t worker) {
+  /// Hands a fetched record to worker `worker`'s next batch (`now`: the
+  /// consumer loop's clock).
+  void dispatch(MessagePtr message, std::uint32_t worker, Clock::time_point now) {
     auto& batch = pending_[worker];
-    if (batch.empty() && pending_records_ == 0) first_pending_ = Clock::now();
+    if (batch.empty() && pending_records_ == 0) first_pending_ = now;
     batch.push_back(std::move(message));
     ++pending_records_;
     if (batch.size() >= batch_size_) push_batch(worker);
   }
   /// Pushes every batch that waits.
   void flush();
-  /// flush() when the oldest waiting record waited `max_linger`.
-  void flush_lingering(std::chrono::milliseconds max_linger) {
-    if (Clock::now() - first_pending_ >= max_linger) flush();
+  /// flush() when the oldest waiting record waited `max_linger` by `now`.
+  void flush_lingering(Clock::time_point now, std::chrono::milliseconds max_linger) {
+    if (pending_records_ != 0 && now - first_pending_ >= max_linger) flush();
   }
 
   /// Waits until every worker processed what it was handed (`kind`:
