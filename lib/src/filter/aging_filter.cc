@@ -209,20 +209,9 @@ double AgingFilter::load_for(double fpp) const {
   return lo;
 }
 
-std::uint32_t AgingFilter::budget_vote() const noexcept {
-  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
-  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
-                                                                             : MemoryBudget::kHold;
-}
-
 void AgingFilter::observe_budget() {
-  if (!budget_) return;
-  budget_->settle(budget_vote());  // the load may have fallen
-  const std::uint32_t level = budget_->level();
-  if (level == budget_level_) return;
-  budget_level_ = level;
-  level_since_ = clock_;
-  load_ = load_for(effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+  if (!budget_ || !budget_level_.follow(*budget_, clock_, config_.ticks_per_window)) return;
+  load_ = load_for(budget_level_.raise(config_.fpp));
   // The current slices may take more (or less) before the next shift.
   if (!denied_) remaining_ = generation_size();
 }
@@ -251,8 +240,7 @@ void AgingFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
     s.charge = MemoryCharge();
     (void)reserve(s, true);
   }
-  budget_level_ = 0;
-  level_since_ = clock_;
+  budget_level_.reset(0, clock_);
   load_ = kLn2;
   observe_budget();
 }

@@ -349,9 +349,8 @@ void CompactFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
       t->charge = MemoryCharge(budget_, t->bytes());
     }
   }
-  budget_level_ = budget_ ? budget_->level() : 0;
-  level_since_ = clock_;
-  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(budget_level_))));
+  budget_level_.reset(budget_ ? budget_->level() : 0, clock_);
+  set_target(budget_level_.raise(config_.fpp));
   refresh_limit();
 }
 
@@ -361,20 +360,9 @@ void CompactFilter::set_target(double fpp) {
   coarsest_ = s.S >= base_.S ? s : base_;
 }
 
-std::uint32_t CompactFilter::budget_vote() const noexcept {
-  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
-  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
-                                                                             : MemoryBudget::kHold;
-}
-
 void CompactFilter::observe_budget() {
-  if (!budget_) return;
-  budget_->settle(budget_vote());  // the load may have fallen
-  const std::uint32_t level = budget_->level();
-  if (level == budget_level_) return;
-  budget_level_ = level;
-  level_since_ = clock_;
-  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+  if (!budget_ || !budget_level_.follow(*budget_, clock_, config_.ticks_per_window)) return;
+  set_target(budget_level_.raise(config_.fpp));
 }
 
 void CompactFilter::publish_demand() {

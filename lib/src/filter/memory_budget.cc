@@ -12,6 +12,20 @@ double effective_fpp(double fpp, double scale) noexcept {
   return std::max(fpp, std::min(fpp * scale, kMaxEffectiveFpp));
 }
 
+bool BudgetLevel::follow(MemoryBudget& budget, std::uint64_t now, std::uint32_t ticks_per_window) {
+  const double settle = MemoryBudget::kSettleShare * ticks_per_window;
+  const bool held = static_cast<double>(now - since_) >= std::max(1.0, settle);
+  budget.settle(held ? level_ : MemoryBudget::kHold);  // the load may have fallen
+  const std::uint32_t level = budget.level();
+  if (level == level_) return false;
+  reset(level, now);
+  return true;
+}
+
+double BudgetLevel::raise(double fpp) const noexcept {
+  return effective_fpp(fpp, std::ldexp(1.0, static_cast<int>(level_)));
+}
+
 MemoryBudget::MemoryBudget(Options options) : options_(std::move(options)) {
   // Levels past the one that reaches kMaxEffectiveFpp change nothing.
   if (options_.max_bytes != 0 && options_.fpp > 0 && options_.fpp < kMaxEffectiveFpp) {

@@ -85,26 +85,14 @@ void TimerFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
       s->charge = MemoryCharge(budget_, s->bytes());
     }
   }
-  budget_level_ = budget_ ? budget_->level() : 0;
-  level_since_ = clock_;
-  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(budget_level_))));
+  budget_level_.reset(budget_ ? budget_->level() : 0, clock_);
+  set_target(budget_level_.raise(config_.fpp));
   refresh_threshold();
 }
 
-std::uint32_t TimerFilter::budget_vote() const noexcept {
-  const double settle = MemoryBudget::kSettleShare * config_.ticks_per_window;
-  return static_cast<double>(clock_ - level_since_) >= std::max(1.0, settle) ? budget_level_
-                                                                             : MemoryBudget::kHold;
-}
-
 void TimerFilter::observe_budget() {
-  if (!budget_) return;
-  budget_->settle(budget_vote());  // the load may have fallen
-  const std::uint32_t level = budget_->level();
-  if (level == budget_level_) return;
-  budget_level_ = level;
-  level_since_ = clock_;
-  set_target(filter::effective_fpp(config_.fpp, std::ldexp(1.0, static_cast<int>(level))));
+  if (!budget_ || !budget_level_.follow(*budget_, clock_, config_.ticks_per_window)) return;
+  set_target(budget_level_.raise(config_.fpp));
 }
 
 void TimerFilter::publish_demand() {

@@ -8,6 +8,8 @@
 #include <map>
 #include <vector>
 
+#include <librdkafka/rdkafka.h>
+
 #include "kafka_errors.h"
 #include "kdedup/common/kafka_log.h"
 
@@ -86,6 +88,18 @@ Result<BuiltConsumer> build_consumer(const config::Config& config, bool statisti
   built.consumer.reset(RdKafka::KafkaConsumer::create(conf.get(), err));
   if (!built.consumer) return fail("cannot create the Kafka consumer: " + err);
   return built;
+}
+
+void abandon_unsynced_consumer(std::unique_ptr<RdKafka::KafkaConsumer> consumer,
+                               std::unique_ptr<RdKafka::EventCb> events) {
+  if (!consumer) return;
+  rd_kafka_set_log_level(consumer->c_ptr(), 0);
+  spdlog::info(
+      "{}: stopped before its first group join completed; its client is left to the process's "
+      "exit (librdkafka 2.0.2 aborts destroying it)",
+      consumer->name());
+  static_cast<void>(consumer.release());
+  static_cast<void>(events.release());
 }
 
 Status check_topics(RdKafka::KafkaConsumer& consumer, const config::Config& config,

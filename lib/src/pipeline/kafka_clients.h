@@ -57,6 +57,18 @@ struct BuiltConsumer {
                                                    const config::KafkaProperties& extra,
                                                    const ConsumerCallbacks& callbacks);
 
+/// Leaves a group consumer that never completed a SyncGroup to the
+/// process's exit instead of destroying it. librdkafka 2.0.2 aborts
+/// (rd_kafka_sticky_assignor_state_destroy: assertion `assignor_state`)
+/// when a cooperative-sticky member is destroyed after its JoinGroup was
+/// answered but before its first SyncGroup completed, since its assignor
+/// state is still NULL (fixed in 2.3.0: confluentinc/librdkafka#4312).
+/// Such a member holds no partitions and, once closed, has left the group;
+/// its logging is silenced and its event callback (`events`), which its
+/// threads may still call for a log line, is kept with it.
+void abandon_unsynced_consumer(std::unique_ptr<RdKafka::KafkaConsumer> consumer,
+                               std::unique_ptr<RdKafka::EventCb> events);
+
 /// Fetches metadata and checks that every input topic, the output topic and
 /// the DLQ / duplicates topics exist, and that with `output.partitioning:
 /// input` the output topic has at least as many partitions as each input

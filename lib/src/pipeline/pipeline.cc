@@ -100,6 +100,9 @@ struct Pipeline::Impl {
   ~Impl() {
     // Leave the group before the workers go away (close() may call back).
     if (consumer && !closed) consumer->close();
+    if (subscribed && !rebalance->joined_once()) {
+      abandon_unsynced_consumer(std::move(consumer), std::move(consumer_events));
+    }
     stop_threads();
     // Writes still queued call back into the Snapshotter: finish them first.
     if (store != nullptr) store->drain();
@@ -123,8 +126,12 @@ struct Pipeline::Impl {
   std::unique_ptr<Snapshotter> snapshotter;  // set when store is (and the filter on)
   std::unique_ptr<CommitProtocol> protocol;
   std::unique_ptr<Rebalance> rebalance;
-  ClientEvents consumer_events{[this](std::string reason) { fatal.set(std::move(reason)); },
-                               "consumer", hooks.on_statistics};
+  // On the heap: a consumer stopped before its first group join keeps it
+  // (abandon_unsynced_consumer).
+  std::unique_ptr<ClientEvents> consumer_events =
+      std::make_unique<ClientEvents>([this](std::string reason) { fatal.set(std::move(reason)); },
+                                     "consumer", hooks.on_statistics);
+  bool subscribed = false;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
   std::chrono::milliseconds first_join_wait{50'000};
 
@@ -200,7 +207,7 @@ Status Pipeline::Impl::build() {
   config::KafkaProperties extra;
   RdKafka::OffsetCommitCb* commits = protocol->configure_consumer(extra);
   auto built =
-      build_consumer(config, statistics, extra, {rebalance.get(), commits, &consumer_events});
+      build_consumer(config, statistics, extra, {rebalance.get(), commits, consumer_events.get()});
   if (!built) return tl::unexpected(built.error());
   consumer = std::move(built->consumer);
   first_join_wait = built->first_join_wait;
@@ -280,6 +287,7 @@ Status Pipeline::Impl::start() {
     stop_threads();
     return fail("cannot subscribe to the input topics: " + describe_kafka_error(err));
   }
+  subscribed = true;
   spdlog::info("joined consumer group '{}' as {}", config.group_id, consumer->name());
   return {};
 }

@@ -27,6 +27,7 @@
 #include <librdkafka/rdkafkacpp.h>
 
 #include "fatal_error.h"
+#include "kafka_clients.h"
 #include "kafka_errors.h"
 #include "kdedup/common/kafka_log.h"
 #include "kdedup/common/partitions.h"
@@ -168,6 +169,13 @@ struct Repartitioner::Impl final : public RdKafka::RebalanceCb, public RdKafka::
         partitions(c.repartition.partitions),
         extractor(std::move(x)),
         fingerprinter(c.identity.salt) {}
+  ~Impl() override {
+    if (subscribed && !joined_once) {
+      abandon_unsynced_consumer(std::move(consumer), std::move(consumer_events));
+    }
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   Status build_clients();
   Status run(const std::atomic<bool>& stop);
@@ -201,7 +209,9 @@ struct Repartitioner::Impl final : public RdKafka::RebalanceCb, public RdKafka::
   FatalError fatal{"repartition: "};
   Counters counters;
   Reports reports{fatal, counters};
-  Events consumer_events{fatal, "repartition consumer"};
+  // On the heap: a consumer stopped before its first group join keeps it
+  // (abandon_unsynced_consumer).
+  std::unique_ptr<Events> consumer_events = std::make_unique<Events>(fatal, "repartition consumer");
   Events producer_events{fatal, "repartition producer"};
   std::unique_ptr<RdKafka::Producer> producer;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer;
@@ -217,6 +227,7 @@ struct Repartitioner::Impl final : public RdKafka::RebalanceCb, public RdKafka::
   const rd_kafka_topic_t* last_rkt = nullptr;
   std::int32_t last_partition = -1;
   Part* last_part = nullptr;
+  bool subscribed = false;
   bool joined_once = false;
   bool ran = false;
   std::chrono::milliseconds first_join_wait{15'000};
@@ -257,7 +268,7 @@ Status Repartitioner::Impl::build_clients() {
           RdKafka::Conf::CONF_OK ||
       cconf->set("offset_commit_cb", static_cast<RdKafka::OffsetCommitCb*>(this), err) !=
           RdKafka::Conf::CONF_OK ||
-      cconf->set("event_cb", &consumer_events, err) != RdKafka::Conf::CONF_OK) {
+      cconf->set("event_cb", consumer_events.get(), err) != RdKafka::Conf::CONF_OK) {
     return fail("repartition consumer: " + err);
   }
   consumer.reset(RdKafka::KafkaConsumer::create(cconf.get(), err));
@@ -578,6 +589,7 @@ Status Repartitioner::Impl::run(const std::atomic<bool>& stop) {
     stop_delivery();
     return fail("cannot subscribe to the input topics: " + describe_kafka_error(err));
   }
+  subscribed = true;
   spdlog::info("repartition: joined consumer group '{}': input -> '{}' ({} partitions)", group,
                config.repartition.topic, partitions);
   constexpr auto kStoreEvery = std::chrono::milliseconds(50);

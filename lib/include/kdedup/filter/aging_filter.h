@@ -201,15 +201,11 @@ class AgingFilter final : public SlidingFilter {
 
   FilterConfig config_;
   std::shared_ptr<MemoryBudget> budget_;  // null: not accounted; outlives slices_
-  std::uint32_t budget_level_ = 0;        // the budget's level seen at the last tick
-  Tick level_since_ = 0;                  // tick budget_level_ was first seen
+  BudgetLevel budget_level_;              // the level this filter sizes for
   MemoryDemand demand_;                   // what it would need at each level
   std::vector<double> level_load_;        // load per bit at each level's target
   /// Publishes what the filter would need at each level (once per tick).
   void publish_demand();
-  /// budget_level_ once the filter has run long enough at it to move it
-  /// (MemoryBudget::kSettleShare), else MemoryBudget::kHold.
-  [[nodiscard]] std::uint32_t budget_vote() const noexcept;
   double load_ = 0.69314718055994530942;  // insertions per bit over k generations
   bool denied_ = false;                   // a shift was refused at this clock value
   AgingShape shape_;

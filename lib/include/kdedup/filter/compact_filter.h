@@ -391,7 +391,6 @@ class CompactFilter final : public SlidingFilter {
   void observe_budget();
   void set_target(double fpp);
   void publish_demand();
-  [[nodiscard]] std::uint32_t budget_vote() const noexcept;
   [[nodiscard]] double growth_target() const;
   [[nodiscard]] bool rate_known() const;
   [[nodiscard]] double arrivals(Tick x) const;
@@ -414,8 +413,7 @@ class CompactFilter final : public SlidingFilter {
 
   FilterConfig config_;
   std::shared_ptr<MemoryBudget> budget_;      // null: not accounted; outlives tables_
-  std::uint32_t budget_level_ = 0;            // the budget's level seen at the last tick
-  Tick level_since_ = 0;                      // tick budget_level_ was first seen
+  BudgetLevel budget_level_;                  // the level this filter sizes for
   MemoryDemand demand_;                       // what it would need at each level
   std::vector<compact::Shape> level_shapes_;  // base shape at each level's target
   double target_ = 0;                         // effective fpp: config_.fpp raised by the budget

@@ -170,6 +170,28 @@ class MemoryBudget {
   std::atomic<std::uint64_t> refusals_at_settle_{0};  // ... at the last settle()
 };
 
+/// One filter's place on the budget's levels: the level it sizes for and
+/// the tick it first saw it. Once a tick it votes in MemoryBudget::settle()
+/// (its level once it ran kSettleShare of its window at it, kHold before)
+/// and follows the budget's level. Not thread-safe: the filter's own.
+class BudgetLevel {
+ public:
+  /// Follows `level` from tick `now` on (a budget attached or restored).
+  void reset(std::uint32_t level, std::uint64_t now) noexcept {
+    level_ = level;
+    since_ = now;
+  }
+  /// Votes and follows; true when the level changed.
+  bool follow(MemoryBudget& budget, std::uint64_t now, std::uint32_t ticks_per_window);
+  [[nodiscard]] std::uint32_t level() const noexcept { return level_; }
+  /// `fpp` raised by this level (effective_fpp(fpp, 2^level)).
+  [[nodiscard]] double raise(double fpp) const noexcept;
+
+ private:
+  std::uint32_t level_ = 0;
+  std::uint64_t since_ = 0;
+};
+
 /// What one filter would need at each pressure level, published into its
 /// MemoryBudget (summed over filters there) and withdrawn on destruction.
 /// Owned by the filter, used on its thread.

@@ -337,16 +337,12 @@ class TimerFilter final : public SlidingFilter {
 
   FilterConfig config_;
   std::shared_ptr<MemoryBudget> budget_;  // null: not accounted; outlives subs_
-  std::uint32_t budget_level_ = 0;        // the budget's level seen at the last tick
-  Tick level_since_ = 0;                  // tick budget_level_ was first seen
+  BudgetLevel budget_level_;              // the level this filter sizes for
   MemoryDemand demand_;                   // what it would need at each level
   std::vector<double> level_lambda_;      // load per line at each level's target
   std::vector<std::uint64_t> demand_bytes_;
   /// Publishes what the filter would need at each level (once per tick).
   void publish_demand();
-  /// budget_level_ once the filter has run long enough at it to move it
-  /// (MemoryBudget::kSettleShare), else MemoryBudget::kHold.
-  [[nodiscard]] std::uint32_t budget_vote() const noexcept;
   double target_ = 0;      // effective fpp: config_.fpp raised by the budget
   bool overfull_ = false;  // growth refused this tick: the active takes every insert
   std::uint32_t cells_per_line_ = 0;
