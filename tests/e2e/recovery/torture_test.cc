@@ -80,7 +80,9 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
     std::this_thread::sleep_for(std::chrono::milliseconds(wait));
     Instance& victim = *instances[static_cast<std::size_t>(pick(rng))];
     const pid_t pid = victim.pid();
-    const bool was_running = victim.running();
+    // Its exit status if it ended by itself (128 + n: signal n).
+    const std::optional<int> exited = victim.wait_exit(std::chrono::milliseconds(0));
+    const bool was_running = !exited;
     victim.kill9();
     const auto recovered = recovery_lines(victim.run_log());
     const int down = down_ms(rng);
@@ -90,7 +92,8 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
               << " (pid " << pid << (was_running ? "" : ", had already exited") << "), feeder at "
               << feeder.produced() << " records, restarted after " << down << " ms as pid "
               << victim.pid() << "; the killed run had: " << recovered.to_string() << std::endl;
-    ASSERT_TRUE(was_running) << victim.name() << " exited by itself before the kill\n"
+    ASSERT_TRUE(was_running) << victim.name() << " exited by itself before the kill, status "
+                             << exited.value_or(-1) << "\n"
                              << victim.log_tail();
   }
   ASSERT_TRUE(feeder.stop()) << feeder.error();
