@@ -82,6 +82,8 @@ class Member:
         filter_lines = f"  type: {args.filter}\n"
         if args.filter != "exact":
             filter_lines += f"  fpp: {args.fpp}\n  capacity: {args.capacity}\n"
+            if args.confirm:
+                filter_lines += "  confirm_store: true\n"
         with open(self.config, "w") as f:
             f.write(
                 "group_id: blackbox\n"
@@ -311,6 +313,8 @@ def main():
     ap.add_argument("--hot", type=int, default=1000, help="popular identities")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--mode", default="kill", choices=["kill", "scale"])
+    ap.add_argument("--confirm", action="store_true",
+                    help="confirmed mode (filter.confirm_store): no record may be lost")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
@@ -389,9 +393,11 @@ def main():
         broker.stop()
         return 2
     broker.stop()
-    fpp = 0.0 if args.filter == "exact" else args.fpp
+    # Confirmed mode promises what the exact filter does: nothing lost.
+    fpp = 0.0 if args.filter == "exact" or args.confirm else args.fpp
     report = judge(inputs, outputs, window_ms, tick_ms, fpp)
-    report.update({"seed": seed, "window": args.window, "filter": args.filter, "mode": args.mode,
+    report.update({"seed": seed, "window": args.window, "filter": args.filter,
+                   "confirm_store": args.confirm, "mode": args.mode,
                    "faults": faults, "partitioning": args.partitioning, "workdir": workdir})
     report["recovery"] = recovery_cost(members)
     for e in report["examples"]:
