@@ -10,6 +10,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "fatal_error.h"
 #include "kafka_errors.h"
 #include "kdedup/common/kafka_log.h"
 
@@ -100,6 +101,31 @@ void abandon_unsynced_consumer(std::unique_ptr<RdKafka::KafkaConsumer> consumer,
       consumer->name());
   static_cast<void>(consumer.release());
   static_cast<void>(events.release());
+}
+
+Consumed classify_consumed(RdKafka::ErrorCode err, std::string_view topic,
+                           RdKafka::KafkaConsumer& consumer, FatalError& fatal,
+                           std::string_view who) {
+  switch (err) {
+    case RdKafka::ERR_NO_ERROR:
+      return Consumed::kRecord;
+    case RdKafka::ERR__TIMED_OUT:
+    case RdKafka::ERR__PARTITION_EOF:
+      return Consumed::kIdle;
+    case RdKafka::ERR__FATAL: {
+      std::string reason;
+      consumer.fatal_error(reason);
+      fatal.set(std::string(who) + " fatal error: " + reason);
+      return Consumed::kError;
+    }
+    default:
+      if (topic.empty()) {
+        spdlog::warn("{}: {}", who, describe_kafka_error(err));
+      } else {
+        spdlog::warn("{}: {} (topic {})", who, describe_kafka_error(err), topic);
+      }
+      return Consumed::kError;
+  }
 }
 
 Status check_topics(RdKafka::KafkaConsumer& consumer, const config::Config& config,

@@ -69,6 +69,22 @@ struct BuiltConsumer {
 void abandon_unsynced_consumer(std::unique_ptr<RdKafka::KafkaConsumer> consumer,
                                std::unique_ptr<RdKafka::EventCb> events);
 
+class FatalError;
+
+/// What a consume loop does with a consumed message's error code.
+enum class Consumed : std::uint8_t {
+  kRecord,  ///< a record: process it
+  kIdle,    ///< nothing arrived (timeout) or a partition's end was reached
+  kError,   ///< handled here: a fatal error raised on `fatal`, else a warning logged
+};
+
+/// Classifies `err`; for kError, raises ERR__FATAL (with the consumer's
+/// reason) on `fatal` or logs a warning as `who` ("consumer",
+/// "repartition consumer"), naming `topic` when it is known.
+[[nodiscard]] Consumed classify_consumed(RdKafka::ErrorCode err, std::string_view topic,
+                                         RdKafka::KafkaConsumer& consumer, FatalError& fatal,
+                                         std::string_view who);
+
 /// Fetches metadata and checks that every input topic, the output topic and
 /// the DLQ / duplicates topics exist, and that with `output.partitioning:
 /// input` the output topic has at least as many partitions as each input

@@ -6,9 +6,9 @@ namespace kdedup::pipeline {
 namespace {
 
 /// Appends the headers of `m` to `out` (views into the message).
-void append_headers(RdKafka::Message& m, std::vector<identity::RecordHeader>& out) {
+void append_headers(const rd_kafka_message_t& m, std::vector<identity::RecordHeader>& out) {
   rd_kafka_headers_t* headers = nullptr;
-  if (rd_kafka_message_headers(m.c_ptr(), &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  if (rd_kafka_message_headers(&m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
   const char* name = nullptr;
   const void* value = nullptr;
   std::size_t size = 0;
@@ -23,20 +23,18 @@ void append_headers(RdKafka::Message& m, std::vector<identity::RecordHeader>& ou
 }
 
 /// Key and value of `m`; headers left empty.
-identity::RecordView key_and_value(const RdKafka::Message& m) {
+identity::RecordView key_and_value(const rd_kafka_message_t& m) {
   identity::RecordView view;
-  if (m.key_pointer() != nullptr) {
-    view.key = std::string_view(static_cast<const char*>(m.key_pointer()), m.key_len());
-  }
-  if (m.payload() != nullptr) {
-    view.value = std::string_view(static_cast<const char*>(m.payload()), m.len());
+  if (m.key != nullptr) view.key = std::string_view(static_cast<const char*>(m.key), m.key_len);
+  if (m.payload != nullptr) {
+    view.value = std::string_view(static_cast<const char*>(m.payload), m.len);
   }
   return view;
 }
 
 }  // namespace
 
-const identity::RecordView& MessageView::of(RdKafka::Message& m) {
+const identity::RecordView& MessageView::of(const rd_kafka_message_t& m) {
   headers_.clear();
   append_headers(m, headers_);
   view_ = key_and_value(m);
@@ -44,8 +42,7 @@ const identity::RecordView& MessageView::of(RdKafka::Message& m) {
   return view_;
 }
 
-std::span<const RecordIn> BatchView::of(
-    std::span<const std::unique_ptr<RdKafka::Message>> messages) {
+std::span<const RecordIn> BatchView::of(std::span<const MessagePtr> messages) {
   records_.resize(messages.size());
   headers_.clear();
   first_.resize(messages.size() + 1);
@@ -57,7 +54,7 @@ std::span<const RecordIn> BatchView::of(
   // Spans are taken once every header is in place (the vector may move).
   for (std::size_t i = 0; i < messages.size(); ++i) {
     RecordIn& r = records_[i];
-    r.offset = messages[i]->offset();
+    r.offset = messages[i]->offset;
     r.timestamp_ms = timestamp_ms(*messages[i]);
     r.view = key_and_value(*messages[i]);
     r.view.headers = std::span(headers_).subspan(first_[i], first_[i + 1] - first_[i]);

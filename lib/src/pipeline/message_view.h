@@ -7,12 +7,16 @@
 // MessageView: one message at a time (recovery's output reads). BatchView:
 // a whole batch as pipeline::RecordIn for the PartitionProcessor. One per
 // thread; each call reuses the previous call's buffers.
+//
+// MessagePtr: a consumed record as the consumer loop takes it, librdkafka's
+// C message (batches through the C API: no wrapper object per record).
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
 
 #include "kdedup/identity/record.h"
@@ -20,16 +24,26 @@
 
 namespace kdedup::pipeline {
 
+struct MessageFree {
+  void operator()(rd_kafka_message_t* m) const noexcept { rd_kafka_message_destroy(m); }
+};
+using MessagePtr = std::unique_ptr<rd_kafka_message_t, MessageFree>;
+
 /// The record's timestamp in milliseconds; 0 when it has none.
-[[nodiscard]] inline std::int64_t timestamp_ms(const RdKafka::Message& m) {
-  const auto ts = m.timestamp();
-  return ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
+[[nodiscard]] inline std::int64_t timestamp_ms(const rd_kafka_message_t& m) {
+  rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+  const std::int64_t ts = rd_kafka_message_timestamp(&m, &type);
+  return type == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? 0 : ts;
+}
+[[nodiscard]] inline std::int64_t timestamp_ms(RdKafka::Message& m) {
+  return timestamp_ms(*m.c_ptr());
 }
 
 class MessageView {
  public:
   /// The record view of `m`, valid until the next call.
-  const identity::RecordView& of(RdKafka::Message& m);
+  const identity::RecordView& of(const rd_kafka_message_t& m);
+  const identity::RecordView& of(RdKafka::Message& m) { return of(*m.c_ptr()); }
 
  private:
   std::vector<identity::RecordHeader> headers_;
@@ -40,7 +54,7 @@ class BatchView {
  public:
   /// The records of `messages` (of one partition, in order), valid until the
   /// next call.
-  std::span<const RecordIn> of(std::span<const std::unique_ptr<RdKafka::Message>> messages);
+  std::span<const RecordIn> of(std::span<const MessagePtr> messages);
 
  private:
   std::vector<RecordIn> records_;

@@ -69,13 +69,13 @@ void DeliveryReports::dr_cb(RdKafka::Message& message) {
   protocol_.output_failed(tag->epoch, std::move(reason));
 }
 
-OutputProducer::Produced OutputProducer::produce(Slice& slice, RdKafka::Message& m,
+OutputProducer::Produced OutputProducer::produce(Slice& slice, const rd_kafka_message_t& m,
                                                  const std::string& topic, std::int32_t partition,
                                                  const char* destination,
                                                  const identity::ExtractError* error) {
   // librdkafka's C API: the input's headers copied in one call, the
   // provenance added without building strings, and the topic by handle.
-  const rd_kafka_message_t* in = m.c_ptr();
+  const rd_kafka_message_t* in = &m;
   rd_kafka_headers_t* input_headers = nullptr;
   rd_kafka_headers_t* headers =
       rd_kafka_message_headers(in, &input_headers) == RD_KAFKA_RESP_ERR_NO_ERROR
@@ -124,7 +124,7 @@ OutputProducer::Produced OutputProducer::produce(Slice& slice, RdKafka::Message&
                          " record for input " + slice.id().str() + "@" + offset_text.str() +
                          " to topic '" + topic + "': " + describe_kafka_error(err);
     slice.counters()->delivery_errors.fetch_add(1, std::memory_order_relaxed);
-    slice.tracker()->failed(m.offset(), reason);
+    slice.tracker()->failed(in->offset, reason);
     return protocol_.output_failed(tag->epoch, std::move(reason)) ? Produced::kStopped
                                                                   : Produced::kRefused;
   }

@@ -73,7 +73,7 @@ class OutputProducer {
   /// Produces a copy of `m` to `topic` / `partition` (RD_KAFKA_PARTITION_UA:
   /// the partitioner), with the error headers for a dead letter (`error`).
   /// Waits while the producer's queue is full.
-  Produced produce(Slice& slice, RdKafka::Message& m, const std::string& topic,
+  Produced produce(Slice& slice, const rd_kafka_message_t& in, const std::string& topic,
                    std::int32_t partition, const char* destination,
                    const identity::ExtractError* error);
 

@@ -25,8 +25,10 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <span>
 #include <thread>
 
+#include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
 
 #include "assigned_partitions.h"
@@ -149,8 +151,7 @@ struct Pipeline::Impl {
   void on_snapshot_written(const PartitionId& id, const Result<state::WriteReport>& result);
   [[nodiscard]] Status start();
   void consume(const std::atomic<bool>& stop);
-  void on_message(MessagePtr message, Clock::time_point now);
-  void dispatch(MessagePtr message, Clock::time_point now);
+  void on_fetched(std::span<rd_kafka_message_t* const> fetched, Clock::time_point now);
   [[nodiscard]] Status shut_down();
   void wait_for_commits(Clock::time_point deadline);
   void leave_group(Clock::time_point deadline);
@@ -292,8 +293,16 @@ Status Pipeline::Impl::start() {
   return {};
 }
 
+namespace {
+
+struct QueueFree {
+  void operator()(rd_kafka_queue_t* q) const noexcept { rd_kafka_queue_destroy(q); }
+};
+
+}  // namespace
+
 /// Polls and hands records to the workers until `stop` or a fatal error;
-/// rebalance and commit callbacks run inside consume().
+/// rebalance and commit callbacks run inside the consume calls.
 void Pipeline::Impl::consume(const std::atomic<bool>& stop) {
   // Bound the records between the consumer and the workers so memory stays
   // flat when the output is slower than the input.
@@ -301,18 +310,38 @@ void Pipeline::Impl::consume(const std::atomic<bool>& stop) {
       static_cast<std::size_t>(config.batch_size) * workers.size() * 8 + 1024;
   constexpr auto kMaxLinger = std::chrono::milliseconds(5);
   constexpr auto kCheckRestoredEvery = std::chrono::milliseconds(50);
+  constexpr int kWaitMs = 20;
+  // Records are taken in batches through librdkafka's C API: whatever the
+  // consumer queue holds at once, else a wait for the next one. A record
+  // costs no wrapper object, no clock reads and no call of its own.
+  const std::unique_ptr<rd_kafka_queue_t, QueueFree> queue(
+      rd_kafka_queue_get_consumer(consumer->c_ptr()));
+  if (!queue) {
+    fatal.set("internal error: the consumer has no group queue");
+    return;
+  }
+  std::vector<rd_kafka_message_t*> fetched(std::min<std::size_t>(max_queued, 4096));
   auto next_check = Clock::now() + kCheckRestoredEvery;
   while (!stop.load(std::memory_order_relaxed) && !fatal.raised()) {
-    // One clock read a turn (a turn is one record under load): what waits
+    // One clock read a turn (a turn is one batch under load): what waits
     // on it (the linger, the loop turn's periodic work) is in milliseconds,
-    // and a turn that waited for a record (consume's 20 ms) flushed anyway.
+    // and a turn that waited for a record flushed anyway.
     const auto now = Clock::now();
     beat_loop(now);
-    if (workers.queued_records() > max_queued) {
+    if (const std::size_t queued = workers.queued_records(); queued > max_queued) {
       workers.flush();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     } else {
-      on_message(MessagePtr(consumer->consume(20)), now);
+      const std::size_t room = std::min(fetched.size(), max_queued - queued + 1);
+      ssize_t n = rd_kafka_consume_batch_queue(queue.get(), 0, fetched.data(), room);
+      if (n == 0) n = rd_kafka_consume_batch_queue(queue.get(), kWaitMs, fetched.data(), 1);
+      if (n < 0) {
+        fatal.set("consumer: " +
+                  describe_kafka_error(static_cast<RdKafka::ErrorCode>(rd_kafka_last_error())));
+        break;
+      }
+      if (n == 0) workers.flush();
+      on_fetched(std::span(fetched.data(), static_cast<std::size_t>(n)), now);
       workers.flush_lingering(now, kMaxLinger);
     }
     protocol->on_loop_turn(now);
@@ -323,34 +352,42 @@ void Pipeline::Impl::consume(const std::atomic<bool>& stop) {
   }
 }
 
-void Pipeline::Impl::on_message(MessagePtr message, Clock::time_point now) {
-  switch (message->err()) {
-    case RdKafka::ERR_NO_ERROR:
-      dispatch(std::move(message), now);
-      break;
-    case RdKafka::ERR__TIMED_OUT:
-    case RdKafka::ERR__PARTITION_EOF:
-      workers.flush();
-      break;
-    case RdKafka::ERR__FATAL: {
-      std::string reason;
-      consumer->fatal_error(reason);
-      fatal.set("consumer fatal error: " + reason);
-      break;
+/// Takes ownership of `fetched` and hands each record to the worker of its
+/// partition. The consumer returns a partition's records in runs: one
+/// lookup and one counter update a run.
+void Pipeline::Impl::on_fetched(std::span<rd_kafka_message_t* const> fetched,
+                                Clock::time_point now) {
+  std::size_t i = 0;
+  while (i < fetched.size()) {
+    MessagePtr head(fetched[i]);
+    if (head->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      const char* topic = head->rkt != nullptr ? rd_kafka_topic_name(head->rkt) : "";
+      if (classify_consumed(static_cast<RdKafka::ErrorCode>(head->err), topic, *consumer, fatal,
+                            "consumer") == Consumed::kIdle) {
+        workers.flush();
+      }
+      ++i;
+      continue;
     }
-    default:
-      spdlog::warn("consumer: {}{}", describe_kafka_error(message->err()),
-                   message->topic_name().empty() ? "" : " (topic " + message->topic_name() + ")");
-      break;
+    std::size_t end = i + 1;
+    while (end < fetched.size() && fetched[end]->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+           fetched[end]->rkt == head->rkt && fetched[end]->partition == head->partition) {
+      ++end;
+    }
+    Assigned* a = partitions.find(PartitionId{rd_kafka_topic_name(head->rkt), head->partition});
+    if (a == nullptr) {
+      // Not ours (any more): not committed, re-read by the owner.
+      for (std::size_t j = i + 1; j < end; ++j) rd_kafka_message_destroy(fetched[j]);
+      i = end;
+      continue;
+    }
+    if (a->start_offset < 0) a->start_offset = head->offset;
+    a->counters->queued.fetch_add(static_cast<std::int64_t>(end - i), std::memory_order_relaxed);
+    workers.dispatch(std::move(head), a->worker, now);
+    for (std::size_t j = i + 1; j < end; ++j)
+      workers.dispatch(MessagePtr(fetched[j]), a->worker, now);
+    i = end;
   }
-}
-
-void Pipeline::Impl::dispatch(MessagePtr message, Clock::time_point now) {
-  Assigned* a = partitions.find(PartitionId{message->topic_name(), message->partition()});
-  if (a == nullptr) return;  // not ours (any more): not committed, re-read by the owner
-  if (a->start_offset < 0) a->start_offset = message->offset();
-  a->counters->queued.fetch_add(1, std::memory_order_relaxed);
-  workers.dispatch(std::move(message), a->worker, now);
 }
 
 // ------------------------------------------------------------- shutdown --
@@ -437,8 +474,7 @@ void Pipeline::Impl::drain_until(Clock::time_point deadline, const std::function
   // partition next reads it again.
   for (auto now = Clock::now(); !done() && now < deadline; now = Clock::now()) {
     beat_loop(now);
-    MessagePtr msg(consumer->consume(50));
-    (void)msg;
+    const std::unique_ptr<RdKafka::Message> msg(consumer->consume(50));
   }
 }
 

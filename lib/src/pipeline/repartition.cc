@@ -58,7 +58,7 @@ std::int32_t slice_of(const filter::Fingerprint& fp, std::int32_t partitions) no
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using MessagePtr = std::unique_ptr<RdKafka::Message>;
+using OwnedMessage = std::unique_ptr<RdKafka::Message>;
 
 constexpr const char* kErrorHeader = "kdedup-error";
 constexpr const char* kErrorMessageHeader = "kdedup-error-message";
@@ -537,7 +537,7 @@ bool Repartitioner::Impl::all_stored_confirmed() const {
 void Repartitioner::Impl::drain_until(Clock::time_point deadline,
                                       const std::function<bool()>& done) {
   // Serves callbacks without processing: a record fetched now is read again.
-  while (!done() && Clock::now() < deadline) MessagePtr msg(consumer->consume(50));
+  while (!done() && Clock::now() < deadline) OwnedMessage msg(consumer->consume(50));
 }
 
 void Repartitioner::Impl::update_lag() {
@@ -597,23 +597,10 @@ Status Repartitioner::Impl::run(const std::atomic<bool>& stop) {
   auto next_store = Clock::now() + kStoreEvery;
   auto next_lag = Clock::now() + kLagEvery;
   while (!stop.load(std::memory_order_relaxed) && !fatal.raised()) {
-    MessagePtr msg(consumer->consume(20));
-    switch (msg->err()) {
-      case RdKafka::ERR_NO_ERROR:
-        process(*msg);
-        break;
-      case RdKafka::ERR__TIMED_OUT:
-      case RdKafka::ERR__PARTITION_EOF:
-        break;
-      case RdKafka::ERR__FATAL: {
-        std::string reason;
-        consumer->fatal_error(reason);
-        fatal.set("consumer fatal error: " + reason);
-        break;
-      }
-      default:
-        spdlog::warn("repartition consumer: {}", describe_kafka_error(msg->err()));
-        break;
+    OwnedMessage msg(consumer->consume(20));
+    if (classify_consumed(msg->err(), msg->topic_name(), *consumer, fatal,
+                          "repartition consumer") == Consumed::kRecord) {
+      process(*msg);
     }
     const auto now = Clock::now();
     if (now >= next_store) {

@@ -37,8 +37,6 @@ class CommitProtocol;
 class FatalError;
 class Snapshotter;
 
-using MessagePtr = std::unique_ptr<RdKafka::Message>;
-
 /// A unit of work for a worker, processed strictly in queue order.
 struct Work {
   // kDrop: like kRelease but without on_release or capture: the slice holds
@@ -102,7 +100,7 @@ class Worker {
   void maybe_capture(Slice& slice, std::size_t records);
   void capture(Slice& slice);
   void publish_filter_stats(Slice& slice);
-  void observe_emit_age(const RdKafka::Message& m) noexcept;
+  void observe_emit_age(const rd_kafka_message_t& m) noexcept;
 
   std::uint32_t index_;
   const WorkerContext& context_;
@@ -120,6 +118,7 @@ class Worker {
   BatchView batch_view_;
   OutputProducer output_;             // topic handles released at kStop
   metrics::EmitAgeCounts emit_ages_;  // this batch's output records
+  std::int64_t batch_wall_ns_ = 0;    // the wall clock when this batch began
 };
 
 /// The workers, seen from the consumer thread: fetched records are batched
