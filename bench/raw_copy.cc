@@ -2,7 +2,9 @@
 // (pipeline_bench --compare cost). A minimal librdkafka consume -> produce
 // loop with the client settings kdedup would use for the same config
 // (config::consumer_properties / producer_properties: the same fetch sizes,
-// linger, batching, idempotence) and the same consume batch size, and nothing
+// linger, batching, idempotence) and the same consume batch size, through
+// the cheapest calls librdkafka has (batches from the consumer queue,
+// produce by topic handle), and nothing
 // else: no identity, filter, provenance headers, delivery tracking or offset
 // bookkeeping. Offsets are committed by librdkafka's auto commit every
 // `commit_interval` (stored as consumed), so the copy is at-most-once and
@@ -13,13 +15,16 @@
 // Output partition = input partition (output.partitioning: input). SIGTERM
 // flushes, commits and leaves the group.
 
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
 
 #include "kdedup/config/config.h"
@@ -67,27 +72,43 @@ int copy(const kdedup::config::Config& config) {
     std::fprintf(stderr, "raw_copy: cannot subscribe\n");
     return 1;
   }
-  const std::string& out = config.output.topic;
-  const std::uint32_t batch = config.batch_size;
+  // The cheapest librdkafka allows: records in batches from the consumer
+  // queue (C API), produced by topic handle, no per-record wrapper.
+  rd_kafka_queue_t* queue = rd_kafka_queue_get_consumer(consumer->c_ptr());
+  rd_kafka_topic_t* out =
+      rd_kafka_topic_new(producer->c_ptr(), config.output.topic.c_str(), nullptr);
+  if (queue == nullptr || out == nullptr) {
+    std::fprintf(stderr, "raw_copy: no consumer queue or output topic handle\n");
+    return 1;
+  }
+  std::vector<rd_kafka_message_t*> batch(std::max<std::uint32_t>(1, config.batch_size));
   while (g_stop == 0) {
-    for (std::uint32_t i = 0; i < batch && g_stop == 0; ++i) {
-      std::unique_ptr<RdKafka::Message> m(consumer->consume(i == 0 ? 20 : 0));
-      if (m->err() == RdKafka::ERR__TIMED_OUT || m->err() == RdKafka::ERR__PARTITION_EOF) break;
-      if (m->err() != RdKafka::ERR_NO_ERROR) {
-        std::fprintf(stderr, "raw_copy: consume: %s\n", m->errstr().c_str());
-        break;
+    ssize_t n = rd_kafka_consume_batch_queue(queue, 0, batch.data(), batch.size());
+    if (n == 0) n = rd_kafka_consume_batch_queue(queue, 20, batch.data(), 1);
+    for (ssize_t i = 0; i < n; ++i) {
+      rd_kafka_message_t* m = batch[static_cast<std::size_t>(i)];
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+        const std::int64_t ts = rd_kafka_message_timestamp(m, &type);
+        const std::size_t key_len = m->key != nullptr ? m->key_len : 0;
+        for (;;) {
+          const rd_kafka_resp_err_t e = rd_kafka_producev(
+              producer->c_ptr(), RD_KAFKA_V_RKT(out), RD_KAFKA_V_PARTITION(m->partition),
+              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE(m->payload, m->len),
+              RD_KAFKA_V_KEY(m->key, key_len), RD_KAFKA_V_TIMESTAMP(ts > 0 ? ts : 0),
+              RD_KAFKA_V_END);
+          if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) break;
+          producer->poll(1);
+        }
+      } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        std::fprintf(stderr, "raw_copy: consume: %s\n", rd_kafka_message_errstr(m));
       }
-      for (;;) {
-        const RdKafka::ErrorCode e =
-            producer->produce(out, m->partition(), RdKafka::Producer::RK_MSG_COPY, m->payload(),
-                              m->len(), m->key_pointer(), m->key_pointer() ? m->key_len() : 0,
-                              m->timestamp().timestamp, nullptr);
-        if (e != RdKafka::ERR__QUEUE_FULL) break;
-        producer->poll(1);
-      }
+      rd_kafka_message_destroy(m);
     }
     producer->poll(0);
   }
+  rd_kafka_topic_destroy(out);
+  rd_kafka_queue_destroy(queue);
   producer->flush(10'000);
   consumer->commitSync();
   consumer->close();
