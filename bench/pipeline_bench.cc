@@ -196,6 +196,11 @@ Comparison comparison(const std::string& name) {
   if (name == "cost") {
     // The physical limit first: the ratios are kdedup's cost over it.
     return {{{"raw librdkafka copy", "raw-copy", {}, true, RAW_COPY_BINARY},
+             {"raw copy, kdedup headers",
+              "raw-copy-provenance",
+              {"raw_copy.provenance=true"},
+              true,
+              RAW_COPY_BINARY},
              {"passthrough", "passthrough", {"filter.enabled=false"}, true},
              {"dedup (timer)", "dedup-timer", {"filter.enabled=true", "filter.type=timer"}},
              {"dedup (exact)", "dedup-exact", {"filter.enabled=true", "filter.type=exact"}}},

@@ -10,6 +10,13 @@
 // `commit_interval` (stored as consumed), so the copy is at-most-once and
 // only a yardstick.
 //
+// With `--set raw_copy.provenance=true` it also asks librdkafka for what
+// kdedup's output format needs from it, and nothing of kdedup's own work:
+// the input's headers copied plus kdedup's three provenance headers on every
+// record, and a delivery report per record (counted, nothing else). The
+// difference between the two copies is what the format costs inside
+// librdkafka; the rest of kdedup run's cost over it is kdedup's code.
+//
 // It takes kdedup's own command line so the pipeline rig can start it in
 // place of kdedup:  raw_copy run --config PATH [--set key=value]...
 // Output partition = input partition (output.partitioning: input). SIGTERM
@@ -27,12 +34,52 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
 
+#include <fmt/format.h>
+
 #include "kdedup/config/config.h"
+#include "kdedup/pipeline/provenance.h"
 
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
+
+constexpr std::string_view kProvenanceOption = "raw_copy.provenance=true";
+
+/// Counts delivery reports; a failure is printed (the copy goes on).
+class CountReports final : public RdKafka::DeliveryReportCb {
+ public:
+  void dr_cb(RdKafka::Message& message) override {
+    if (message.err() == RdKafka::ERR_NO_ERROR) {
+      ++delivered_;
+    } else {
+      std::fprintf(stderr, "raw_copy: delivery failed: %s\n", message.errstr().c_str());
+    }
+  }
+
+ private:
+  std::uint64_t delivered_ = 0;
+};
+
+/// The input's headers plus kdedup's provenance headers, as kdedup builds
+/// them (output_producer.cc).
+rd_kafka_headers_t* provenance_headers(const rd_kafka_message_t& m) {
+  rd_kafka_headers_t* input = nullptr;
+  rd_kafka_headers_t* headers = rd_kafka_message_headers(&m, &input) == RD_KAFKA_RESP_ERR_NO_ERROR
+                                    ? rd_kafka_headers_copy(input)
+                                    : rd_kafka_headers_new(3);
+  const fmt::format_int partition(m.partition);
+  const fmt::format_int offset(m.offset);
+  const std::string_view topic = rd_kafka_topic_name(m.rkt);
+  auto add = [&](std::string_view name, std::string_view value) {
+    rd_kafka_header_add(headers, name.data(), static_cast<ssize_t>(name.size()), value.data(),
+                        static_cast<ssize_t>(value.size()));
+  };
+  add(kdedup::pipeline::kProvenanceTopicHeader, topic);
+  add(kdedup::pipeline::kProvenancePartitionHeader, partition.c_str());
+  add(kdedup::pipeline::kProvenanceOffsetHeader, offset.c_str());
+  return headers;
+}
 
 bool set_all(RdKafka::Conf& conf, const kdedup::config::KafkaProperties& props) {
   std::string err;
@@ -45,7 +92,7 @@ bool set_all(RdKafka::Conf& conf, const kdedup::config::KafkaProperties& props) 
   return true;
 }
 
-int copy(const kdedup::config::Config& config) {
+int copy(const kdedup::config::Config& config, bool provenance) {
   // kdedup's own default reset position, unless the config sets one.
   kdedup::config::KafkaProperties consumer_props{{"auto.offset.reset", "earliest"}};
   for (const auto& [key, value] : kdedup::config::consumer_properties(config)) {
@@ -58,6 +105,12 @@ int copy(const kdedup::config::Config& config) {
   std::unique_ptr<RdKafka::Conf> pconf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   if (!set_all(*cconf, consumer_props) ||
       !set_all(*pconf, kdedup::config::producer_properties(config))) {
+    return 1;
+  }
+  CountReports reports;
+  std::string conf_err;
+  if (provenance && pconf->set("dr_cb", &reports, conf_err) != RdKafka::Conf::CONF_OK) {
+    std::fprintf(stderr, "raw_copy: dr_cb: %s\n", conf_err.c_str());
     return 1;
   }
   std::string err;
@@ -91,13 +144,27 @@ int copy(const kdedup::config::Config& config) {
         rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
         const std::int64_t ts = rd_kafka_message_timestamp(m, &type);
         const std::size_t key_len = m->key != nullptr ? m->key_len : 0;
+        rd_kafka_headers_t* headers = provenance ? provenance_headers(*m) : nullptr;
         for (;;) {
-          const rd_kafka_resp_err_t e = rd_kafka_producev(
-              producer->c_ptr(), RD_KAFKA_V_RKT(out), RD_KAFKA_V_PARTITION(m->partition),
-              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE(m->payload, m->len),
-              RD_KAFKA_V_KEY(m->key, key_len), RD_KAFKA_V_TIMESTAMP(ts > 0 ? ts : 0),
-              RD_KAFKA_V_END);
-          if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) break;
+          const rd_kafka_resp_err_t e =
+              headers != nullptr
+                  ? rd_kafka_producev(
+                        producer->c_ptr(), RD_KAFKA_V_RKT(out), RD_KAFKA_V_PARTITION(m->partition),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                        RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, key_len),
+                        RD_KAFKA_V_TIMESTAMP(ts > 0 ? ts : 0), RD_KAFKA_V_HEADERS(headers),
+                        RD_KAFKA_V_END)
+                  : rd_kafka_producev(
+                        producer->c_ptr(), RD_KAFKA_V_RKT(out), RD_KAFKA_V_PARTITION(m->partition),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                        RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, key_len),
+                        RD_KAFKA_V_TIMESTAMP(ts > 0 ? ts : 0), RD_KAFKA_V_END);
+          if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            if (e != RD_KAFKA_RESP_ERR_NO_ERROR && headers != nullptr) {
+              rd_kafka_headers_destroy(headers);
+            }
+            break;
+          }
           producer->poll(1);
         }
       } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
@@ -120,11 +187,16 @@ int copy(const kdedup::config::Config& config) {
 int main(int argc, char** argv) {
   std::string path;
   std::vector<std::string> overrides;
+  bool provenance = false;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
       path = argv[++i];
     } else if (!std::strcmp(argv[i], "--set") && i + 1 < argc) {
-      overrides.emplace_back(argv[++i]);
+      if (argv[++i] == kProvenanceOption) {
+        provenance = true;
+      } else {
+        overrides.emplace_back(argv[i]);
+      }
     } else {
       std::fprintf(stderr, "raw_copy: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -141,5 +213,5 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
-  return copy(*config);
+  return copy(*config, provenance);
 }
