@@ -90,7 +90,10 @@
 // of the sealed tables, the active one may hold a live load whose p stays at
 // or under kBudgetShare * (f* - S); live loads come from exact per-tick
 // insertion counts of the last W + 1 ticks, so S only falls between seals
-// and the union bound sum p <= f* holds while the filter can grow. The
+// and the union bound sum p <= f* holds while the filter can grow (the
+// share applies to S as it will be at the next tick, capped by f* - S now:
+// a table is not sealed for a budget its predecessors free a tick later).
+// The
 // active table is sealed when its live load would pass kMaxLoad or its
 // budget, or when its overflow entries reach the bound above. The table
 // added then is sized by new_table_bytes() for the recent rate of new
@@ -98,7 +101,12 @@
 // seen, kMaxGrowthStep times what the sealed one held), with the coarsest
 // shape whose p at kTargetLoad fits the budget the sealed tables leave: a
 // table added while others still hold most of the budget has wider
-// remainders instead of many times more lines. A sealed table is freed
+// remainders instead of many times more lines. A table added before the
+// rate was known (the floor, a probe) is sealed at the first tick the rate
+// is known if a window at that rate needs more than it may hold, so that it
+// holds one tick's entries; its successor's budget is planned over the
+// window it fills in, as the probe drains (planned_budget()), which
+// usually allows the base shape. A sealed table is freed
 // once its newest insertion is older than the window. The active table is
 // replaced by a right-sized one at the coarsest shape f* allows as soon as
 // it is kFallFactor times too big for the recent rate (the mean of the last
@@ -399,6 +407,11 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double growth_rate() const;
   [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
+  [[nodiscard]] std::vector<double> sealed_fpp_ahead(std::size_t count, std::uint32_t ticks) const;
+  [[nodiscard]] double planned_budget() const;
+  [[nodiscard]] bool sealed_before(Tick start) const;
+  [[nodiscard]] bool pressed() const;
+  void end_probe();
   void refresh_limit();
   [[nodiscard]] double target_load(const compact::Shape& s) const noexcept;
   [[nodiscard]] std::uint64_t lines_for(double entries, const compact::Shape& s,
