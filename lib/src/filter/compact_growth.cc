@@ -218,7 +218,7 @@ bool CompactFilter::seal_and_grow(Seal why, double want) {
   // A growth table at a known rate fills over a window while the tables
   // sealed now drain: its budget is what they leave at each tick of it
   // (planned_budget()), at least what they leave now.
-  const bool planned = (why == Seal::kProbe || why == Seal::kBudget) && rate_known() && !pressed();
+  const bool planned = why != Seal::kReplace && rate_known() && !pressed();
   const double budget =
       planned && left > 0 ? std::max(kBudgetShare * left, planned_budget()) : kBudgetShare * left;
   // A full table with no fpp left (the level rose after the tables were
@@ -296,8 +296,9 @@ std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, dou
 double CompactFilter::planned_budget() const {
   // The p at kTargetLoad a table added now may have: it fills over W + 1
   // ticks at the rate (k ticks' entries: load kTargetLoad k / (W + 1); the
-  // tick in progress up to kMaxGrowthStep ticks' worth, as a burst may be
-  // starting) while the tables held now drain, and at each tick it must stay
+  // tick in progress up to kMaxGrowthStep ticks' worth when it already
+  // brought more than the recent mean: a burst may be starting) while the
+  // tables held now drain, and at each tick it must stay
   // within the room rule of refresh_limit(). p(load) = 1 - q^load, so
   // p(load) <= L holds iff p(kTargetLoad) <= 1 - (1 - L)^(kTargetLoad / load).
   // A table that fills faster is sealed sooner, at a lower load.
@@ -307,13 +308,15 @@ double CompactFilter::planned_budget() const {
   // when none took an entry in this tick.
   const Table& a = *tables_.back();
   const bool relaxed = sealed_before(clock_) && (a.inserts == 0 || a.last_insert < clock_);
+  const Tick young = std::max<Tick>(2, (window + 1) / 4);
+  const double surge = arrivals(clock_) > recent_rate(young, false) ? kMaxGrowthStep : 1.0;
   double plan = 1.0;
   for (std::uint32_t k = 1; k <= window + 1; ++k) {
     const double limit =
         relaxed ? std::min(target_ - sealed[k - 1], kBudgetShare * (target_ - sealed[k]))
                 : kBudgetShare * (target_ - sealed[k - 1]);
     if (!(limit > 0)) return 0.0;
-    const double filled = k == 1 ? std::min<double>(kMaxGrowthStep, window + 1) : k;
+    const double filled = k == 1 ? std::min<double>(surge, window + 1) : k;
     const double ticks = static_cast<double>(window + 1) / filled;
     plan = std::min(plan, -std::expm1(std::log1p(-limit) * ticks));
   }
@@ -418,6 +421,10 @@ void CompactFilter::maybe_replace() {
   // Called as the clock moves: the new tick holds no insertions yet, so the
   // live count covers W ticks, and a table must hold W + 1 at the tick's end.
   const double want = window_arrivals() * (window + 1) / window * share;
+  // The live count lags a falling rate (a burst leaving the window): a
+  // table right-sized for it would be too big again within a window, and
+  // the rule above replaces the active once the rate has fallen far enough.
+  if (rate_need * kSteadyRate < want) return;
   const bool coarser = shape_for(kBudgetShare * target_).S > shape.S;
   const bool smaller =
       static_cast<double>(active.bytes()) >

@@ -231,6 +231,10 @@ class CompactFilter final : public SlidingFilter {
   /// An active table this many times too big for the recent rate is
   /// replaced at once (after a burst).
   static constexpr double kFallFactor = 2.0;
+  /// A lone table is right-sized for its live count only while the recent
+  /// rate needs at least 1 / kSteadyRate of it (the count lags a falling
+  /// rate).
+  static constexpr double kSteadyRate = 1.25;
   /// A new table holds this many times what the sealed one held until one
   /// whole tick of insertions has been seen.
   static constexpr double kMaxGrowthStep = 4.0;
