@@ -298,10 +298,10 @@ double CompactFilter::planned_budget() const {
   // ticks at the rate (k ticks' entries: load kTargetLoad k / (W + 1); the
   // tick in progress up to kMaxGrowthStep ticks' worth when it already
   // brought more than the recent mean: a burst may be starting) while the
-  // tables held now drain, and at each tick it must stay
-  // within the room rule of refresh_limit(). p(load) = 1 - q^load, so
-  // p(load) <= L holds iff p(kTargetLoad) <= 1 - (1 - L)^(kTargetLoad / load).
-  // A table that fills faster is sealed sooner, at a lower load.
+  // tables held now drain, and at each tick it must stay within the room
+  // rule of refresh_limit(). p(load) = 1 - q^load, so p(load) <= L holds
+  // iff p(kTargetLoad) <= 1 - (1 - L)^(kTargetLoad / load). A table that
+  // fills faster is sealed sooner, at a lower load.
   const std::uint32_t window = config_.ticks_per_window;
   const std::vector<double> sealed = sealed_fpp_ahead(tables_.size(), window + 1);
   // Every table held now becomes sealed: the room rule is the relaxed one
