@@ -152,6 +152,7 @@ void CompactFilter::drop_expired() {
   refresh_view();
   maybe_replace();
   refresh_limit();  // and the view
+  end_probe();
 }
 
 void CompactFilter::advance(Tick now) {

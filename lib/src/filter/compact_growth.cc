@@ -77,11 +77,57 @@ Shape CompactFilter::shape_for(double budget) const {
   return s.S > coarsest_.S ? coarsest_ : s;
 }
 
+std::vector<double> CompactFilter::sealed_fpp_ahead(std::size_t count, std::uint32_t ticks) const {
+  // s[k]: the summed p of the first `count` tables at tick clock_ + k
+  // (k <= W + 1) if they take no more insertions: at tick x the entries
+  // inserted before x - W have left the window.
+  const std::uint32_t window = config_.ticks_per_window;
+  std::vector<double> s(ticks + 1, 0.0);
+  for (std::size_t i = 0; i < count; ++i) {
+    const Table& t = *tables_[i];
+    const auto slots = static_cast<double>(t.slots());
+    std::uint64_t live = t.alive.sum;
+    for (std::uint32_t k = 0; k <= ticks; ++k) {
+      if (k > 0 && k <= window + 1 && clock_ + k >= window + 1) {
+        live -= std::min<std::uint64_t>(live, t.alive.at(clock_ + k - 1 - window));
+      }
+      s[k] += compact::fpp_at(static_cast<double>(live) / slots, t.layout.shape);
+    }
+  }
+  return s;
+}
+
+bool CompactFilter::pressed() const {
+  // A memory budget decides the tables' sizes: it is short of the total
+  // demand, or its level raised the target. Tables then get less than they
+  // ask for and fill sooner than a window: no plan over one holds.
+  if (!budget_ || budget_->max_bytes() == 0) return false;
+  return target_ > config_.fpp ||
+         budget_->expected_demand(demand_.at_target()) > budget_->max_bytes();
+}
+
+bool CompactFilter::sealed_before(Tick start) const {
+  // True when no table but the active took an entry at or after `start`.
+  for (std::size_t i = 0; i + 1 < tables_.size(); ++i) {
+    if (tables_[i]->inserts > 0 && tables_[i]->last_insert >= start) return false;
+  }
+  return true;
+}
+
 void CompactFilter::refresh_limit() {
-  double sealed = 0;
-  for (std::size_t i = 0; i + 1 < tables_.size(); ++i) sealed += table_fpp(*tables_[i]);
+  // The active may use kBudgetShare of what the sealed tables leave; the
+  // rest is kept for a table added within the tick. When they all stopped
+  // taking entries before it started (it took over at a tick's start), the
+  // share applies to what they will leave at the next tick, capped by what
+  // they leave now: the sum of the tables' p stays within the target at
+  // every tick, and a table whose predecessors are about to drain (the
+  // first window, when the floor's entries leave) is not sealed for a budget
+  // they free a tick later.
+  const std::vector<double> sealed = sealed_fpp_ahead(tables_.size() - 1, 1);
   const Table& a = *tables_.back();
-  const double budget = kBudgetShare * (target_ - sealed);
+  const double budget = sealed_before(a.created)
+                            ? std::min(target_ - sealed[0], kBudgetShare * (target_ - sealed[1]))
+                            : kBudgetShare * (target_ - sealed[0]);
   // Overfull (no table could be added this tick): whatever the table takes
   // up to kMaxLoad; saturated: whatever its lines have room for.
   const double load =
@@ -169,14 +215,19 @@ bool CompactFilter::seal_and_grow(Seal why, double want) {
   // the target at every tick meanwhile.
   if (want <= 0) want = growth_target();
   const double left = why == Seal::kReplace ? target_ : target_ - fpp_budget_used();
+  // A growth table at a known rate fills over a window while the tables
+  // sealed now drain: its budget is what they leave at each tick of it
+  // (planned_budget()), at least what they leave now.
+  const bool planned = why != Seal::kReplace && rate_known() && !pressed();
+  const double budget =
+      planned && left > 0 ? std::max(kBudgetShare * left, planned_budget()) : kBudgetShare * left;
   // A full table with no fpp left (the level rose after the tables were
   // added): the most room per byte, not the finest shape.
-  const Shape shape = left > 0 ? shape_for(kBudgetShare * left) : coarsest_;
+  const Shape shape = left > 0 ? shape_for(budget) : coarsest_;
   // A table that could not take a single identity within the fpp left (the
   // table cap; the sealed tables' share after the level fell) is no use
   // unless the active is full.
-  const bool useless =
-      tables_.size() >= kMaxTables || compact::fpp_at(kTargetLoad, shape) > kBudgetShare * left;
+  const bool useless = tables_.size() >= kMaxTables || compact::fpp_at(kTargetLoad, shape) > budget;
   std::unique_ptr<Table> t;
   if (tables_.size() < compact::kHardMaxTables && (why == Seal::kFull || !useless)) {
     t = reserve_table(why, want, shape);
@@ -193,8 +244,9 @@ bool CompactFilter::seal_and_grow(Seal why, double want) {
   }
   if (!t) {
     // Refused, out of memory or of no use: the active takes new identities
-    // up to kMaxLoad until the next tick, when growth is asked for again.
-    if (why != Seal::kReplace) {
+    // up to kMaxLoad until the next tick, when growth is asked for again (a
+    // probe or a table to be replaced keeps its own limit).
+    if (why == Seal::kBudget) {
       overfull_ = true;
       refresh_limit();
     }
@@ -239,6 +291,50 @@ std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, dou
   if (granted > used) budget_->release(granted - used);
   if (t) t->charge = MemoryCharge(budget_, used);
   return t;
+}
+
+double CompactFilter::planned_budget() const {
+  // The p at kTargetLoad a table added now may have: it fills over W + 1
+  // ticks at the rate (k ticks' entries: load kTargetLoad k / (W + 1); the
+  // tick in progress up to kMaxGrowthStep ticks' worth when it already
+  // brought more than the recent mean: a burst may be starting) while the
+  // tables held now drain, and at each tick it must stay within the room
+  // rule of refresh_limit(). p(load) = 1 - q^load, so p(load) <= L holds
+  // iff p(kTargetLoad) <= 1 - (1 - L)^(kTargetLoad / load). A table that
+  // fills faster is sealed sooner, at a lower load.
+  const std::uint32_t window = config_.ticks_per_window;
+  const std::vector<double> sealed = sealed_fpp_ahead(tables_.size(), window + 1);
+  // Every table held now becomes sealed: the room rule is the relaxed one
+  // when none took an entry in this tick.
+  const Table& a = *tables_.back();
+  const bool relaxed = sealed_before(clock_) && (a.inserts == 0 || a.last_insert < clock_);
+  const Tick young = std::max<Tick>(2, (window + 1) / 4);
+  const double surge = arrivals(clock_) > recent_rate(young, false) ? kMaxGrowthStep : 1.0;
+  double plan = 1.0;
+  for (std::uint32_t k = 1; k <= window + 1; ++k) {
+    const double limit =
+        relaxed ? std::min(target_ - sealed[k - 1], kBudgetShare * (target_ - sealed[k]))
+                : kBudgetShare * (target_ - sealed[k - 1]);
+    if (!(limit > 0)) return 0.0;
+    const double filled = k == 1 ? std::min<double>(surge, window + 1) : k;
+    const double ticks = static_cast<double>(window + 1) / filled;
+    plan = std::min(plan, -std::expm1(std::log1p(-limit) * ticks));
+  }
+  return plan;
+}
+
+void CompactFilter::end_probe() {
+  // The active table was added before the rate was known (the floor, or a
+  // probe while the first tick filled). Once a whole tick has been seen, if
+  // a window at that rate needs more than it may hold, it is sealed now and
+  // the rate-sized table added: the probe then holds one tick's entries and
+  // a small share of the budget while its successor fills, which can take
+  // the base shape instead of the wider remainders the budget left by a
+  // full probe allows (and the replacement of those, a window with both).
+  const Table& a = *tables_.back();
+  if (!rate_known() || a.created > first_tick_ || a.inserts == 0 || pressed()) return;
+  if (growth_target() <= static_cast<double>(active_limit_)) return;
+  (void)seal_and_grow(Seal::kProbe);
 }
 
 bool CompactFilter::reopen_sealed() {
@@ -325,6 +421,10 @@ void CompactFilter::maybe_replace() {
   // Called as the clock moves: the new tick holds no insertions yet, so the
   // live count covers W ticks, and a table must hold W + 1 at the tick's end.
   const double want = window_arrivals() * (window + 1) / window * share;
+  // The live count lags a falling rate (a burst leaving the window): a
+  // table right-sized for it would be too big again within a window, and
+  // the rule above replaces the active once the rate has fallen far enough.
+  if (rate_need * kSteadyRate < want) return;
   const bool coarser = shape_for(kBudgetShare * target_).S > shape.S;
   const bool smaller =
       static_cast<double>(active.bytes()) >

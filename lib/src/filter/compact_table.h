@@ -119,6 +119,7 @@ enum class CompactFilter::Seal : std::uint8_t {
   kBudget,   ///< the active's fpp room ran out: may be refused
   kFull,     ///< the active cannot take more (kMaxLoad, no room): never refused
   kReplace,  ///< the right-sized replacement of a lone table: may be refused
+  kProbe,    ///< the rate-sized successor of a probe, at the first known rate: may be refused
 };
 
 }  // namespace kdedup::filter

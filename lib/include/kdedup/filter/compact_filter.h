@@ -90,23 +90,38 @@
 // of the sealed tables, the active one may hold a live load whose p stays at
 // or under kBudgetShare * (f* - S); live loads come from exact per-tick
 // insertion counts of the last W + 1 ticks, so S only falls between seals
-// and the union bound sum p <= f* holds while the filter can grow. The
-// active table is sealed when its live load would pass kMaxLoad or its
+// and the union bound sum p <= f* holds while the filter can grow (for an
+// active that took over at a tick's start, the share applies to S as it
+// will be at the next tick, capped by f* - S now: a table is not sealed for
+// a budget its predecessors free a tick later).
+// The active table is sealed when its live load would pass kMaxLoad or its
 // budget, or when its overflow entries reach the bound above. The table
 // added then is sized by new_table_bytes() for the recent rate of new
 // identities over a window at target_load() (before one whole tick has been
 // seen, kMaxGrowthStep times what the sealed one held), with the coarsest
 // shape whose p at kTargetLoad fits the budget the sealed tables leave: a
 // table added while others still hold most of the budget has wider
-// remainders instead of many times more lines. A sealed table is freed
-// once its newest insertion is older than the window. The active table is
-// replaced by a right-sized one at the coarsest shape f* allows as soon as
-// it is kFallFactor times too big for the recent rate (the mean of the last
-// W / 4 ticks; nothing arriving: the floor), and, once alone for a whole
-// window, when it is kShrinkFactor times too big for the window's live
-// count or finer than f* requires; the new table only takes what arrives
-// from then on, and the old one drains within a window. A clock jump past
-// the window returns the filter to its floor at once. Rates and loads count
+// remainders instead of many times more lines. Once the rate is known, that
+// budget is planned over the window the new table fills in, as the sealed
+// tables drain (planned_budget(): at each of its ticks the room rule must
+// hold; the tick in progress may bring kMaxGrowthStep ticks' worth when it
+// already brought more than the recent mean), which often allows the base
+// shape: a finer table, once alone, is replaced (below), and the two are
+// held together for a window. A table added before the rate was known (the
+// floor, a probe) is sealed at the first tick the rate is known if a window
+// at that rate needs more than it may hold, so that it holds one tick's
+// entries and little of the budget. Neither plan applies under memory
+// budget pressure (tables then get less than they ask for and fill sooner).
+// A sealed table is freed once its newest insertion is older than the
+// window. The active table is replaced by a right-sized one at the coarsest
+// shape f* allows as soon as it is kFallFactor times too big for the recent
+// rate (the mean of the last W / 4 ticks; nothing arriving: the floor), and,
+// once alone for a whole window, when it is kShrinkFactor times too big for
+// the window's live count (while the recent rate needs at least
+// 1 / kSteadyRate of that count: it lags a burst leaving the window) or
+// finer than f* requires; the new table only takes what arrives from then
+// on, and the old one drains within a window. A clock jump past the window
+// returns the filter to its floor at once. Rates and loads count
 // new identities that arrived: a tick's deliveries divided by 1 - the
 // estimate during that tick (kept per tick), so that a ramp-up's fuller
 // tables do not undersize the table that follows.
@@ -223,6 +238,10 @@ class CompactFilter final : public SlidingFilter {
   /// An active table this many times too big for the recent rate is
   /// replaced at once (after a burst).
   static constexpr double kFallFactor = 2.0;
+  /// A lone table is right-sized for its live count only while the recent
+  /// rate needs at least 1 / kSteadyRate of it (the count lags a falling
+  /// rate).
+  static constexpr double kSteadyRate = 1.25;
   /// A new table holds this many times what the sealed one held until one
   /// whole tick of insertions has been seen.
   static constexpr double kMaxGrowthStep = 4.0;
@@ -399,6 +418,11 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double growth_rate() const;
   [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
+  [[nodiscard]] std::vector<double> sealed_fpp_ahead(std::size_t count, std::uint32_t ticks) const;
+  [[nodiscard]] double planned_budget() const;
+  [[nodiscard]] bool sealed_before(Tick start) const;
+  [[nodiscard]] bool pressed() const;
+  void end_probe();
   void refresh_limit();
   [[nodiscard]] double target_load(const compact::Shape& s) const noexcept;
   [[nodiscard]] std::uint64_t lines_for(double entries, const compact::Shape& s,
