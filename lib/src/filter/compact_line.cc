@@ -74,10 +74,14 @@ std::uint64_t window_mask(const Layout& l, unsigned m) {
 }  // namespace
 
 Shape best_shape(double budget, double load, unsigned t) {
-  // Memoized: called for every new table and budget level.
+  // Memoized: called for every new table and budget level. Budgets are
+  // continuous (planned per table), so the memo is bounded: emptied when
+  // full, it costs one search per new key.
+  constexpr std::size_t kMaxMemo = 4096;
   static std::mutex mu;
   static std::map<std::tuple<double, double, unsigned>, Shape> cache;
   std::lock_guard lock(mu);
+  if (cache.size() >= kMaxMemo) cache.clear();
   auto [it, added] = cache.try_emplace({budget, load, t});
   if (!added) return it->second;
   Shape best;
