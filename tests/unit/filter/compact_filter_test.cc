@@ -314,7 +314,7 @@ TEST(CompactFilter, RestoreMidStreamGivesIdenticalFutureDecisions) {
 
 TEST(CompactFilter, RejectsEveryTruncationAndByteFlip) {
   StreamSpec spec = growing_stream(5);
-  spec.base_rate = 40;
+  spec.base_rate = 400;  // a window's worth is twice what the 4 KiB floor holds
   spec.ticks = 60;
   const auto events = generate_stream(spec);
   auto f = make(compact_config(10, 100));

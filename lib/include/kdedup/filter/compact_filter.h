@@ -82,8 +82,9 @@
 //
 // Memory follows load (DESIGN.md; growth by adding filters: seed 001,
 // seed 000 §5; the tightening of scalable Bloom filters; the rate-based size
-// of seed 002 eq. 6). `capacity` is a hint: the first table holds at most
-// the floor min_bytes (less when the hint needs less), whatever the hint.
+// of seed 002 eq. 6). `capacity` is not used: the first table is the floor
+// min_bytes whatever the hint (a smaller one fills within its first tick
+// and holds most of the fpp budget while its successor fills).
 // New identities go to the newest (active) table; queries read every table.
 // Budget rule (the timer filter's): with f* the effective target (config.fpp,
 // raised by a shared MemoryBudget under pressure) and S the summed p(alpha)
@@ -260,8 +261,7 @@ class CompactFilter final : public SlidingFilter {
   static constexpr unsigned kMinRemainderBits = 2;
 
   /// Builds an empty filter. `config` must be normalized (normalize()).
-  /// Its first table holds min(config.capacity, what the floor min_bytes
-  /// holds).
+  /// Its first table is the floor (min_bytes), whatever config.capacity.
   [[nodiscard]] static Result<std::unique_ptr<CompactFilter>> create(const FilterConfig& config);
 
   /// An empty filter whose first table is sized for config.capacity (up to
