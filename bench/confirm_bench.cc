@@ -385,19 +385,10 @@ class BucketStore {
     o.level_compaction_dynamic_level_bytes = true;
     o.target_file_size_base = 32ULL << 20;
     o.max_bytes_for_level_base = 128ULL << 20;
-    rocksdb::BlockBasedTableOptions t;
-    t.block_cache = rocksdb::NewLRUCache(32ULL << 20);
-    t.cache_index_and_filter_blocks = true;
-    t.pin_l0_filter_and_index_blocks_in_cache = true;
-    t.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
-    t.partition_filters = true;
-    t.pin_top_level_index_and_filter = true;
-    // A lookup misses in most of the buckets it reads: bloom filters on
-    // every level.
-    t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-    t.block_size = 8 * 1024;
-    t.format_version = 5;
-    o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+    // The confirm store's tables (a lookup misses in most of the buckets it
+    // reads: bloom filters on every level, as optimize_filters_for_hits is
+    // not set here).
+    o.table_factory = kdedup::state::confirm_table_factory(32ULL << 20);
     rocksdb::DB* raw = nullptr;
     if (!rocksdb::DB::Open(o, dir, &raw).ok()) std::exit(1);
     db_.reset(raw);

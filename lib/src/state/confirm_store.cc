@@ -22,6 +22,23 @@
 
 namespace kdedup::state {
 
+std::shared_ptr<rocksdb::TableFactory> confirm_table_factory(std::size_t block_cache_bytes) {
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = rocksdb::NewLRUCache(block_cache_bytes);
+  // Index and filter blocks live in the block cache too, so its size bounds
+  // the store's read memory whatever the number of entries.
+  t.cache_index_and_filter_blocks = true;
+  t.cache_index_and_filter_blocks_with_high_priority = true;
+  t.pin_l0_filter_and_index_blocks_in_cache = true;
+  t.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  t.partition_filters = true;
+  t.pin_top_level_index_and_filter = true;
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  t.block_size = 8 * 1024;
+  t.format_version = 5;
+  return std::shared_ptr<rocksdb::TableFactory>(rocksdb::NewBlockBasedTableFactory(t));
+}
+
 namespace {
 
 constexpr const char* kWhat = "confirm store";
@@ -153,20 +170,7 @@ Status ConfirmStore::Impl::open() {
   // the entries: their memory is a tenth of a full set's.
   o.optimize_filters_for_hits = true;
   o.compaction_filter_factory = expiry_filter_;
-  rocksdb::BlockBasedTableOptions t;
-  t.block_cache = rocksdb::NewLRUCache(options_.block_cache_bytes);
-  // Index and filter blocks live in the block cache too, so its size bounds
-  // the store's read memory whatever the number of entries.
-  t.cache_index_and_filter_blocks = true;
-  t.cache_index_and_filter_blocks_with_high_priority = true;
-  t.pin_l0_filter_and_index_blocks_in_cache = true;
-  t.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
-  t.partition_filters = true;
-  t.pin_top_level_index_and_filter = true;
-  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  t.block_size = 8 * 1024;
-  t.format_version = 5;
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  o.table_factory = confirm_table_factory(options_.block_cache_bytes);
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s =
       read_only_ ? rocksdb::DB::OpenForReadOnly(o, dir_, &raw) : rocksdb::DB::Open(o, dir_, &raw);

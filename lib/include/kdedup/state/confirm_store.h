@@ -71,7 +71,18 @@
 #include "kdedup/filter/tick_scale.h"
 #include "kdedup/state/snapshot.h"
 
+namespace rocksdb {
+class TableFactory;
+}  // namespace rocksdb
+
 namespace kdedup::state {
+
+/// The confirm store's table layout: two-level index and partitioned bloom
+/// filters whose blocks live in one LRU block cache of `block_cache_bytes`
+/// (so the cache bounds the read memory whatever the number of entries),
+/// 8 KiB blocks. The benchmarks' RocksDB baselines use it too.
+[[nodiscard]] std::shared_ptr<rocksdb::TableFactory> confirm_table_factory(
+    std::size_t block_cache_bytes);
 
 /// RocksDB settings of a ConfirmStore. The caches bound what the store
 /// holds in memory whatever its size on disk (docs/operations.md "Confirmed
