@@ -94,8 +94,32 @@ double BlockedModel::fpp(double lambda) const {
 double BlockedModel::lambda_for(double target) const {
   if (!(target > 0.0)) return 0.0;
   if (target >= table_.back()) return lambda_max_;
-  // Bisection on the monotone interpolated curve.
-  double lo = 0.0, hi = lambda_max_;
+  // fpp() inverted exactly: the segment of the table that brackets the
+  // target (table_[i] <= target < table_[i + 1]), then the segment's own
+  // interpolation solved for the target. A filter with more than one
+  // sub-filter asks this at every tick; a bisection over fpp() cost 64
+  // exp/log rounds a call.
+  const auto above = std::upper_bound(table_.begin() + 1, table_.end(), target);
+  const auto i = static_cast<std::size_t>(above - table_.begin()) - 1;
+  double pos = 0.0;
+  if (i == 0) {
+    pos = std::pow(target / table_[1], 1.0 / static_cast<double>(k_));
+  } else {
+    const double a = table_[i], b = table_[i + 1];
+    const double frac = a > 0.0 ? (std::log(target) - std::log(a)) / (std::log(b) - std::log(a))
+                                : (target - a) / (b - a);
+    pos = static_cast<double>(i) + frac;
+  }
+  double lambda = std::min(pos * step_, lambda_max_);
+  // Rounding may leave the solution an ulp or so above the target.
+  for (int n = 0; n < 64 && lambda > 0.0 && fpp(lambda) > target; ++n) {
+    lambda = std::nextafter(lambda, 0.0);
+  }
+  return fpp(lambda) <= target ? lambda : bisect(target, lambda);
+}
+
+double BlockedModel::bisect(double target, double hi) const {
+  double lo = 0.0;
   for (int it = 0; it < 64; ++it) {
     const double mid = 0.5 * (lo + hi);
     if (fpp(mid) <= target) {

@@ -68,6 +68,25 @@ TEST(TimerSizing, ModelIsMonotoneAndInvertible) {
   }
 }
 
+TEST(TimerSizing, DirectInverseEqualsTheBisection) {
+  // lambda_for() solves the interpolated curve directly; it must give the
+  // bisection's answer (to a relative 1e-9) and never exceed the target.
+  for (auto [cells, k] :
+       {std::pair{64U, 5U}, std::pair{64U, 1U}, std::pair{128U, 7U}, std::pair{32U, 3U}}) {
+    auto model = sizing::BlockedModel::get(cells, k);
+    const double top = model->fpp(1e9);
+    for (double target = 1e-9; target < top; target *= 1.07) {
+      const double direct = model->lambda_for(target);
+      const double reference = model->bisect(target, model->lambda_for(top));
+      EXPECT_LE(model->fpp(direct), target) << cells << "/" << k << " at " << target;
+      EXPECT_NEAR(direct, reference, 1e-9 * std::max(1.0, reference))
+          << cells << "/" << k << " at " << target;
+    }
+    EXPECT_EQ(model->lambda_for(0.0), 0.0);
+    EXPECT_EQ(model->lambda_for(top), model->lambda_for(1.0));
+  }
+}
+
 TEST(TimerSizing, BlockedLayoutMeetsMemoryTargets) {
   // At 1% (budget share 0.9): <= 100 bits/element with 8-bit timers, <= 50 with 4-bit.
   const double target = TimerFilter::kBudgetShare * 0.01;

@@ -45,6 +45,10 @@ class BlockedModel {
   /// Largest load per block whose fpp does not exceed `target` (0 if none).
   [[nodiscard]] double lambda_for(double target) const;
 
+  /// lambda_for() by bisection of fpp() over [0, hi]: 64 rounds (the
+  /// reference the direct solution is tested against).
+  [[nodiscard]] double bisect(double target, double hi) const;
+
  private:
   std::uint32_t cells_;
   std::uint32_t k_;
