@@ -13,21 +13,28 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kdedup::pipeline {
 
 class FatalError {
  public:
-  /// `log_prefix` starts the log lines ("repartition: " for the stage).
+  /// `log_prefix` starts the message, logged and returned ("repartition: "
+  /// for the stage), unless the message already starts with the stage's
+  /// name ("repartition consumer fatal error: ...").
   explicit FatalError(std::string log_prefix = {}) : log_prefix_(std::move(log_prefix)) {}
 
   void set(std::string message) {
+    const std::string_view stage(log_prefix_.data(), log_prefix_.find(':') == std::string::npos
+                                                         ? log_prefix_.size()
+                                                         : log_prefix_.find(':'));
+    if (!std::string_view(message).starts_with(stage)) message.insert(0, log_prefix_);
     std::lock_guard lock(mu_);
     if (message_) {
-      spdlog::debug("{}{}", log_prefix_, message);
+      spdlog::debug("{}", message);
       return;
     }
-    spdlog::error("{}{}", log_prefix_, message);
+    spdlog::error("{}", message);
     message_ = std::move(message);
     raised_.store(true, std::memory_order_release);
   }
