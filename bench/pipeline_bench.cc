@@ -18,7 +18,8 @@
 //     dedup with the timer filter and with the exact filter. Targets: CPU per
 //     record of dedup (timer) <= 1.3x the raw copy's, passthrough <= 1.2x.
 //     --baseline-binary PATH adds passthrough and dedup (timer) of another
-//     kdedup binary (a build from before a change) to the same rounds.
+//     kdedup binary (a build from before a change) to the same rounds; given
+//     more than once, each is a row pair ("baseline 1", "baseline 2", ...).
 //
 //   --compare confirm: dedup with the timer filter alone against confirmed
 //     mode (filter.confirm_store: true: every duplicate confirmed in the
@@ -62,7 +63,7 @@
 // rebalance takes that moves half of the partitions to a second instance
 // (started to both holding a share of all), and the longest line either
 // instance logged. --threads T sets the instance's worker threads.
-// --baseline-binary PATH runs the same against
+// --baseline-binary PATH (repeatable) runs the same against
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
 //
@@ -140,9 +141,11 @@ struct Options {
   int partitions = 8;
   int instances = 1;
   int repeat = 3;
-  int idle_partitions = 0;      ///< > 0: the memory measurement instead
-  std::string baseline_binary;  ///< memory measurement: also run this kdedup
-  int threads = 0;              ///< > 0: threads of the instance (--idle-partitions)
+  int idle_partitions = 0;  ///< > 0: the memory measurement instead
+  /// Other kdedup binaries (builds from before a change) measured beside
+  /// this build; --baseline-binary may be given more than once.
+  std::vector<std::string> baseline_binaries;
+  int threads = 0;  ///< > 0: threads of the instance (--idle-partitions)
 };
 
 /// One side of a comparison: a name and the --set overrides that make it.
@@ -211,6 +214,20 @@ Comparison comparison(const std::string& name) {
            {"dedup", "dedup", {"filter.enabled=true"}}},
           0.9,
           false};
+}
+
+/// What the rows of a baseline binary are called: "baseline", or
+/// "baseline K" (K from 1, in command-line order) when there are several.
+std::string baseline_label(const Options& opt, const std::string& path) {
+  const auto& all = opt.baseline_binaries;
+  if (all.size() == 1) return "baseline";
+  const auto k = std::find(all.begin(), all.end(), path) - all.begin();
+  return "baseline " + std::to_string(k + 1);
+}
+
+std::string slug_of(std::string label) {
+  std::replace(label.begin(), label.end(), ' ', '-');
+  return label;
 }
 
 /// CPU seconds (user + system) a process has used so far, from
@@ -605,7 +622,9 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
       "| binary | state | VmRSS MiB | VmHWM MiB | sum kdedup_filter_bytes MiB | "
       "kdedup_memory_used_bytes MiB |\n|---|---|---|---|---|---|\n");
   std::vector<std::pair<std::string, std::string>> binaries;
-  if (!opt.baseline_binary.empty()) binaries.emplace_back("baseline", opt.baseline_binary);
+  for (const auto& path : opt.baseline_binaries) {
+    binaries.emplace_back(baseline_label(opt, path), path);
+  }
   binaries.emplace_back("this build", KDEDUP_BINARY);
   std::vector<ScaleFigures> runs;
   for (std::size_t b = 0; b < binaries.size(); ++b) {
@@ -687,25 +706,31 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--threads")) {
       opt.threads = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--baseline-binary")) {
-      opt.baseline_binary = argv[i + 1];
+      opt.baseline_binaries.emplace_back(argv[i + 1]);
     } else {
       std::fprintf(stderr, "unknown option %s\n%s", argv[i], usage);
       return 2;
     }
   }
   Comparison cmp = comparison(opt.compare);
-  if (opt.compare == "cost" && !opt.baseline_binary.empty()) {
+  for (const auto& path : opt.baseline_binaries) {
+    std::printf("%s: %s\n", baseline_label(opt, path).c_str(), path.c_str());
+  }
+  if (opt.compare == "cost") {
     // Before and after a change, side by side in the same run.
-    cmp.modes.push_back({"passthrough (baseline)",
-                         "baseline-passthrough",
-                         {"filter.enabled=false"},
-                         true,
-                         opt.baseline_binary});
-    cmp.modes.push_back({"dedup timer (baseline)",
-                         "baseline-dedup-timer",
-                         {"filter.enabled=true", "filter.type=timer"},
-                         false,
-                         opt.baseline_binary});
+    for (const auto& path : opt.baseline_binaries) {
+      const std::string label = baseline_label(opt, path);
+      cmp.modes.push_back({"passthrough (" + label + ")",
+                           "passthrough-" + slug_of(label),
+                           {"filter.enabled=false"},
+                           true,
+                           path});
+      cmp.modes.push_back({"dedup timer (" + label + ")",
+                           "dedup-timer-" + slug_of(label),
+                           {"filter.enabled=true", "filter.type=timer"},
+                           false,
+                           path});
+    }
   }
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/kdedup-bench-XXXXXX";
