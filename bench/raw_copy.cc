@@ -62,12 +62,12 @@ class CountReports final : public RdKafka::DeliveryReportCb {
 };
 
 /// The input's headers plus kdedup's provenance headers, as kdedup builds
-/// them (output_producer.cc).
-rd_kafka_headers_t* provenance_headers(const rd_kafka_message_t& m) {
-  rd_kafka_headers_t* input = nullptr;
-  rd_kafka_headers_t* headers = rd_kafka_message_headers(&m, &input) == RD_KAFKA_RESP_ERR_NO_ERROR
-                                    ? rd_kafka_headers_copy(input)
-                                    : rd_kafka_headers_new(3);
+/// them (output_producer.cc): the input's list taken over, three added.
+rd_kafka_headers_t* provenance_headers(rd_kafka_message_t& m) {
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_detach_headers(&m, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    headers = rd_kafka_headers_new(3);
+  }
   const fmt::format_int partition(m.partition);
   const fmt::format_int offset(m.offset);
   const std::string_view topic = rd_kafka_topic_name(m.rkt);
@@ -76,8 +76,8 @@ rd_kafka_headers_t* provenance_headers(const rd_kafka_message_t& m) {
                         static_cast<ssize_t>(value.size()));
   };
   add(kdedup::pipeline::kProvenanceTopicHeader, topic);
-  add(kdedup::pipeline::kProvenancePartitionHeader, partition.c_str());
-  add(kdedup::pipeline::kProvenanceOffsetHeader, offset.c_str());
+  add(kdedup::pipeline::kProvenancePartitionHeader, {partition.data(), partition.size()});
+  add(kdedup::pipeline::kProvenanceOffsetHeader, {offset.data(), offset.size()});
   return headers;
 }
 

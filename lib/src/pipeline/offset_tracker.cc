@@ -24,6 +24,11 @@ bool OffsetTracker::add(std::span<const Processed> records) {
 }
 
 OffsetTracker::Entry* OffsetTracker::find(std::int64_t offset) {
+  if (entries_.empty() || offset < entries_.front().offset) return nullptr;
+  // Offsets are usually consecutive: the entry sits `offset - front` places
+  // in. Gaps (compaction, transaction markers) fall back to a search.
+  const auto guess = static_cast<std::uint64_t>(offset - entries_.front().offset);
+  if (guess < entries_.size() && entries_[guess].offset == offset) return &entries_[guess];
   auto it = std::lower_bound(entries_.begin(), entries_.end(), offset,
                              [](const Entry& e, std::int64_t o) { return e.offset < o; });
   if (it == entries_.end() || it->offset != offset) return nullptr;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string_view>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "fatal_error.h"
 #include "kafka_errors.h"
 #include "kdedup/pipeline/provenance.h"
+#include "message_view.h"
 
 namespace kdedup::pipeline {
 
@@ -69,45 +71,44 @@ void DeliveryReports::dr_cb(RdKafka::Message& message) {
   protocol_.output_failed(tag->epoch, std::move(reason));
 }
 
-OutputProducer::Produced OutputProducer::produce(Slice& slice, const rd_kafka_message_t& m,
+OutputProducer::Produced OutputProducer::produce(Slice& slice, rd_kafka_message_t& in,
                                                  const std::string& topic, std::int32_t partition,
                                                  const char* destination,
                                                  const identity::ExtractError* error) {
-  // librdkafka's C API: the input's headers copied in one call, the
-  // provenance added without building strings, and the topic by handle.
-  const rd_kafka_message_t* in = &m;
-  rd_kafka_headers_t* input_headers = nullptr;
-  rd_kafka_headers_t* headers =
-      rd_kafka_message_headers(in, &input_headers) == RD_KAFKA_RESP_ERR_NO_ERROR
-          ? rd_kafka_headers_copy(input_headers)
-          : rd_kafka_headers_new(error != nullptr ? 5 : 3);
+  // librdkafka's C API: the input's header list taken over rather than
+  // copied, the provenance added without building strings, and the topic
+  // by handle.
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_detach_headers(&in, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    headers = rd_kafka_headers_new(error != nullptr ? 5 : 3);
+  }
   HeadersGuard owned_headers{headers};
-  const fmt::format_int offset_text(in->offset);
-  const fmt::format_int partition_text(in->partition);
-  add_header(headers, kProvenanceTopicHeader, rd_kafka_topic_name(in->rkt));
-  add_header(headers, kProvenancePartitionHeader, partition_text.c_str());
-  add_header(headers, kProvenanceOffsetHeader, offset_text.c_str());
+  const fmt::format_int offset_text(in.offset);
+  const fmt::format_int partition_text(in.partition);
+  add_header(headers, kProvenanceTopicHeader, rd_kafka_topic_name(in.rkt));
+  add_header(headers, kProvenancePartitionHeader,
+             std::string_view(partition_text.data(), partition_text.size()));
+  add_header(headers, kProvenanceOffsetHeader,
+             std::string_view(offset_text.data(), offset_text.size()));
   if (error != nullptr) {
     add_header(headers, kErrorHeader, identity::to_string(error->reason));
     add_header(headers, kErrorMessageHeader, error->message);
   }
   // Timestamps <= 0 cannot be produced as such (0 asks the producer for
   // "now"); they leave with the time of production.
-  rd_kafka_timestamp_type_t ts_type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
-  const std::int64_t ts = rd_kafka_message_timestamp(in, &ts_type);
-  const std::int64_t out_ts = ts_type != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts > 0 ? ts : 0;
+  const std::int64_t out_ts = std::max<std::int64_t>(timestamp_ms(in), 0);
   auto tag = std::make_unique<DeliveryTag>(
-      DeliveryTag{slice.tracker(), slice.counters(), in->offset, destination, protocol_.epoch()});
+      DeliveryTag{slice.tracker(), slice.counters(), in.offset, destination, protocol_.epoch()});
   rd_kafka_topic_t* rkt = topic_handle(topic);
-  const std::size_t key_len = in->key != nullptr ? in->key_len : 0;
+  const std::size_t key_len = in.key != nullptr ? in.key_len : 0;
   for (;;) {
     const auto err =
         rkt == nullptr
             ? RdKafka::ERR__UNKNOWN_TOPIC
             : static_cast<RdKafka::ErrorCode>(rd_kafka_producev(
                   producer_.c_ptr(), RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(partition),
-                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE(in->payload, in->len),
-                  RD_KAFKA_V_KEY(in->key, key_len), RD_KAFKA_V_TIMESTAMP(out_ts),
+                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_VALUE(in.payload, in.len),
+                  RD_KAFKA_V_KEY(in.key, key_len), RD_KAFKA_V_TIMESTAMP(out_ts),
                   RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(tag.get()), RD_KAFKA_V_END));
     if (err == RdKafka::ERR_NO_ERROR) {
       owned_headers.headers = nullptr;   // librdkafka owns them now
@@ -124,7 +125,7 @@ OutputProducer::Produced OutputProducer::produce(Slice& slice, const rd_kafka_me
                          " record for input " + slice.id().str() + "@" + offset_text.str() +
                          " to topic '" + topic + "': " + describe_kafka_error(err);
     slice.counters()->delivery_errors.fetch_add(1, std::memory_order_relaxed);
-    slice.tracker()->failed(in->offset, reason);
+    slice.tracker()->failed(in.offset, reason);
     return protocol_.output_failed(tag->epoch, std::move(reason)) ? Produced::kStopped
                                                                   : Produced::kRefused;
   }

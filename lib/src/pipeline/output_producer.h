@@ -70,10 +70,11 @@ class OutputProducer {
     kStopped,  ///< refused, and the service stops: process nothing more
   };
 
-  /// Produces a copy of `m` to `topic` / `partition` (RD_KAFKA_PARTITION_UA:
+  /// Produces a copy of `in` to `topic` / `partition` (RD_KAFKA_PARTITION_UA:
   /// the partitioner), with the error headers for a dead letter (`error`).
-  /// Waits while the producer's queue is full.
-  Produced produce(Slice& slice, const rd_kafka_message_t& in, const std::string& topic,
+  /// Waits while the producer's queue is full. `in` gives its header list
+  /// to the copy: nothing may read `in`'s headers (or views of them) after.
+  Produced produce(Slice& slice, rd_kafka_message_t& in, const std::string& topic,
                    std::int32_t partition, const char* destination,
                    const identity::ExtractError* error);
 

@@ -51,6 +51,23 @@ TEST(OffsetTracker, GapsInOffsetsAreFine) {
   EXPECT_EQ(t.committable(), 10);
 }
 
+// Dense runs with gaps between them: a report finds its own record whether
+// it sits where consecutive offsets put it or past a gap, and a report for
+// an offset in a gap (or before the first entry) matches nothing.
+TEST(OffsetTracker, FindsRecordsInDenseRunsAndPastGaps) {
+  OffsetTracker t;
+  ASSERT_TRUE(t.add(std::vector<OffsetTracker::Processed>{
+      {10, 1}, {11, 1}, {12, 1}, {20, 1}, {21, 1}, {40, 1}}));
+  t.delivered(15);  // in a gap: 15 - 10 = 5 places in holds offset 40
+  t.delivered(9);   // before the first entry
+  EXPECT_EQ(t.in_flight(), 6u);
+  for (std::int64_t o : {40, 21, 11, 20, 12}) t.delivered(o);
+  EXPECT_FALSE(t.committable().has_value());
+  t.delivered(10);
+  EXPECT_EQ(t.committable(), 41);
+  EXPECT_EQ(t.in_flight(), 0u);
+}
+
 TEST(OffsetTracker, FailureNeverCommitsPastTheRecord) {
   OffsetTracker t;
   ASSERT_TRUE(t.add(std::vector<OffsetTracker::Processed>{{0, 1}, {1, 1}, {2, 1}}));
