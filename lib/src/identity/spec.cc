@@ -81,6 +81,13 @@ Status validate_json_pointer(std::string_view pointer) {
   return {};
 }
 
+bool IdentitySpec::reads_headers() const noexcept {
+  for (const auto& p : parts) {
+    if (p.kind == PartKind::kHeader) return true;
+  }
+  return false;
+}
+
 bool IdentitySpec::needs_json() const noexcept {
   for (const auto& p : parts) {
     if (p.kind == PartKind::kJson) return true;

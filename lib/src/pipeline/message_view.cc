@@ -42,13 +42,13 @@ const identity::RecordView& MessageView::of(const rd_kafka_message_t& m) {
   return view_;
 }
 
-std::span<const RecordIn> BatchView::of(std::span<const MessagePtr> messages) {
+std::span<const RecordIn> BatchView::of(std::span<const MessagePtr> messages, bool headers) {
   records_.resize(messages.size());
   headers_.clear();
   first_.resize(messages.size() + 1);
   for (std::size_t i = 0; i < messages.size(); ++i) {
     first_[i] = headers_.size();
-    append_headers(*messages[i], headers_);
+    if (headers) append_headers(*messages[i], headers_);
   }
   first_[messages.size()] = headers_.size();
   // Spans are taken once every header is in place (the vector may move).

@@ -53,8 +53,11 @@ class MessageView {
 class BatchView {
  public:
   /// The records of `messages` (of one partition, in order), valid until the
-  /// next call.
-  std::span<const RecordIn> of(std::span<const MessagePtr> messages);
+  /// next call. With `headers` false their header lists are left empty and
+  /// unparsed (librdkafka parses a record's headers, with an allocation even
+  /// when it has none, on first access): for identity specs without a
+  /// header part, so a record that is dropped never has them parsed.
+  std::span<const RecordIn> of(std::span<const MessagePtr> messages, bool headers);
 
  private:
   std::vector<RecordIn> records_;

@@ -66,6 +66,7 @@ Worker::Worker(std::uint32_t index, const WorkerContext& context,
                identity::IdentityExtractor extractor)
     : index_(index),
       context_(context),
+      reads_headers_(extractor.spec().reads_headers()),
       processor_(ProcessorOptions::of(context.config), std::move(extractor), context.fingerprinter),
       output_(context.producer, context.protocol, context.fatal, context.config.output.topic) {}
 
@@ -215,7 +216,7 @@ void Worker::process_partition(Slice& slice, std::span<MessagePtr> records) {
   ProducerSinks sinks(*this, slice, records);
   batch_wall_ns_ = wall_ns();
   const BatchResult r =
-      processor_.process(slice, batch_view_.of(records), batch_wall_ns_ / 1'000'000, sinks);
+      processor_.process(slice, batch_view_.of(records, reads_headers_), batch_wall_ns_ / 1'000'000, sinks);
   if (r.offsets_rejected) {
     context_.fatal.set("internal error: offsets of " + slice.id().str() +
                        " went backwards; stopping without committing them");

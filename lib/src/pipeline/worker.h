@@ -104,6 +104,7 @@ class Worker {
 
   std::uint32_t index_;
   const WorkerContext& context_;
+  const bool reads_headers_;  // the identity spec has a header part (before processor_)
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

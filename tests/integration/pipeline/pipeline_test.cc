@@ -276,6 +276,50 @@ TEST(PipelineIntegration, HostileRecordsAreRoutedWithReasons) {
   EXPECT_EQ(p.invalid_reasons.at("not_json"), 2u);
 }
 
+// An identity read from a header: the headers are parsed for the filter
+// (records whose keys differ but whose header repeats are duplicates), a
+// record without the header is a dead letter, and every copy keeps the
+// input's headers ahead of the provenance.
+TEST(PipelineIntegration, HeaderIdentityDecidesAndHeadersTravel) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1", "dlq:1", "dups:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  const std::int64_t now = now_ms();
+  std::vector<TestRecord> records{
+      {.key = "k1", .value = "a", .timestamp_ms = now, .headers = {{"id", "x"}}},  // 0 distinct
+      {.key = "k2", .value = "b", .timestamp_ms = now, .headers = {{"id", "x"}, {"t", "1"}}},
+      {.key = "k1", .value = "c", .timestamp_ms = now, .headers = {{"id", "y"}}},  // 2 distinct
+      {.key = "k3", .value = "d", .timestamp_ms = now},                            // 3 no header
+      {.key = "k4", .value = "e", .timestamp_ms = now, .headers = {{"id", "z"}}},  // 4 distinct
+  };
+  ASSERT_TRUE(b.produce("in", records));
+
+  auto c = base_config(b.bootstrap());
+  c.identity.extractor = "header:id";
+  c.duplicates_topic = "dups";
+  c.threads = 1;
+  RunningPipeline run(c);
+  auto out = read_until(b, "out", 3);
+  auto dups = read_until(b, "dups", 1);
+  auto dlq = read_until(b, "dlq", 1);
+  ASSERT_TRUE(run.stop());
+
+  ASSERT_EQ(out.size(), 3u);
+  std::vector<std::int64_t> out_offsets;
+  for (const auto& r : out) out_offsets.push_back(source_offset(r));
+  EXPECT_EQ(out_offsets, (std::vector<std::int64_t>{0, 2, 4}));
+  EXPECT_EQ(out[1].header("id"), "y");
+  ASSERT_EQ(out[0].headers.size(), 4u);  // id, then the three provenance headers
+  EXPECT_EQ(out[0].headers[0].name, "id");
+  ASSERT_EQ(dups.size(), 1u);
+  EXPECT_EQ(source_offset(dups[0]), 1);
+  ASSERT_EQ(dups[0].headers.size(), 5u);
+  EXPECT_EQ(dups[0].header("t"), "1");
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(source_offset(dlq[0]), 3);
+  EXPECT_EQ(dlq[0].header("kdedup-error"), "missing_header");
+}
+
 TEST(PipelineIntegration, OnInvalidPassAndDrop) {
   auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1", "out2:1"}});
   ASSERT_TRUE(broker) << broker.error().message;

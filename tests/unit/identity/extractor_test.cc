@@ -53,6 +53,9 @@ TEST(IdentitySpec, ParsesEveryKindAndPrintsItBack) {
   EXPECT_EQ(spec->parts[1], (IdentityPart{PartKind::kJson, "/x/0"}));
   EXPECT_TRUE(spec->needs_json());
   EXPECT_FALSE(parse_identity_spec("key,header:h")->needs_json());
+  EXPECT_TRUE(spec->reads_headers());
+  EXPECT_TRUE(parse_identity_spec("key,header:h")->reads_headers());
+  EXPECT_FALSE(parse_identity_spec("key,value,json:/h")->reads_headers());
 }
 
 TEST(IdentitySpec, RejectsBadSpecsWithAMessageNamingThePart) {

@@ -104,6 +104,8 @@ struct IdentitySpec {
 
   /// True when some part reads the value as JSON.
   [[nodiscard]] bool needs_json() const noexcept;
+  /// True when some part reads a header.
+  [[nodiscard]] bool reads_headers() const noexcept;
   /// The spec text that parses back to this spec.
   [[nodiscard]] std::string to_string() const;
 };
