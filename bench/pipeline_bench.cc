@@ -62,7 +62,8 @@
 // seconds per million records (produced first, then consumed), how long a
 // rebalance takes that moves half of the partitions to a second instance
 // (started to both holding a share of all), and the longest line either
-// instance logged. --threads T sets the instance's worker threads.
+// instance logged, and what one /metrics scrape costs the loaded instance
+// (CPU ms, KiB, sample lines). --threads T sets the instance's worker threads.
 // --baseline-binary PATH (repeatable) runs the same against
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
@@ -490,7 +491,32 @@ struct ScaleFigures {
   double cpu_per_million = 0;
   double rebalance_s = 0;  ///< a second instance started to both holding a share
   std::size_t longest_log_line = 0;
+  // One /metrics scrape once loaded: the instance's CPU for it, its size.
+  double scrape_cpu_ms = 0;
+  double scrape_kib = 0;
+  std::size_t scrape_series = 0;
 };
+
+/// Scrapes /metrics `rounds` times: the instance's CPU milliseconds per
+/// scrape, the text's size and its sample lines (what a Prometheus server
+/// pays to read one instance, beside what the instance pays).
+kdedup::Status measure_scrape(pid_t pid, int port, ScaleFigures& out) {
+  constexpr int rounds = 5;
+  const double before = cpu_seconds(pid);
+  std::string text;
+  for (int i = 0; i < rounds; ++i) {
+    auto t = scrape(port);
+    if (!t) return tl::unexpected(t.error());
+    text = std::move(*t);
+  }
+  out.scrape_cpu_ms = (cpu_seconds(pid) - before) * 1e3 / rounds;
+  out.scrape_kib = static_cast<double>(text.size()) / 1024.0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') ++out.scrape_series;
+  }
+  return {};
+}
 
 struct ScaleRun {
   MemoryFigures idle, loaded;
@@ -601,6 +627,7 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   auto loaded = memory_figures(pid, *port);
   if (!loaded) return tl::unexpected(loaded.error());
   run.loaded = *loaded;
+  if (auto ok = measure_scrape(pid, *port, run.scale); !ok) return tl::unexpected(ok.error());
   producer->reset();
   auto moved = rebalance_seconds(r, opt, *port);
   if (!moved) return tl::unexpected(moved.error());
@@ -642,11 +669,13 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
   }
   std::printf(
       "\n| binary | start to all assigned s | records/s | CPU s per million | rebalance of "
-      "half s | longest log line |\n|---|---|---|---|---|---|\n");
+      "half s | longest log line | one /metrics scrape: CPU ms, KiB, samples "
+      "|\n|---|---|---|---|---|---|---|\n");
   for (std::size_t b = 0; b < binaries.size(); ++b) {
     const ScaleFigures& f = runs[b];
-    std::printf("| %s | %.1f | %.0f | %.2f | %.1f | %zu |\n", binaries[b].first.c_str(), f.ready_s,
-                f.records_per_s, f.cpu_per_million, f.rebalance_s, f.longest_log_line);
+    std::printf("| %s | %.1f | %.0f | %.2f | %.1f | %zu | %.0f, %.0f, %zu |\n",
+                binaries[b].first.c_str(), f.ready_s, f.records_per_s, f.cpu_per_million,
+                f.rebalance_s, f.longest_log_line, f.scrape_cpu_ms, f.scrape_kib, f.scrape_series);
   }
   return 0;
 }
