@@ -58,14 +58,9 @@ struct PartitionCounters {
   std::atomic<std::uint64_t> dead_lettered{0};    ///< invalid records sent to the DLQ
   std::atomic<std::uint64_t> invalid_dropped{0};  ///< invalid records dropped (on_invalid: drop)
   std::atomic<std::uint64_t> invalid_passed{0};   ///< invalid records emitted (on_invalid: pass)
-  /// Outputs acknowledged by the broker, and refused for good: written by
-  /// the delivery thread once per delivery report, so on a cache line of
-  /// their own; beside the worker's counters, that one add per record was
-  /// a contended line (2% of a passthrough instance's CPU).
-  alignas(64) std::atomic<std::uint64_t> produced{0};
-  std::atomic<std::uint64_t> delivery_errors{0};
-  alignas(64) std::atomic<std::uint64_t> clock_capped{
-      0};                                      ///< timestamps beyond wall clock + max_future_skew
+  std::atomic<std::uint64_t> produced{0};         ///< outputs acknowledged by the broker
+  std::atomic<std::uint64_t> delivery_errors{0};  ///< outputs the broker refused for good
+  std::atomic<std::uint64_t> clock_capped{0};  ///< timestamps beyond wall clock + max_future_skew
   std::atomic<std::uint64_t> no_timestamp{0};  ///< timestamps missing, zero or negative
   std::atomic<std::int64_t> clock_ms{0};       ///< partition clock (event time)
   std::atomic<std::int64_t> next_offset{-1};   ///< one past the last processed offset
