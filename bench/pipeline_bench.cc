@@ -58,7 +58,8 @@
 // every partition is assigned and nothing was produced, then again after
 // --records distinct keys (all inside the window, spread over the partitions
 // by key) were processed; beside memory it prints how long the instance took
-// from its start to every partition assigned, the load's records/s and CPU
+// from its start to every partition assigned, its CPU while idle (share of
+// one core over 3 s once assigned), the load's records/s and CPU
 // seconds per million records (produced first, then consumed), how long a
 // rebalance takes that moves half of the partitions to a second instance
 // (started to both holding a share of all), and the longest line either
@@ -487,6 +488,7 @@ kdedup::Result<MemoryFigures> memory_figures(pid_t pid, int port) {
 /// What one instance with many partitions did besides its memory.
 struct ScaleFigures {
   double ready_s = 0;        ///< start to every partition assigned
+  double idle_cpu = 0;       ///< share of one core used while idle (after ready)
   double records_per_s = 0;  ///< produce start to everything committed
   double cpu_per_million = 0;
   double rebalance_s = 0;  ///< a second instance started to both holding a share
@@ -590,7 +592,11 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   run.scale.ready_s = std::chrono::duration<double>(Clock::now() - started).count();
+  const double idle_cpu0 = cpu_seconds(pid);
+  const auto idle_started = Clock::now();
   std::this_thread::sleep_for(std::chrono::seconds(3));  // a few stats rounds
+  run.scale.idle_cpu = (cpu_seconds(pid) - idle_cpu0) /
+                       std::chrono::duration<double>(Clock::now() - idle_started).count();
   auto idle = memory_figures(pid, *port);
   if (!idle) return tl::unexpected(idle.error());
   run.idle = *idle;
@@ -668,14 +674,16 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
     runs.push_back(m->scale);
   }
   std::printf(
-      "\n| binary | start to all assigned s | records/s | CPU s per million | rebalance of "
+      "\n| binary | start to all assigned s | idle CPU %% of a core | records/s | CPU s per "
+      "million | rebalance of "
       "half s | longest log line | one /metrics scrape: CPU ms, KiB, samples "
-      "|\n|---|---|---|---|---|---|---|\n");
+      "|\n|---|---|---|---|---|---|---|---|\n");
   for (std::size_t b = 0; b < binaries.size(); ++b) {
     const ScaleFigures& f = runs[b];
-    std::printf("| %s | %.1f | %.0f | %.2f | %.1f | %zu | %.0f, %.0f, %zu |\n",
-                binaries[b].first.c_str(), f.ready_s, f.records_per_s, f.cpu_per_million,
-                f.rebalance_s, f.longest_log_line, f.scrape_cpu_ms, f.scrape_kib, f.scrape_series);
+    std::printf("| %s | %.1f | %.1f | %.0f | %.2f | %.1f | %zu | %.0f, %.0f, %zu |\n",
+                binaries[b].first.c_str(), f.ready_s, f.idle_cpu * 100, f.records_per_s,
+                f.cpu_per_million, f.rebalance_s, f.longest_log_line, f.scrape_cpu_ms, f.scrape_kib,
+                f.scrape_series);
   }
   return 0;
 }
