@@ -171,6 +171,59 @@ TEST(RunE2E, OnInvalidFailExitsNonZeroWithAClearMessage) {
   EXPECT_EQ((*committed)[0], -1);
 }
 
+// An identity read from a header, through the binary, on records an
+// independent client (kcat) wrote: records whose keys differ but whose
+// header repeats are duplicates, a record without the header is a dead
+// letter, and every copy carries the input's headers, in order, before the
+// provenance.
+TEST(RunE2E, HeaderIdentityOnKcatRecords) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1", "dlq:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> records{
+      {"k1\ta", {"-H", "id=x"}},               // 0 distinct
+      {"k2\tb", {"-H", "id=x", "-H", "t=1"}},  // 1 duplicate of 0
+      {"k1\tc", {"-H", "id=y"}},               // 2 distinct
+      {"k3\td", {}},                           // 3 no header: dead letter
+      {"k4\te", {"-H", "id=z"}},               // 4 distinct
+  };
+  for (const auto& [line, headers] : records) {
+    std::vector<std::string> args{"-p", "0"};
+    args.insert(args.end(), headers.begin(), headers.end());
+    auto r = b.kcat_produce("in", {line}, '\t', args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  TempDir dir;
+  write_file(dir.file("c.yaml"), config_yaml(b.bootstrap()));
+  testbroker::ChildOptions o;
+  o.stderr_file = dir.file("run.log");
+  auto run = ChildProcess::spawn({KDEDUP_BINARY, "run", "--config", dir.file("c.yaml"), "--set",
+                                  "identity.extractor=header:id"},
+                                 o);
+  ASSERT_TRUE(run) << run.error().message;
+  auto out = read_until(b, "out", 3);
+  auto dlq = read_until(b, "dlq", 1);
+  std::this_thread::sleep_for(500ms);  // anything extra would show up now
+  if (auto again = b.read_topic("out")) out = std::move(*again);
+  EXPECT_EQ((*run)->stop(20s), 0) << read_file(dir.file("run.log"));
+
+  ASSERT_EQ(out.size(), 3u) << read_file(dir.file("run.log"));
+  std::vector<std::int64_t> offsets;
+  for (const auto& r : out) offsets.push_back(source_offset(r));
+  EXPECT_EQ(offsets, (std::vector<std::int64_t>{0, 2, 4}));
+  EXPECT_EQ(out[0].key, "k1");
+  EXPECT_EQ(out[1].value, "c");
+  ASSERT_EQ(out[1].headers.size(), 4u);  // id, then the three provenance headers
+  EXPECT_EQ(out[1].headers[0], (Header{"id", "y"}));
+  EXPECT_EQ(out[1].headers[1].name, "kdedup-source-topic");
+  ASSERT_EQ(dlq.size(), 1u);
+  EXPECT_EQ(source_offset(dlq[0]), 3);
+  EXPECT_EQ(dlq[0].header("kdedup-error"), "missing_header");
+  auto committed = b.committed("e2e-group", "in");
+  ASSERT_TRUE(committed);
+  EXPECT_EQ((*committed)[0], 5);
+}
+
 TEST(RunE2E, SigtermMidStreamCommitsAndRestartContinues) {
   auto broker = TestBroker::start({.brokers = 1, .topics = {"in:2", "out:2", "dlq:1"}});
   ASSERT_TRUE(broker) << broker.error().message;
