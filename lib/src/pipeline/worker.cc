@@ -215,8 +215,8 @@ void Worker::process_partition(Slice& slice, std::span<MessagePtr> records) {
   emit_ages_ = {};
   ProducerSinks sinks(*this, slice, records);
   batch_wall_ns_ = wall_ns();
-  const BatchResult r =
-      processor_.process(slice, batch_view_.of(records, reads_headers_), batch_wall_ns_ / 1'000'000, sinks);
+  const BatchResult r = processor_.process(slice, batch_view_.of(records, reads_headers_),
+                                           batch_wall_ns_ / 1'000'000, sinks);
   if (r.offsets_rejected) {
     context_.fatal.set("internal error: offsets of " + slice.id().str() +
                        " went backwards; stopping without committing them");

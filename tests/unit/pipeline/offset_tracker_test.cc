@@ -56,8 +56,8 @@ TEST(OffsetTracker, GapsInOffsetsAreFine) {
 // an offset in a gap (or before the first entry) matches nothing.
 TEST(OffsetTracker, FindsRecordsInDenseRunsAndPastGaps) {
   OffsetTracker t;
-  ASSERT_TRUE(t.add(std::vector<OffsetTracker::Processed>{
-      {10, 1}, {11, 1}, {12, 1}, {20, 1}, {21, 1}, {40, 1}}));
+  ASSERT_TRUE(t.add(
+      std::vector<OffsetTracker::Processed>{{10, 1}, {11, 1}, {12, 1}, {20, 1}, {21, 1}, {40, 1}}));
   t.delivered(15);  // in a gap: 15 - 10 = 5 places in holds offset 40
   t.delivered(9);   // before the first entry
   EXPECT_EQ(t.in_flight(), 6u);
