@@ -22,13 +22,11 @@ class FatalError {
   /// `log_prefix` starts the message, logged and returned ("repartition: "
   /// for the stage), unless the message already starts with the stage's
   /// name ("repartition consumer fatal error: ...").
-  explicit FatalError(std::string log_prefix = {}) : log_prefix_(std::move(log_prefix)) {}
+  explicit FatalError(std::string log_prefix = {})
+      : log_prefix_(std::move(log_prefix)), stage_(log_prefix_.substr(0, log_prefix_.find(':'))) {}
 
   void set(std::string message) {
-    const std::string_view stage(log_prefix_.data(), log_prefix_.find(':') == std::string::npos
-                                                         ? log_prefix_.size()
-                                                         : log_prefix_.find(':'));
-    if (!std::string_view(message).starts_with(stage)) message.insert(0, log_prefix_);
+    if (!std::string_view(message).starts_with(stage_)) message.insert(0, log_prefix_);
     std::lock_guard lock(mu_);
     if (message_) {
       spdlog::debug("{}", message);
@@ -46,6 +44,7 @@ class FatalError {
 
  private:
   const std::string log_prefix_;
+  const std::string stage_;  // log_prefix_ up to its ':' ("repartition")
   mutable std::mutex mu_;
   std::optional<std::string> message_;
   std::atomic<bool> raised_{false};
