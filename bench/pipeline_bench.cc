@@ -60,11 +60,16 @@
 // by key) were processed; beside memory it prints how long the instance took
 // from its start to every partition assigned, its CPU while idle (share of
 // one core over 3 s once assigned), the load's records/s and CPU
-// seconds per million records (produced first, then consumed), how long a
+// seconds per million records (consumed while produced; see --backlog), how long a
 // rebalance takes that moves half of the partitions to a second instance
 // (started to both holding a share of all), and the longest line either
 // instance logged, and what one /metrics scrape costs the loaded instance
 // (CPU ms, KiB, sample lines). --threads T sets the instance's worker threads.
+// --backlog stops the instance (SIGSTOP) while the records are produced and
+// resumes it once they all are: records/s and CPU per record are then those
+// of the instance working through a backlog in full batches (its capacity),
+// not of a race with the producer on the same cores, whose batch sizes vary
+// from run to run.
 // --baseline-binary PATH (repeatable) runs the same against
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
@@ -73,7 +78,7 @@
 //                  [--partitions P]
 //                  [--instances I] [--repeat R]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
-//   pipeline_bench --idle-partitions P [--records N] [--baseline-binary PATH]
+//   pipeline_bench --idle-partitions P [--records N] [--backlog] [--baseline-binary PATH]
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -83,6 +88,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,7 +153,8 @@ struct Options {
   /// Other kdedup binaries (builds from before a change) measured beside
   /// this build; --baseline-binary may be given more than once.
   std::vector<std::string> baseline_binaries;
-  int threads = 0;  ///< > 0: threads of the instance (--idle-partitions)
+  int threads = 0;       ///< > 0: threads of the instance (--idle-partitions)
+  bool backlog = false;  ///< --idle-partitions: the load produced first, then consumed
 };
 
 /// One side of a comparison: a name and the --set overrides that make it.
@@ -600,9 +607,18 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   auto idle = memory_figures(pid, *port);
   if (!idle) return tl::unexpected(idle.error());
   run.idle = *idle;
-  const double cpu0 = cpu_seconds(pid);
-  const auto load_started = Clock::now();
-
+  double cpu0 = cpu_seconds(pid);
+  auto load_started = Clock::now();
+  // --backlog: the instance is stopped while the records are produced and
+  // resumed once they all are, so it takes them in full batches and its
+  // rate is its own, not a race with the producer on the same cores.
+  struct Resume {  // on every path: a stopped instance ignores SIGTERM
+    pid_t pid;
+    bool stopped;
+    ~Resume() {
+      if (stopped) ::kill(pid, SIGCONT);
+    }
+  } resume{pid, opt.backlog && ::kill(pid, SIGSTOP) == 0};
   auto producer = tb::RecordProducer::create(r.bootstrap(), {{"linger.ms", "20"}});
   if (!producer) return tl::unexpected(producer.error());
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -615,6 +631,21 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   }
   if (auto ok = (*producer)->flush(std::chrono::seconds(120)); !ok) {
     return tl::unexpected(ok.error());
+  }
+  if (opt.backlog) {
+    const double paused = std::chrono::duration<double>(Clock::now() - load_started).count();
+    cpu0 = cpu_seconds(pid);
+    load_started = Clock::now();
+    ::kill(pid, SIGCONT);
+    resume.stopped = false;
+    // The group's session timeout (6 s in this config) runs while it is
+    // stopped: past it, the figures include a rejoin.
+    if (paused > 5.0) {
+      std::fprintf(stderr,
+                   "note: the instance was stopped %.1f s while the backlog was produced, near "
+                   "the session timeout; its figures may include a rejoin (fewer --records)\n",
+                   paused);
+    }
   }
   const auto caught_up_by = Clock::now() + std::chrono::seconds(300);
   for (;;) {
@@ -649,8 +680,9 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
 int memory_main(const Options& opt, const std::string& work, const std::string& config) {
   std::printf(
       "memory of one `kdedup run` on the test broker: %d assigned partitions, filter.capacity "
-      "1000000, then %llu distinct keys within the window\n\n",
-      opt.idle_partitions, static_cast<unsigned long long>(opt.records));
+      "1000000, then %llu distinct keys within the window%s\n\n",
+      opt.idle_partitions, static_cast<unsigned long long>(opt.records),
+      opt.backlog ? ", produced while it was stopped and consumed as a backlog" : "");
   std::printf(
       "| binary | state | VmRSS MiB | VmHWM MiB | sum kdedup_filter_bytes MiB | "
       "kdedup_memory_used_bytes MiB |\n|---|---|---|---|---|---|\n");
@@ -708,12 +740,17 @@ int main(int argc, char** argv) {
       "usage: pipeline_bench [--compare filter|snapshots|cost|confirm|repartition | --repartition] "
       "[--records N] [--partitions P] "
       "[--instances I] [--repeat R]\n"
-      "       pipeline_bench --idle-partitions P [--threads T] [--records N] "
+      "       pipeline_bench --idle-partitions P [--threads T] [--records N] [--backlog] "
       "[--baseline-binary PATH]\n";
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--repartition")) {
       opt.compare = "repartition";
       --i;  // a flag: no value follows
+      continue;
+    }
+    if (!std::strcmp(argv[i], "--backlog")) {
+      opt.backlog = true;
+      --i;
       continue;
     }
     if (i + 1 >= argc) {
