@@ -83,10 +83,12 @@
 // sub-filter's false-positive probability f_i is estimated from the model at
 // its load lambda_i = (elements inserted in the last W + 1 ticks) / lines;
 // that count is exact (a ring of per-tick insertion counts), so the estimate
-// falls as the window slides. Budget rule: with f* the effective target
-// (config.fpp, raised by a shared MemoryBudget under memory pressure, see
-// memory_budget.h) and S the sum of f_i over sealed sub-filters, the active
-// one may hold at most
+// falls as the window slides. The model takes insertions as independent of
+// the cells, which they are not near saturation (only an identity with an
+// empty cell is inserted): from an estimate of 5% on, stats() also reads the
+// sub-filter's cells and reports the larger (reported_fpp()). Budget rule: with f* the effective
+// target (config.fpp, raised by a shared MemoryBudget under memory pressure, see memory_budget.h)
+// and S the sum of f_i over sealed sub-filters, the active one may hold at most
 //   f_active <= 0.9 * (f* - S)
 // (Growth::kDensity: by its live load; Growth::kCardinality: by its insert
 // count since creation, which never decreases, seed 000 §5). S only falls
@@ -312,6 +314,11 @@ class TimerFilter final : public SlidingFilter {
   /// Lines of the sub-filter a fresh filter starts with.
   [[nodiscard]] std::uint64_t floor_lines() const noexcept;
   [[nodiscard]] double subfilter_fpp(const SubFilter& s) const;
+  /// What stats() reports for `s`: subfilter_fpp(), or near saturation the
+  /// larger of it and the probability read from the cells themselves.
+  [[nodiscard]] double reported_fpp(const SubFilter& s) const;
+  template <unsigned Bits>
+  [[nodiscard]] double cells_fpp(const SubFilter& s) const;
   [[nodiscard]] std::uint64_t alive_total() const;
   template <unsigned Bits>
   Decision decide(const Fingerprint& fp);
