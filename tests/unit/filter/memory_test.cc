@@ -496,6 +496,16 @@ BudgetRun run_two(FilterType type, std::uint8_t bits, const std::shared_ptr<Memo
   return r;
 }
 
+// Three windows of `per_window` distinct identities a window, uniformly.
+std::vector<Event> three_windows(std::uint32_t window, double per_window, std::uint64_t seed) {
+  StreamSpec spec;
+  spec.domain = 1ULL << 40;
+  spec.base_rate = per_window / (window + 1);
+  spec.ticks = 3 * (window + 1);
+  spec.seed = seed;
+  return generate_stream(spec);
+}
+
 TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
   for (FilterType type : {FilterType::kTimer, FilterType::kAging, FilterType::kCompact}) {
     for (std::uint8_t bits : {4, 8, 16}) {
@@ -508,13 +518,7 @@ TEST(MemoryBudgetFilters, AllTypesStayWithinTheBudgetWithoutFalseNegatives) {
       const std::uint64_t need = 2 * presized_bytes(c, 30'000);
       const std::uint64_t limit = need / 2;
       auto budget = budget_of(limit, c.fpp);
-      StreamSpec spec;
-      spec.domain = 1ULL << 40;
-      spec.base_rate = 30'000.0 / (window + 1);
-      spec.ticks = 3 * (window + 1);
-      spec.seed = 41;
-      const auto events = generate_stream(spec);
-      const BudgetRun r = run_two(type, bits, budget, events);
+      const BudgetRun r = run_two(type, bits, budget, three_windows(window, 30'000, 41));
       EXPECT_EQ(r.counts.false_negatives, 0U);
       // Within the budget, plus each filter's floor (charged past it).
       EXPECT_LE(r.worst_used, limit + 2 * c.min_bytes);
@@ -538,12 +542,8 @@ TEST(MemoryBudgetFilters, ASaturatedTimerFilterReportsWhatItDrops) {
     const std::uint32_t window = c.ticks_per_window;
     const std::uint64_t limit = 2 * presized_bytes(c, 30'000) / 4;
     auto budget = budget_of(limit, c.fpp);
-    StreamSpec spec;
-    spec.domain = 1ULL << 40;
-    spec.base_rate = 30'000.0 / (window + 1);
-    spec.ticks = 3 * (window + 1);
-    spec.seed = 43;
-    const BudgetRun r = run_two(FilterType::kTimer, bits, budget, generate_stream(spec), c.fpp);
+    const BudgetRun r =
+        run_two(FilterType::kTimer, bits, budget, three_windows(window, 30'000, 43), c.fpp);
     EXPECT_EQ(r.counts.false_negatives, 0U);
     EXPECT_GT(r.counts.fp_rate(), 0.25) << "the filters did not saturate";
     EXPECT_LE(r.counts.fp_rate(), r.worst_estimate);
