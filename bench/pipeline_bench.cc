@@ -60,8 +60,8 @@
 // by key) were processed; beside memory it prints how long the instance took
 // from its start to every partition assigned, its CPU while idle (share of
 // one core over 3 s once assigned), the load's records/s and CPU
-// seconds per million records (consumed while produced; see --backlog), how long a
-// rebalance takes that moves half of the partitions to a second instance
+// seconds per million records (consumed while produced; see --backlog), how
+// long a rebalance takes that moves half of the partitions to a second instance
 // (started to both holding a share of all), and the longest line either
 // instance logged, and what one /metrics scrape costs the loaded instance
 // (CPU ms, KiB, sample lines). --threads T sets the instance's worker threads.

@@ -86,9 +86,10 @@
 // falls as the window slides. The model takes insertions as independent of
 // the cells, which they are not near saturation (only an identity with an
 // empty cell is inserted): from an estimate of 5% on, stats() also reads the
-// sub-filter's cells and reports the larger (reported_fpp()). Budget rule: with f* the effective
-// target (config.fpp, raised by a shared MemoryBudget under memory pressure, see memory_budget.h)
-// and S the sum of f_i over sealed sub-filters, the active one may hold at most
+// sub-filter's cells and reports the larger (reported_fpp()). Budget rule:
+// with f* the effective target (config.fpp, raised by a shared MemoryBudget
+// under memory pressure, see memory_budget.h) and S the sum of f_i over
+// sealed sub-filters, the active one may hold at most
 //   f_active <= 0.9 * (f* - S)
 // (Growth::kDensity: by its live load; Growth::kCardinality: by its insert
 // count since creation, which never decreases, seed 000 §5). S only falls
