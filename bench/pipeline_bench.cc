@@ -38,7 +38,8 @@
 // Each measurement: fresh test broker and one `kdedup run` instance; a small
 // warm-up batch is produced and fully committed first (group joined,
 // partitions assigned), then the timed batch is produced while the instance
-// consumes it concurrently; the clock stops when the group has committed
+// consumes it concurrently (--backlog: while it is stopped, and the clock
+// starts when it is resumed); the clock stops when the group has committed
 // every input offset (output is delivered before offsets are committed).
 // The test broker keeps at most ~5 MiB per partition, so the harness checks
 // that every input and output partition still starts at offset 0 and that
@@ -65,18 +66,18 @@
 // (started to both holding a share of all), and the longest line either
 // instance logged, and what one /metrics scrape costs the loaded instance
 // (CPU ms, KiB, sample lines). --threads T sets the instance's worker threads.
-// --backlog stops the instance (SIGSTOP) while the records are produced and
-// resumes it once they all are: records/s and CPU per record are then those
-// of the instance working through a backlog in full batches (its capacity),
-// not of a race with the producer on the same cores, whose batch sizes vary
-// from run to run.
+// --backlog (here and in the --compare modes) stops the instance (SIGSTOP)
+// while the records are produced and resumes it once they all are:
+// records/s and CPU per record are then those of the instance working
+// through a backlog in full batches (its capacity), not of a race with the
+// producer on the same cores, whose batch sizes vary from run to run.
 // --baseline-binary PATH (repeatable) runs the same against
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
 //
 //   pipeline_bench [--compare filter|snapshots|cost|confirm|repartition] [--records N]
 //                  [--partitions P]
-//                  [--instances I] [--repeat R]
+//                  [--instances I] [--repeat R] [--backlog]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
 //   pipeline_bench --idle-partitions P [--records N] [--backlog] [--baseline-binary PATH]
 
@@ -154,7 +155,7 @@ struct Options {
   /// this build; --baseline-binary may be given more than once.
   std::vector<std::string> baseline_binaries;
   int threads = 0;       ///< > 0: threads of the instance (--idle-partitions)
-  bool backlog = false;  ///< --idle-partitions: the load produced first, then consumed
+  bool backlog = false;  ///< the timed records produced first, then consumed
 };
 
 /// One side of a comparison: a name and the --set overrides that make it.
@@ -366,6 +367,45 @@ kdedup::Status check_output(const Options& opt, const Mode& mode, tb::ClickRun& 
   return {};
 }
 
+/// --backlog: the measured instances are stopped (SIGSTOP) while the timed
+/// records are produced and resumed once they all are, so they take them in
+/// full batches and their rate is their own, not a race with the producer on
+/// the same cores. Resumes them on every path: a stopped process ignores
+/// SIGTERM.
+class Backlog {
+ public:
+  Backlog(const std::vector<pid_t>& pids, bool enabled) : since_(Clock::now()) {
+    if (!enabled) return;
+    for (const pid_t pid : pids) {
+      if (::kill(pid, SIGSTOP) == 0) stopped_.push_back(pid);
+    }
+  }
+  Backlog(const Backlog&) = delete;
+  Backlog& operator=(const Backlog&) = delete;
+  ~Backlog() { resume(); }
+
+  [[nodiscard]] bool stopped() const { return !stopped_.empty(); }
+  void resume() {
+    if (stopped_.empty()) return;
+    for (const pid_t pid : stopped_) ::kill(pid, SIGCONT);
+    stopped_.clear();
+    // The group's session timeout (6 s in this config) runs while they are
+    // stopped: past it, the figures include a rejoin.
+    const double paused = std::chrono::duration<double>(Clock::now() - since_).count();
+    if (paused > 5.0) {
+      std::fprintf(stderr,
+                   "note: the instances were stopped %.1f s while the backlog was produced, "
+                   "near the session timeout; the figures may include a rejoin (fewer "
+                   "--records)\n",
+                   paused);
+    }
+  }
+
+ private:
+  Clock::time_point since_;
+  std::vector<pid_t> stopped_;
+};
+
 kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
                                     const std::string& config, const Mode& mode,
                                     bool snapshot_figures_wanted) {
@@ -417,12 +457,20 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
     for (int i = 0; i < opt.instances; ++i) sum += cpu_seconds(r.instance_pid(i));
     return sum;
   };
-  const double cpu0 = instances_cpu();
-  const auto t0 = Clock::now();
-  // Producing on this thread while the instance consumes; the clock stops
-  // when the group committed everything.
+  std::vector<pid_t> pids;
+  for (int i = 0; i < opt.instances; ++i) pids.push_back(r.instance_pid(i));
+  Backlog backlog(pids, opt.backlog);
+  double cpu0 = instances_cpu();
+  auto t0 = Clock::now();
+  // Producing on this thread while the instance consumes (or, --backlog,
+  // while it is stopped); the clock stops when the group committed everything.
   if (auto ok = run.produce(opt.records); !ok) return tl::unexpected(ok.error());
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (backlog.stopped()) {
+    cpu0 = instances_cpu();
+    t0 = Clock::now();
+    backlog.resume();
+  }
   if (auto ok = run.wait_caught_up(std::chrono::seconds(300)); !ok) {
     return tl::unexpected(ok.error());
   }
@@ -607,18 +655,9 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   auto idle = memory_figures(pid, *port);
   if (!idle) return tl::unexpected(idle.error());
   run.idle = *idle;
+  Backlog backlog({pid}, opt.backlog);
   double cpu0 = cpu_seconds(pid);
   auto load_started = Clock::now();
-  // --backlog: the instance is stopped while the records are produced and
-  // resumed once they all are, so it takes them in full batches and its
-  // rate is its own, not a race with the producer on the same cores.
-  struct Resume {  // on every path: a stopped instance ignores SIGTERM
-    pid_t pid;
-    bool stopped;
-    ~Resume() {
-      if (stopped) ::kill(pid, SIGCONT);
-    }
-  } resume{pid, opt.backlog && ::kill(pid, SIGSTOP) == 0};
   auto producer = tb::RecordProducer::create(r.bootstrap(), {{"linger.ms", "20"}});
   if (!producer) return tl::unexpected(producer.error());
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -632,20 +671,10 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   if (auto ok = (*producer)->flush(std::chrono::seconds(120)); !ok) {
     return tl::unexpected(ok.error());
   }
-  if (opt.backlog) {
-    const double paused = std::chrono::duration<double>(Clock::now() - load_started).count();
+  if (backlog.stopped()) {
     cpu0 = cpu_seconds(pid);
     load_started = Clock::now();
-    ::kill(pid, SIGCONT);
-    resume.stopped = false;
-    // The group's session timeout (6 s in this config) runs while it is
-    // stopped: past it, the figures include a rejoin.
-    if (paused > 5.0) {
-      std::fprintf(stderr,
-                   "note: the instance was stopped %.1f s while the backlog was produced, near "
-                   "the session timeout; its figures may include a rejoin (fewer --records)\n",
-                   paused);
-    }
+    backlog.resume();
   }
   const auto caught_up_by = Clock::now() + std::chrono::seconds(300);
   for (;;) {
@@ -739,7 +768,7 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: pipeline_bench [--compare filter|snapshots|cost|confirm|repartition | --repartition] "
       "[--records N] [--partitions P] "
-      "[--instances I] [--repeat R]\n"
+      "[--instances I] [--repeat R] [--backlog]\n"
       "       pipeline_bench --idle-partitions P [--threads T] [--records N] [--backlog] "
       "[--baseline-binary PATH]\n";
   for (int i = 1; i < argc; i += 2) {
