@@ -30,10 +30,23 @@
 //    (the filter starts at the floor and sizes itself from the rate): bytes
 //    and sub-filters at steady state against the pre-sized filter.
 //
+// 4. With --compact-ticks: where the compact filter's time goes within a
+//    tick, ns per operation by tenth of the tick at 1 MiB and 64 MiB (the
+//    last tenth holds the clock move).
+// 5. With --compact-baseline PATH: the compact filter's batch rate of this
+//    build and of another filter_bench build (PATH, which must have
+//    --compact-only) at 1 MiB and 64 MiB, each in its own process, the two
+//    alternating for --rounds rounds: medians and the median of the
+//    per-round ratios (the machine's load moves both sides of a round alike).
+//    --compact-only MIB prints one such rate and nothing else.
+//
 // Usage: filter_bench [--large] [--rounds N] [--skip-throughput] [--skip-accuracy]
+//                     [--compact-ticks] [--compact-baseline PATH] [--compact-only MIB]
 
 #include <sys/mman.h>
+#include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -175,10 +188,19 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// Batch test-and-insert ops/s of a compact filter (fpp 1%, its default tick)
-// pre-sized for `state_bytes` and filled for one window with distinct ids
-// at the rate it was sized for, then timed over `ops` more; sets `bytes`.
-double compact_rate(std::uint64_t state_bytes, std::uint64_t ops, std::uint64_t& bytes) {
+// Batch size of the compact filter's runs.
+constexpr std::size_t kCompactChunk = 4096;
+
+// A compact filter (fpp 1%, its default tick) pre-sized for `state_bytes`
+// and filled for one window with distinct ids at the rate it was sized
+// for, and the stream that continues it: every later operation works on a
+// table at its target live load, with the scrub running.
+struct LoadedCompact {
+  std::unique_ptr<CompactFilter> filter;
+  DistinctStream stream;
+};
+
+LoadedCompact loaded_compact(std::uint64_t state_bytes) {
   FilterConfig c;
   c.type = FilterType::kCompact;
   c.fpp = 0.01;
@@ -203,25 +225,33 @@ double compact_rate(std::uint64_t state_bytes, std::uint64_t ops, std::uint64_t&
   }
   // Pre-sized like the timer filter it is compared with (the filters kdedup
   // runs start at the floor and size themselves from the rate).
-  auto made = presized(c);
-  auto& f = *made;
-  bytes = f.stats().bytes;
-  const std::uint32_t window = f.config().ticks_per_window;
-  constexpr std::size_t kChunk = 4096;
-  std::vector<Fingerprint> fps(kChunk);
-  std::vector<Tick> ticks(kChunk);
-  std::vector<Decision> decisions(kChunk);
-  DistinctStream stream;
+  LoadedCompact out{presized(c), {}};
+  const std::uint32_t window = out.filter->config().ticks_per_window;
   // A distinct stream at the capacity's rate: the live load settles at the
   // target load the table was sized for.
-  stream.per_tick = std::max<std::uint64_t>(1, c.capacity / (window + 1));
-  for (std::uint64_t done = 0; done < stream.per_tick * (window + 1); done += kChunk) {
-    stream.fill(fps, ticks);
-    f.test_and_insert_batch(fps, ticks, decisions);
+  out.stream.per_tick = std::max<std::uint64_t>(1, c.capacity / (window + 1));
+  std::vector<Fingerprint> fps(kCompactChunk);
+  std::vector<Tick> ticks(kCompactChunk);
+  std::vector<Decision> decisions(kCompactChunk);
+  for (std::uint64_t done = 0; done < out.stream.per_tick * (window + 1); done += kCompactChunk) {
+    out.stream.fill(fps, ticks);
+    out.filter->test_and_insert_batch(fps, ticks, decisions);
   }
+  return out;
+}
+
+// Batch test-and-insert ops/s of loaded_compact(state_bytes) over `ops`
+// more; sets `bytes`.
+double compact_rate(std::uint64_t state_bytes, std::uint64_t ops, std::uint64_t& bytes) {
+  LoadedCompact loaded = loaded_compact(state_bytes);
+  CompactFilter& f = *loaded.filter;
+  bytes = f.stats().bytes;
+  std::vector<Fingerprint> fps(kCompactChunk);
+  std::vector<Tick> ticks(kCompactChunk);
+  std::vector<Decision> decisions(kCompactChunk);
   double elapsed = 0;
-  for (std::uint64_t done = 0; done < ops; done += kChunk) {
-    stream.fill(fps, ticks);
+  for (std::uint64_t done = 0; done < ops; done += kCompactChunk) {
+    loaded.stream.fill(fps, ticks);
     const double start = CpuClock::now();
     f.test_and_insert_batch(fps, ticks, decisions);
     elapsed += seconds_since(start);
@@ -230,7 +260,42 @@ double compact_rate(std::uint64_t state_bytes, std::uint64_t ops, std::uint64_t&
     std::fprintf(stderr, "note: compact filter holds %u tables at %" PRIu64 " bytes\n",
                  f.stats().subfilters, state_bytes);
   }
-  return static_cast<double>(((ops + kChunk - 1) / kChunk) * kChunk) / elapsed;
+  return static_cast<double>(((ops + kCompactChunk - 1) / kCompactChunk) * kCompactChunk) / elapsed;
+}
+
+// The compact filter's batch rate of another filter_bench build (one that
+// has --compact-only) at `mib` MiB, run as a child process; 0 on failure.
+double compact_rate_of(const std::string& binary, std::uint64_t mib) {
+  const std::string command = "'" + binary + "' --compact-only " + std::to_string(mib);
+  FILE* child = popen(command.c_str(), "r");
+  if (child == nullptr) return 0;
+  double rate = 0;
+  if (std::fscanf(child, "%lf", &rate) != 1) rate = 0;
+  return pclose(child) == 0 ? rate : 0;
+}
+
+// Where a compact filter's time goes within a tick: ns per operation of
+// loaded_compact(state_bytes) by tenth of the tick, over `ticks` ticks. A
+// chunk is booked to the tenth it starts in; the last tenth holds the clock
+// move (the scrub, and the whole compaction of a busy table).
+std::array<double, 10> compact_tick_profile(std::uint64_t state_bytes, std::uint64_t ticks_run) {
+  LoadedCompact loaded = loaded_compact(state_bytes);
+  const std::uint64_t per_tick = loaded.stream.per_tick;
+  std::vector<Fingerprint> fps(kCompactChunk);
+  std::vector<Tick> ticks(kCompactChunk);
+  std::vector<Decision> decisions(kCompactChunk);
+  std::array<double, 10> seconds{}, ops{};
+  for (std::uint64_t done = 0; done < per_tick * ticks_run; done += kCompactChunk) {
+    const auto tenth = static_cast<std::size_t>(10 * (loaded.stream.next_id % per_tick) / per_tick);
+    loaded.stream.fill(fps, ticks);
+    const double start = CpuClock::now();
+    loaded.filter->test_and_insert_batch(fps, ticks, decisions);
+    seconds[tenth] += seconds_since(start);
+    ops[tenth] += kCompactChunk;
+  }
+  std::array<double, 10> ns{};
+  for (std::size_t i = 0; i < ns.size(); ++i) ns[i] = ops[i] > 0 ? 1e9 * seconds[i] / ops[i] : 0;
+  return ns;
 }
 
 Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
@@ -414,7 +479,8 @@ std::string human_bytes(std::uint64_t b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool large = false, throughput = true, accuracy = true;
+  bool large = false, throughput = true, accuracy = true, compact_ticks = false;
+  std::string compact_baseline;
   int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -430,9 +496,23 @@ int main(int argc, char** argv) {
       throughput = false;
     } else if (arg == "--skip-accuracy") {
       accuracy = false;
+    } else if (arg == "--compact-ticks") {
+      compact_ticks = true;
+    } else if (arg == "--compact-baseline" && i + 1 < argc) {
+      compact_baseline = argv[++i];
+    } else if (arg == "--compact-only" && i + 1 < argc) {
+      const long mib = std::atol(argv[++i]);
+      if (mib < 1) {
+        std::fprintf(stderr, "--compact-only: expected a size in MiB, got '%s'\n", argv[i]);
+        return 2;
+      }
+      std::uint64_t bytes = 0;
+      std::printf("%.0f\n", compact_rate(static_cast<std::uint64_t>(mib) << 20, 20'000'000, bytes));
+      return 0;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--large] [--rounds N] [--skip-throughput] [--skip-accuracy]\n",
+                   "usage: %s [--large] [--rounds N] [--skip-throughput] [--skip-accuracy] "
+                   "[--compact-ticks] [--compact-baseline PATH] [--compact-only MIB]\n",
                    argv[0]);
       return 2;
     }
@@ -475,6 +555,63 @@ int main(int argc, char** argv) {
           human_bytes(t.bytes).c_str(), t.window, t.single / 1e6, t.batch / 1e6, avx2,
           t.batch_portable / 1e6, t.random_line / 1e6, 100.0 * t.ratio, t.random_line_write / 1e6,
           100.0 * t.ratio_write, compact);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+
+  if (compact_ticks) {
+    std::printf(
+        "### The compact filter within a tick (fpp 1%%, batch test-and-insert of new ids, ns per "
+        "operation by tenth of the tick, 6 ticks)\n\n");
+    std::printf(
+        "| state | 1st | 2nd | 3rd | 4th | 5th | 6th | 7th | 8th | 9th | 10th (clock move) |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const std::uint64_t size : {1ULL << 20, 64ULL << 20}) {
+      const auto ns = compact_tick_profile(size, 6);
+      std::printf("| %s |", human_bytes(size).c_str());
+      for (const double x : ns) std::printf(" %.1f |", x);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+
+  if (!compact_baseline.empty()) {
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+      std::fprintf(stderr, "cannot read /proc/self/exe\n");
+      return 1;
+    }
+    self[len] = '\0';
+    std::printf(
+        "### The compact filter against a baseline build (fpp 1%%, batch test-and-insert of new "
+        "ids, each side in its own process, %d alternating rounds)\n\n",
+        rounds);
+    std::printf(
+        "| state | this build ops/s | baseline ops/s | this / baseline | rounds (this / baseline) "
+        "|\n");
+    std::printf("|---|---|---|---|---|\n");
+    for (const std::uint64_t mib : {1ULL, 64ULL}) {
+      std::vector<double> mine, base, ratio;
+      std::string pairs;
+      for (int r = 0; r < rounds; ++r) {
+        mine.push_back(compact_rate_of(self, mib));
+        base.push_back(compact_rate_of(compact_baseline, mib));
+        if (mine.back() <= 0 || base.back() <= 0) {
+          std::fprintf(stderr, "a --compact-only run failed (is '%s' a filter_bench with it?)\n",
+                       compact_baseline.c_str());
+          return 1;
+        }
+        ratio.push_back(mine.back() / base.back());
+        char pair[64];
+        std::snprintf(pair, sizeof pair, "%s%.2fM / %.2fM", r == 0 ? "" : ", ", mine.back() / 1e6,
+                      base.back() / 1e6);
+        pairs += pair;
+      }
+      std::printf("| %" PRIu64 " MiB | %.2fM | %.2fM | %.2f | %s |\n", mib, median(mine) / 1e6,
+                  median(base) / 1e6, median(ratio), pairs.c_str());
       std::fflush(stdout);
     }
     std::printf("\n");
