@@ -136,6 +136,20 @@ void CompactFilter::drop_expired() {
       // By clock `now` the schedule requires required(now) lines; a jump
       // longer than one sweep visits every line once.
       const std::uint64_t need = t->required(now, period_);
+      if (t == tables_.back() && t->alive.at(old) >= t->lines) {
+        // A busy active table (an insertion per line in the tick that
+        // ended: each probes two lines, so at most e^-2 of them would go
+        // untouched) is compacted whole now, in memory order, rather than
+        // line by line on first touch, where whether a line is stale is a
+        // branch the hot path mispredicts (docs/performance.md, "Compact
+        // filter throughput").
+        // The schedule's cursor stays where it was (a whole sweep ends
+        // where it began): only the lines it required count as swept.
+        const std::uint64_t cursor = t->swept;
+        scrub(*t, t->lines, old, now - old);
+        t->swept = std::max(cursor, need);
+        continue;
+      }
       if (need <= t->swept) continue;
       scrub(*t, std::min(need - t->swept, t->lines), old, now - old);
       t->swept = std::max(t->swept, need);

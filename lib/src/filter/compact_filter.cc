@@ -226,8 +226,11 @@ void CompactFilter::place(const Where& w, const Fill& f) {
   const View::Cells& c = v.tables[0];
   const Layout& l = *c.layout;
   if (f.n1 < l.shape.S || f.n2 < l.shape.S) [[likely]] {
-    const bool second = f.n2 < f.n1;
-    Lines::put(c.data[second ? w.i2 : w.i1], l, w.q, second ? f.p2 : f.p1, w.rem, v.age.now);
+    // Which line is a coin flip: selected by masks, not a branch.
+    const std::uint64_t second = 0 - static_cast<std::uint64_t>(f.n2 < f.n1);
+    const std::uint64_t line = w.i1 ^ ((w.i1 ^ w.i2) & second);
+    const auto p = static_cast<unsigned>(f.p1 ^ ((f.p1 ^ f.p2) & second));
+    Lines::put(c.data[line], l, w.q, p, w.rem, v.age.now);
     ++pending_filled_;
     return;
   }

@@ -118,8 +118,7 @@ struct CompactFilter::VectorLines {
     // Stale: the match is judged on the line as it was (live entries only),
     // then the line is compacted.
     const auto s = scan<true>(v, l, n, rem, a);
-    const std::uint64_t live = s.match & ~s.dead;
-    const bool hit = live != 0 && in_bucket(live, lo, hi, q);
+    const bool hit = (s.match & ~s.dead & compact::bucket_entries_bmi2(lo, hi, l, q, p)) != 0;
     _mm512_store_si512(L.w, compact::compact_avx512(v, l, s.dead, a.now));
     const auto removed = static_cast<unsigned>(_mm_popcnt_u64(s.dead));
     n -= removed;

@@ -356,10 +356,12 @@ KDEDUP_COMPACT_AVX512 void vector_compact(Line& L, const Layout& l, std::uint64_
 
 KDEDUP_COMPACT_AVX512 std::uint64_t vector_matches(const Line& L, const Layout& l,
                                                    std::uint32_t rem) {
+  const unsigned n = count(L, l);
+  const std::uint64_t entries = n >= 64 ? ~0ULL : (1ULL << n) - 1;
   if (l.bytes)
-    return scan_bytes_avx512<false>(_mm512_load_si512(L.w), l, count(L, l), rem, {}).match;
+    return scan_bytes_avx512<false>(_mm512_load_si512(L.w), l, n, rem, {}).match & entries;
   const __m512i want = _mm512_set1_epi16(static_cast<short>(rem << l.t));
-  return scan_avx512<false>(_mm512_load_si512(L.w), l, count(L, l), want, want, want).match;
+  return scan_avx512<false>(_mm512_load_si512(L.w), l, n, want, want, want).match & entries;
 }
 
 bool avx512_usable() noexcept {

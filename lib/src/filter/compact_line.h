@@ -321,11 +321,13 @@ KDEDUP_COMPACT_AVX512 inline std::uint64_t entries_of(const Layout& l, std::uint
 
 /// Remainder matches among the n entries of the line in `v`; with `with_dead`
 /// also the dead entries at (now16, window16) (tags as 16-bit lanes).
+/// Without it the matches may include unused slots past the n entries
+/// (whose bits are 0): the hot path ands them with a bucket's entries.
 template <bool WithDead>
 KDEDUP_COMPACT_AVX512 inline VecScan scan_avx512(__m512i v, const Layout& l, unsigned n,
                                                  __m512i want, __m512i now16, __m512i window16) {
   VecScan s;
-  const std::uint64_t valid = n >= 64 ? ~0ULL : (1ULL << n) - 1;
+  const std::uint64_t valid = !WithDead || n >= 64 ? ~0ULL : (1ULL << n) - 1;
   const __m512i rm = _mm512_set1_epi16(static_cast<short>(l.rmask16));
   const __m512i tm = _mm512_set1_epi16(static_cast<short>(l.tmask16));
   for (unsigned g = 0; g < l.groups; ++g) {
@@ -403,12 +405,14 @@ KDEDUP_COMPACT_AVX512 inline VecScan scan_line_avx512(__m512i v, const Layout& l
 }
 
 /// Byte-lane scan (Layout::bytes): remainder matches and, with WithDead, the
-/// dead entries among the n entries of the line in `v`.
+/// dead entries among the n entries of the line in `v` (without it, as
+/// scan_avx512(): unused slots may match).
 template <bool WithDead>
 KDEDUP_COMPACT_AVX512 inline VecScan scan_bytes_avx512(__m512i v, const Layout& l, unsigned n,
                                                        std::uint32_t rem, const Age& a) {
   VecScan s;
-  const std::uint64_t valid = _pdep_u64(n >= 64 ? ~0ULL : (1ULL << n) - 1, l.lanes8);
+  const std::uint64_t valid =
+      WithDead ? _pdep_u64(n >= 64 ? ~0ULL : (1ULL << n) - 1, l.lanes8) : l.lanes8;
   const __m512i bytes = _mm512_permutexvar_epi8(_mm512_load_si512(l.idx8.data()), v);
   const __m512i rems = _mm512_multishift_epi64_epi8(_mm512_load_si512(l.rctl8.data()), bytes);
   const __mmask64 m = _mm512_mask_cmpeq_epi8_mask(
@@ -435,8 +439,9 @@ KDEDUP_COMPACT_AVX512 inline std::uint64_t bucket_entries_bmi2(std::uint64_t lo,
                                                                unsigned& p) {
   p = q == 0 ? 0 : select128_bmi2(~lo & l.code_lo, ~hi & l.code_hi, q - 1) + 1;
   // The run of 1s from p: the trailing zeros of the inverted code above p.
-  const std::uint64_t above_lo =
-      p >= 64 ? hi >> (p - 64) : (lo >> p) | (p == 0 ? 0 : hi << (64 - p));
+  // A 128-bit shift (shrd and a conditional move): whether p is in the
+  // high word is a coin flip, a branch on it mispredicted a third of the time.
+  const auto above_lo = static_cast<std::uint64_t>(((static_cast<u128>(hi) << 64) | lo) >> p);
   const auto run = static_cast<unsigned>(_tzcnt_u64(~above_lo));
   // p - q entries sit in the buckets below q: 64 in a full line, whose
   // bucket q is then empty (a shift by 64 is undefined, not zero).
@@ -445,19 +450,17 @@ KDEDUP_COMPACT_AVX512 inline std::uint64_t bucket_entries_bmi2(std::uint64_t lo,
 }
 
 /// The line without the entry at bit D: the entries above it move down by w
-/// (the code is left alone).
+/// (the code is left alone). `v` has no stamp (its top t bits are 0), so
+/// what moves down from the top is 0.
 KDEDUP_COMPACT_AVX512 inline __m512i delete_entry_avx512(__m512i v, const Layout& l, unsigned D) {
-  const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
-  const __m512i ve = _mm512_and_si512(v, stamp);
-  const __m512i ne = _mm512_alignr_epi64(_mm512_setzero_si512(), ve, 1);  // lane i: lane i + 1
-  const __m512i downw = _mm512_shrdv_epi64(ve, ne, _mm512_load_si512(l.lane_w.data()));
-  return _mm512_ternarylogic_epi64(_mm512_and_si512(bits_from(lane_offsets(l, D)), stamp), downw, v,
-                                   0xCA);
+  const __m512i ne = _mm512_alignr_epi64(_mm512_setzero_si512(), v, 1);  // lane i: lane i + 1
+  const __m512i downw = _mm512_shrdv_epi64(v, ne, _mm512_load_si512(l.lane_w.data()));
+  return _mm512_ternarylogic_epi64(bits_from(lane_offsets(l, D)), downw, v, 0xCA);
 }
 
 /// The line without its `dead` entries, stamped `tag`. The code loses the 1s
 /// of those entries in one pext per word; the entries move down one at a
-/// time, the highest first.
+/// time, the highest first, with the stamp cleared (it is set at the end).
 KDEDUP_COMPACT_AVX512 inline __m512i compact_avx512(__m512i v, const Layout& l, std::uint64_t dead,
                                                     std::uint32_t tag) {
   if (dead != 0) {
@@ -472,6 +475,7 @@ KDEDUP_COMPACT_AVX512 inline __m512i compact_avx512(__m512i v, const Layout& l, 
     const std::uint64_t c_lo = _pext_u64(lo, keep_lo), c_hi = _pext_u64(hi, keep_hi);
     const auto kept_lo = static_cast<unsigned>(_mm_popcnt_u64(keep_lo));
     const u128 code = static_cast<u128>(c_lo) | static_cast<u128>(c_hi) << kept_lo;
+    v = _mm512_and_si512(v, _mm512_load_si512(l.below_stamp.data()));
     for (std::uint64_t d = dead; d != 0;) {
       const unsigned j = 63 - static_cast<unsigned>(_lzcnt_u64(d));
       d &= ~(1ULL << j);
