@@ -452,13 +452,13 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
     if (!f) return tl::unexpected(f.error());
     before = *f;
   }
-  auto instances_cpu = [&] {
-    double sum = 0;
-    for (int i = 0; i < opt.instances; ++i) sum += cpu_seconds(r.instance_pid(i));
-    return sum;
-  };
   std::vector<pid_t> pids;
   for (int i = 0; i < opt.instances; ++i) pids.push_back(r.instance_pid(i));
+  auto instances_cpu = [&] {
+    double sum = 0;
+    for (const pid_t pid : pids) sum += cpu_seconds(pid);
+    return sum;
+  };
   Backlog backlog(pids, opt.backlog);
   double cpu0 = instances_cpu();
   auto t0 = Clock::now();
