@@ -184,7 +184,12 @@ void AgingFilter::publish_demand() {
   if (level_load_.empty()) return;
   // A window of the current rate (eq. 6's t_span is W + 2 ticks here), at
   // the bits per element of each level's load, or the floor.
-  const double window_ids = insertion_rate() * (config_.ticks_per_window + 2.0);
+  // A saturated filter inserts only the new identities it does not mistake
+  // for duplicates: what arrives is what it inserted / (1 - fpp), counted
+  // up to twice (as the timer filter's demand), so that the level does not
+  // fall while the filter drops most of what arrives.
+  const double missed = 1.0 - std::min(0.5, fpp_now());
+  const double window_ids = insertion_rate() * (config_.ticks_per_window + 2.0) / missed;
   const double floor = static_cast<double>(config_.min_bytes);
   std::vector<std::uint64_t> bytes(level_load_.size());
   for (std::size_t l = 0; l < level_load_.size(); ++l) {
@@ -438,20 +443,26 @@ bool AgingFilter::shift() {
   return true;
 }
 
-FilterStats AgingFilter::stats() const {
-  FilterStats st;
+double AgingFilter::fpp_now() const {
   std::vector<double> fill;
   fill.reserve(slices_.size());
+  for (const Slice& s : slices_) {
+    fill.push_back(in_window(s, clock_) ? static_cast<double>(s.ones) / s.bits : 0.0);
+  }
+  return run_probability(fill, shape_.k);
+}
+
+FilterStats AgingFilter::stats() const {
+  FilterStats st;
   st.bytes = sizeof(*this) + slices_.capacity() * sizeof(Slice);
   for (const Slice& s : slices_) {
     st.bytes += s.words.size() * sizeof(std::uint64_t);
     st.cells += s.bits;
     st.live_cells += s.ones;
-    fill.push_back(in_window(s, clock_) ? static_cast<double>(s.ones) / s.bits : 0.0);
   }
   st.subfilters = static_cast<std::uint32_t>(slices_.size());
   st.insertions = insertions_;
-  st.fpp_estimate = run_probability(fill, shape_.k);
+  st.fpp_estimate = fpp_now();
   st.slice0_bits = at(0).bits;
   return st;
 }

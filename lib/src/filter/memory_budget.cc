@@ -84,7 +84,11 @@ void MemoryBudget::settle(std::uint32_t seen_level) noexcept {
     return static_cast<double>(demand(l)) <= share * limit;
   };
   if (seen_level < max_level_ && !fits(seen_level, kFitShare)) {
-    change_level(seen_level, seen_level + 1);
+    // Up to the lowest level that fits at once: a load that keeps rising
+    // outruns one step per settle.
+    std::uint32_t to = seen_level + 1;
+    while (to < max_level_ && !fits(to, kFitShare)) ++to;
+    change_level(seen_level, to);
   } else if (seen_level > 0 && !refused && fits(seen_level - 1, kLowerShare)) {
     // Down only while nobody is refused: a saturated filter under-reports
     // what it needs (it inserts little).

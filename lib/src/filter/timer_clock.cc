@@ -113,6 +113,7 @@ void TimerFilter::clear_all(Tick now) {
   tick_inserts_ = 0;
   overfull_ = false;
   observe_budget();
+  give_back();
   maybe_fold();
   publish_demand();
   refresh_threshold();  // and the view

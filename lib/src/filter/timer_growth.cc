@@ -201,7 +201,37 @@ TimerFilter::GrowthTarget TimerFilter::growth_target() const {
   return {bound, false};
 }
 
+bool TimerFilter::reactivate_roomiest() {
+  if (config_.growth != Growth::kDensity || subs_.size() < 2) return false;
+  const double used = fpp_budget_used();
+  std::size_t best = subs_.size();
+  double best_room = 0;
+  for (std::size_t i = 0; i + 1 < subs_.size(); ++i) {
+    const SubFilter& s = *subs_[i];
+    // The load this one may reach with every other one's share counted, as
+    // active_lambda() will give it.
+    const double others = used - subfilter_fpp(s);
+    const double budget = kBudgetShare * (target_ - others);
+    if (!(budget > 0)) continue;
+    const double limit = model_->lambda_for(budget) * static_cast<double>(s.lines);
+    const double room = limit - static_cast<double>(s.alive.sum);
+    // Worth a switch: an eighth of its limit, so that a batch does not
+    // bounce between nearly full sub-filters.
+    if (room > best_room && room >= limit / 8) {
+      best = i;
+      best_room = room;
+    }
+  }
+  if (best == subs_.size()) return false;
+  std::rotate(subs_.begin() + static_cast<std::ptrdiff_t>(best),
+              subs_.begin() + static_cast<std::ptrdiff_t>(best) + 1, subs_.end());
+  subs_.back()->share = 1.0;
+  refresh_threshold();
+  return true;
+}
+
 void TimerFilter::seal_and_grow() {
+  if (subs_.size() >= kMaxSubfilters && reactivate_roomiest()) return;
   if (subs_.size() >= kMaxSubfilters) {
     overfull_ = true;  // until the next tick
     view_.room = ~std::uint64_t{0};
@@ -234,8 +264,10 @@ void TimerFilter::seal_and_grow() {
   // costs less.
   auto sub = new_subfilter(lines, false, std::max(floor_lines(), lines / 4));
   if (!sub) {
-    // The budget refused (or memory ran out): keep inserting into the active
-    // until the next tick, when growth is asked for again.
+    // The budget refused (or memory ran out): a sealed sub-filter with room
+    // takes over, else the active keeps inserting until the next tick, when
+    // growth is asked for again.
+    if (reactivate_roomiest()) return;
     overfull_ = true;
     view_.room = ~std::uint64_t{0};
     return;
@@ -297,16 +329,7 @@ void TimerFilter::maybe_fold() {
   // to it (an earlier fold could land on a line count without a divisor
   // near the final need).
   if (content > kSettled * turnover) return;
-  // The smallest divisor L' of the line count with L' >= need: fold by L / L'.
-  std::uint64_t best = a.lines;
-  if (a.lines >= 2 * need) {
-    for (std::uint64_t d = 1; d * d <= a.lines; ++d) {
-      if (a.lines % d != 0) continue;
-      for (const std::uint64_t c : {d, a.lines / d}) {
-        if (c >= need && c < best) best = c;
-      }
-    }
-  }
+  const std::uint64_t best = fold_size(a.lines, need);
   if (best > a.lines / 2) {
     // Too little to fold by an integer factor (less than 2x, or no divisor):
     // a lone active more than 1.5x what the rate needs is replaced by a
@@ -321,18 +344,91 @@ void TimerFilter::maybe_fold() {
     if (auto sub = new_subfilter(lines, false)) subs_.push_back(std::move(sub));
     return;
   }
-  const std::uint64_t factor = a.lines / best;
+  fold_by(a, a.lines / best);
+}
+
+std::uint64_t TimerFilter::fold_size(std::uint64_t lines, std::uint64_t need) {
+  // The smallest divisor L' of the line count with L' >= need: fold by L / L'.
+  std::uint64_t best = lines;
+  if (lines >= 2 * need) {
+    for (std::uint64_t d = 1; d * d <= lines; ++d) {
+      if (lines % d != 0) continue;
+      for (const std::uint64_t c : {d, lines / d}) {
+        if (c >= need && c < best) best = c;
+      }
+    }
+  }
+  return best;
+}
+
+void TimerFilter::fold_by(SubFilter& s, std::uint64_t factor) {
   switch (config_.timer_bits) {
     case 4:
-      fold<4>(a, factor);
+      fold<4>(s, factor);
       break;
     case 8:
-      fold<8>(a, factor);
+      fold<8>(s, factor);
       break;
     default:
-      fold<16>(a, factor);
+      fold<16>(s, factor);
       break;
   }
+}
+
+void TimerFilter::give_back() {
+  // Runs at every tick under a limited budget: the usual answer (within the
+  // limit, or within this filter's share of it) costs a few loads.
+  if (demand_bytes_.empty()) return;
+  const std::uint64_t total = budget_->demand(0);
+  if (total <= budget_->max_bytes() || total == 0) return;
+  const double part = static_cast<double>(budget_->max_bytes()) *
+                      static_cast<double>(demand_bytes_.front()) / static_cast<double>(total);
+  double held = 0;
+  for (const auto& s : subs_) held += static_cast<double>(s->bytes());
+  const double alive = static_cast<double>(alive_total());
+  if (held <= part || !(alive > 0)) return;
+  const std::uint64_t floor = floor_lines();
+  bool folded = false;
+  for (std::size_t i = 0; i + 1 < subs_.size() && held > part; ++i) {
+    SubFilter& s = *subs_[i];
+    if (s.alive.sum == 0 || s.lines < 2 * floor) continue;
+    // Its share of the effective target in proportion to its live entries:
+    // the sealed ones together take what they hold of the window, the
+    // active the rest (active_lambda()).
+    const double held_share = static_cast<double>(s.alive.sum) / alive;
+    const double lambda = model_->lambda_for(kBudgetShare * target_ * held_share);
+    if (!(lambda > 0)) continue;
+    const auto need =
+        std::max(floor, static_cast<std::uint64_t>(
+                            std::ceil(kFoldHeadroom * static_cast<double>(s.alive.sum) / lambda)));
+    const std::uint64_t size = fold_size(s.lines, need);
+    if (size > s.lines / 2) continue;
+    held -= static_cast<double>((s.lines - size) * kLineBytes);
+    fold_by(s, s.lines / size);
+    folded = true;
+  }
+  if (folded) refresh_threshold();
+  // Then the active, sized while the target was lower (before the budget's
+  // level rose) or before the others' demand was known: down to what is
+  // left of the share, never below what the window brings it at the current
+  // rate at the load it may reach (a fold that left it full would make it
+  // ask the budget again at once).
+  SubFilter& a = *subs_.back();
+  const double lambda = active_lambda();
+  if (held <= part || a.lines < 2 * floor || !(lambda > 0)) return;
+  const auto horizon = static_cast<Tick>(
+      std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(config_.ticks_per_window))));
+  const double turnover =
+      std::max(0.0, recent_rate(horizon)) * static_cast<double>(config_.ticks_per_window + 1);
+  const double left = part - (held - static_cast<double>(a.bytes()));
+  const auto need = std::max(
+      {floor, static_cast<std::uint64_t>(std::max(0.0, left) / kLineBytes),
+       static_cast<std::uint64_t>(std::ceil(
+           kFoldHeadroom * std::max(static_cast<double>(a.alive.sum), turnover) / lambda))});
+  const std::uint64_t size = fold_size(a.lines, need);
+  if (size > a.lines / 2) return;
+  fold_by(a, a.lines / size);
+  refresh_threshold();
 }
 
 template <unsigned Bits>

@@ -191,6 +191,8 @@ class AgingFilter final : public SlidingFilter {
   std::uint64_t slice_bits_for(double capacity) const;
   void prefetch(const Fingerprint& fp) const;
   double insertion_rate() const;
+  /// False-positive probability of a query now (stats().fpp_estimate).
+  [[nodiscard]] double fpp_now() const;
   std::uint64_t generation_size() const;
   static Slice make_slice(std::uint64_t bits, std::uint64_t seq, Tick now);
   /// Charges `bits` of a slice in the budget (`required`: past the limit

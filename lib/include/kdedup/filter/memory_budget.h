@@ -40,10 +40,12 @@
 //     its MemoryDemand, the bytes it would need at every level for what its
 //     window holds and its insertion rate brings. The level is the lowest
 //     one at which the sum over all filters fits in kFitShare of the limit:
-//     settle() (every filter calls it once per tick) moves it one step
-//     towards that, and only after the caller has run kSettleShare of its
-//     window at the level it saw (it passes kHold before that), so that
-//     each step takes effect before the next. It falls back only once the
+//     settle() (every filter calls it once per tick) raises it to that
+//     level at once (a load that keeps rising would outrun one step at a
+//     time: the filters overfill what they hold while the level climbs) and
+//     lowers it one step at a time, and only after the caller has run
+//     kSettleShare of its window at the level it saw (it passes kHold
+//     before that), so that each change takes effect before the next. It falls back only once the
 //     level below fits in kLowerShare (hysteresis) and no reservation was
 //     refused since the previous settle() (a saturated filter inserts little
 //     and under-reports its need): when the load falls, the fpp returns to
@@ -141,9 +143,9 @@ class MemoryBudget {
   void charge(std::uint64_t bytes) noexcept;
   /// Returns `bytes` reserved or charged earlier.
   void release(std::uint64_t bytes) noexcept;
-  /// Moves the level one step towards the lowest one at which the published
-  /// demand fits (see the file comment), if it still is `seen_level`; kHold
-  /// does nothing. A few relaxed loads; a filter calls it once per tick.
+  /// Raises the level to the lowest one at which the published demand fits,
+  /// or lowers it one step towards it (see the file comment), if it still
+  /// is `seen_level`; kHold does nothing. A few relaxed loads; a filter calls it once per tick.
   void settle(std::uint32_t seen_level) noexcept;
   /// Total demand published for `level`, in bytes.
   [[nodiscard]] std::uint64_t demand(std::uint32_t level) const noexcept {

@@ -130,9 +130,20 @@
 // what the rate needs is sealed and a rate-sized one started.) A restored
 // snapshot folds the same way when it is restored. A clock jump past the
 // window empties the filter and returns it to the floor. At most 32
-// sub-filters exist; at that cap, or when the MemoryBudget refuses a new one,
-// the active keeps absorbing inserts until the next tick (when it asks
-// again) and stats().fpp_estimate reports the excess.
+// sub-filters exist. At that cap, or over a MemoryBudget's limit, a sealed
+// sub-filter with room at the current target becomes the active again before
+// any new one is asked for: its lines were sized for a lower target (the
+// budget's level rose since) and would otherwise sit idle until it expires.
+// Inserting into any sub-filter keeps every entry (the query reads them
+// all), and the fpp sum rule above still bounds the one taking insertions.
+// Over the limit, a filter holding more than its share of it (the limit in
+// proportion to its published demand) folds its sealed sub-filters to the
+// load the effective target allows them, and its active down to what is
+// left of the share (give_back(), once per tick): a filter that grew before
+// the others' load was known gives the room back.
+// When none has room and the budget refuses a new one, the active keeps
+// absorbing inserts until the next tick (when it asks again) and
+// stats().fpp_estimate reports the excess.
 //
 // Serialized form: envelope kind FilterType::kTimer, version 1, checksummed;
 // every field is validated on restore.
@@ -295,10 +306,22 @@ class TimerFilter final : public SlidingFilter {
   void maybe_fold();
   template <unsigned Bits>
   void fold(SubFilter& s, std::uint64_t factor);
+  /// fold<timer_bits>(s, factor).
+  void fold_by(SubFilter& s, std::uint64_t factor);
+  /// The smallest divisor of `lines` that is >= need (`lines` when none is
+  /// at most lines / 2 away).
+  [[nodiscard]] static std::uint64_t fold_size(std::uint64_t lines, std::uint64_t need);
+  /// Over a budget's limit, while this filter holds more than its share of
+  /// it: folds sealed sub-filters to the load the effective target allows
+  /// them, so that the partitions that grew later get room.
+  void give_back();
   /// Seals the active sub-filter and adds one sized by growth_target(); at
   /// the sub-filter cap or when the budget refuses, the active overfills
   /// until the next tick instead.
   void seal_and_grow();
+  /// Makes the sealed sub-filter with the most room under the fpp sum rule
+  /// the active one (Growth::kDensity only); false when none has room.
+  bool reactivate_roomiest();
   [[nodiscard]] GrowthTarget growth_target() const;
   /// Insertions per tick over the complete ticks of the last `horizon`
   /// ticks (since the first insertion if later); -1 if there are none.
