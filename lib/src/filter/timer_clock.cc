@@ -110,6 +110,18 @@ void TimerFilter::clear_all(Tick now) {
       return s.get() != active && (s->inserts == 0 || now - s->last_insert > window);
     });
   }
+  // The arrival rate: the queries since the last clock move, spread over
+  // the ticks it moved, into a moving average of about W / 4 ticks.
+  const double horizon =
+      std::max(1.0, kFoldHorizonShare * static_cast<double>(config_.ticks_per_window));
+  const auto moved = static_cast<double>(clock_ - old);
+  const double weight = 1.0 - std::pow(1.0 - 1.0 / horizon, moved);
+  arrival_rate_ +=
+      weight * (static_cast<double>(arrivals_ - arrivals_booked_) / moved - arrival_rate_);
+  arrivals_booked_ = arrivals_;
+  rejected_rate_ +=
+      weight * (static_cast<double>(rejected_ - rejected_booked_) / moved - rejected_rate_);
+  rejected_booked_ = rejected_;
   tick_inserts_ = 0;
   overfull_ = false;
   observe_budget();

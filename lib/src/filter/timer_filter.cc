@@ -113,7 +113,8 @@ void TimerFilter::refresh_view() {
   const SubFilter& a = *subs_.back();
   const std::uint64_t held =
       config_.growth == Growth::kCardinality ? std::max(a.alive.sum, a.inserts) : a.alive.sum;
-  v.room = overfull_ ? ~std::uint64_t{0} : active_limit_ > held ? active_limit_ - held : 0;
+  const std::uint64_t limit = overfull_ ? overfull_limit_ : active_limit_;
+  v.room = limit > held ? limit - held : 0;
 }
 
 void TimerFilter::commit_inserts(std::uint64_t n, std::uint64_t filled) {
@@ -340,12 +341,19 @@ template <unsigned Bits>
   std::uint32_t filled = 0;
   Probe p = probe_once<Bits, 0>(view_, fp, 0, filled);
   if (p == Probe::kNeedSeal) {
-    // The active is full: seal it and insert into a new one (or, at the cap
-    // of sub-filters, into the same one anyway: view_.room stays 0).
+    // The active is full: seal it and insert into a new one, or, when growth
+    // was refused, into the same one up to its overfull limit (under a
+    // memory budget); past that the identity is rejected until the next
+    // tick: judged a duplicate, counted in the estimate (enter_overfull()).
     seal_and_grow();
     TickView v = view_;
-    v.room = ~std::uint64_t{0};
+    // Whatever room a new or reactivated sub-filter has, it takes this one.
+    if (!overfull_) v.room = ~std::uint64_t{0};
     p = probe_once<Bits, 0>(v, fp, 0, filled);
+    if (p == Probe::kNeedSeal) {
+      ++rejected_;
+      return Decision::kDuplicate;
+    }
   }
   if (p == Probe::kDuplicate) return Decision::kDuplicate;
   commit_inserts(1, filled);
@@ -354,6 +362,7 @@ template <unsigned Bits>
 
 Decision TimerFilter::test_and_insert(const Fingerprint& fp, Tick now) {
   if (now > clock_) move_clock(now);
+  ++arrivals_;
   switch (config_.timer_bits) {
     case 4:
       return decide<4>(fp);
@@ -507,6 +516,7 @@ void TimerFilter::decide_batch_k(std::span<const Fingerprint> fps, std::span<con
 
 void TimerFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
                                         std::span<const Tick> ticks, std::span<Decision> out) {
+  arrivals_ += fps.size();
   switch (config_.timer_bits) {
     case 4:
       return decide_batch_k<4>(fps, ticks, out);
@@ -574,6 +584,9 @@ FilterStats TimerFilter::stats() const {
     st.live_cells += s->nonempty;
     none *= 1.0 - reported_fpp(*s);
   }
+  // New identities rejected for want of room are false positives too.
+  const double rejected = arrival_rate_ > 0 ? std::min(1.0, rejected_rate_ / arrival_rate_) : 0.0;
+  none *= 1.0 - rejected;
   st.subfilters = static_cast<std::uint32_t>(subs_.size());
   st.insertions = insertions_;
   st.fpp_estimate = 1.0 - none;

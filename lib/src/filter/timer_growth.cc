@@ -105,10 +105,19 @@ void TimerFilter::publish_demand() {
   const double rate = std::max(0.0, recent_rate(horizon));
   // A saturated filter inserts only the share of new identities it does not
   // mistake for duplicates: what arrives is what it inserted / (1 - fpp).
-  const double missed = 1.0 - std::min(0.5, fpp_budget_used());
-  const double holds =
+  const double used = fpp_budget_used();
+  const double missed = 1.0 - std::min(0.5, used);
+  double holds =
       kGrowthHeadroom *
       std::max(static_cast<double>(alive_total()), rate * static_cast<double>(window + 1)) / missed;
+  // Past its target (overfull: refused by the budget or at its cap) or
+  // rejecting, it may be dropping most of what arrives, and what it inserts
+  // says little of what it needs: it counts every query instead (true
+  // duplicates included: an upper bound, where the insertions are a lower
+  // one).
+  if (used > target_ || rejected_rate_ > kRejectedShare * arrival_rate_) {
+    holds = std::max(holds, kGrowthHeadroom * arrival_rate_ * static_cast<double>(window + 1));
+  }
   demand_bytes_.resize(level_lambda_.size());
   for (std::size_t l = 0; l < level_lambda_.size(); ++l) {
     const auto lines = static_cast<std::uint64_t>(std::ceil(holds / level_lambda_[l]));
@@ -230,11 +239,32 @@ bool TimerFilter::reactivate_roomiest() {
   return true;
 }
 
+void TimerFilter::enter_overfull() {
+  overfull_ = true;
+  const SubFilter& a = *subs_.back();
+  if (!budget_ || budget_->max_bytes() == 0) {
+    // No memory budget (the cap of sub-filters, or memory exhausted): the
+    // active takes every insert, as the filter's own limits say.
+    overfull_limit_ = ~std::uint64_t{0};
+    refresh_view();
+    return;
+  }
+  // Under a budget, up to the load at which the active alone reaches the
+  // effective target; past it, new identities are rejected until the next
+  // tick. An overfilled sub-filter makes every query of its window a false
+  // positive (the filters saturate, and stay so for a window); a rejected
+  // identity is one false positive, and the next tick asks again.
+  overfull_limit_ = std::max(a.alive.sum, static_cast<std::uint64_t>(model_->lambda_for(target_) *
+                                                                     static_cast<double>(a.lines)));
+  refresh_view();
+}
+
 void TimerFilter::seal_and_grow() {
+  if (overfull_) return;  // refused this tick already: rejecting until the next
   if (subs_.size() >= kMaxSubfilters && reactivate_roomiest()) return;
   if (subs_.size() >= kMaxSubfilters) {
-    overfull_ = true;  // until the next tick
-    view_.room = ~std::uint64_t{0};
+    if (budget_) budget_->refuse();  // it would have asked for more
+    enter_overfull();                // until the next tick
     return;
   }
   const GrowthTarget want = growth_target();
@@ -245,6 +275,11 @@ void TimerFilter::seal_and_grow() {
       want.probe ? std::min(free, kProbeShare * target_) : std::max(free, kPlanShare * target_);
   const double lambda = model_->lambda_for(kBudgetShare * (share > 0 ? share : 1e-3 * target_));
   std::uint64_t lines = lines_for(want.elements, lambda);
+  // Take no less than a quarter of what it asks for: sub-filters much
+  // smaller than the rate needs fill at once, and each sealed one takes a
+  // share of the fpp budget; overfilling the active until the next tick
+  // costs less.
+  const std::uint64_t least = std::max(floor_lines(), lines / 4);
   if (!demand_bytes_.empty() && budget_->demand(0) > budget_->max_bytes()) {
     // Over budget, each filter holds at most its share of it, in proportion
     // to what it needs at the target (so every partition's fpp rises alike):
@@ -255,21 +290,20 @@ void TimerFilter::seal_and_grow() {
                         static_cast<double>(budget_->demand(0));
     double held = 0;
     for (const auto& s : subs_) held += static_cast<double>(s->bytes());
-    const double room = std::max(0.0, part - held) / kLineBytes;
-    lines = std::max(floor_lines(), std::min(lines, static_cast<std::uint64_t>(room)));
+    const auto room = static_cast<std::uint64_t>(std::max(0.0, part - held) / kLineBytes);
+    lines = std::min(lines, room);
   }
-  // Take no less than a quarter of what it asks for: sub-filters much
-  // smaller than the rate needs fill at once, and each sealed one takes a
-  // share of the fpp budget; overfilling the active until the next tick
-  // costs less.
-  auto sub = new_subfilter(lines, false, std::max(floor_lines(), lines / 4));
+  // Over its share by more than that: refused without asking (a sub-filter
+  // smaller than a quarter of what the rate needs fills at once, and the
+  // filter would reach its cap of sub-filters within a burst).
+  auto sub = lines >= least ? new_subfilter(lines, false, least) : nullptr;
+  if (lines < least) budget_->refuse();
   if (!sub) {
     // The budget refused (or memory ran out): a sealed sub-filter with room
     // takes over, else the active keeps inserting until the next tick, when
     // growth is asked for again.
     if (reactivate_roomiest()) return;
-    overfull_ = true;
-    view_.room = ~std::uint64_t{0};
+    enter_overfull();
     return;
   }
   if (want.probe) sub->share = kProbeShare;

@@ -141,6 +141,10 @@ class MemoryBudget {
   [[nodiscard]] std::uint64_t reserve_up_to(std::uint64_t least, std::uint64_t want) noexcept;
   /// Counts `bytes` whatever the limit (a filter's floor, restored state).
   void charge(std::uint64_t bytes) noexcept;
+  /// Counts a refusal without a reservation: a filter that needs a part it
+  /// does not ask for (it holds its share of the limit already, or as many
+  /// parts as it may), so that the level does not fall meanwhile.
+  void refuse() noexcept { refusals_.fetch_add(1, std::memory_order_relaxed); }
   /// Returns `bytes` reserved or charged earlier.
   void release(std::uint64_t bytes) noexcept;
   /// Raises the level to the lowest one at which the published demand fits,

@@ -141,9 +141,16 @@
 // load the effective target allows them, and its active down to what is
 // left of the share (give_back(), once per tick): a filter that grew before
 // the others' load was known gives the room back.
-// When none has room and the budget refuses a new one, the active keeps
-// absorbing inserts until the next tick (when it asks again) and
-// stats().fpp_estimate reports the excess.
+// When none has room and the budget refuses a new one (or the filter holds
+// its share already: refused without asking), the active takes inserts up
+// to the load at which it alone reaches the effective target, then rejects
+// new identities until the next tick, when it asks again: a rejected
+// identity is judged a duplicate (one false positive, never a false
+// negative) and counted in stats().fpp_estimate, where an overfilled
+// sub-filter would make every query of its window a false positive for a
+// whole window. While it overfills or rejects, its published demand counts
+// every query, not only what it inserted. Without a budget (at the cap of
+// sub-filters), the active absorbs every insert as before.
 //
 // Serialized form: envelope kind FilterType::kTimer, version 1, checksummed;
 // every field is validated on restore.
@@ -197,6 +204,9 @@ class TimerFilter final : public SlidingFilter {
   /// they can fold to within a few percent of any smaller size.
   static constexpr std::uint64_t kFoldGrain = 8;
   static constexpr std::size_t kMaxSubfilters = 32;
+  /// Rejecting at least this share of what arrives, a filter's demand
+  /// counts what arrives (publish_demand()).
+  static constexpr double kRejectedShare = 0.01;
   /// Elements ahead that the batch path prefetches.
   static constexpr std::size_t kPrefetchDistance = 32;
 
@@ -319,6 +329,9 @@ class TimerFilter final : public SlidingFilter {
   /// the sub-filter cap or when the budget refuses, the active overfills
   /// until the next tick instead.
   void seal_and_grow();
+  /// Growth refused until the next tick: the active takes inserts up to the
+  /// load at which its fpp is the largest effective target, then rejects.
+  void enter_overfull();
   /// Makes the sealed sub-filter with the most room under the fpp sum rule
   /// the active one (Growth::kDensity only); false when none has room.
   bool reactivate_roomiest();
@@ -374,8 +387,11 @@ class TimerFilter final : public SlidingFilter {
   std::vector<std::uint64_t> demand_bytes_;
   /// Publishes what the filter would need at each level (once per tick).
   void publish_demand();
-  double target_ = 0;      // effective fpp: config_.fpp raised by the budget
-  bool overfull_ = false;  // growth refused this tick: the active takes every insert
+  double target_ = 0;  // effective fpp: config_.fpp raised by the budget
+  // Growth refused this tick: the active takes inserts up to the load of
+  // overfull_limit_, then new identities are rejected (judged duplicates)
+  // until the next tick.
+  bool overfull_ = false;
   std::uint32_t cells_per_line_ = 0;
   std::uint32_t k_ = 0;
   std::uint32_t modulus_ = 0;  // M = 2^b - 1 nonzero codes
@@ -391,6 +407,19 @@ class TimerFilter final : public SlidingFilter {
   std::uint64_t tick_inserts_ = 0;  // insertions at the current clock value
   std::uint64_t peak_bytes_ = 0;    // most cell bytes held at a tick (not serialized)
   std::uint64_t insertions_ = 0;
+  // Queries (test_and_insert), and their rate per tick: a moving average
+  // over about kFoldHorizonShare of the window (not serialized). An
+  // overfull filter inserts only what it does not mistake for a duplicate,
+  // so its demand comes from what arrives (publish_demand()).
+  std::uint64_t arrivals_ = 0;
+  std::uint64_t arrivals_booked_ = 0;  // ... counted into arrival_rate_
+  double arrival_rate_ = 0;
+  // New identities judged duplicates for want of room (overfull_ at its
+  // limit), and their rate per tick, averaged as arrival_rate_.
+  std::uint64_t rejected_ = 0;
+  std::uint64_t rejected_booked_ = 0;
+  double rejected_rate_ = 0;
+  std::uint64_t overfull_limit_ = 0;  // elements the active may hold while overfull_
 };
 
 }  // namespace kdedup::filter
