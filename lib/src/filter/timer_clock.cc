@@ -116,12 +116,12 @@ void TimerFilter::clear_all(Tick now) {
       std::max(1.0, kFoldHorizonShare * static_cast<double>(config_.ticks_per_window));
   const auto moved = static_cast<double>(clock_ - old);
   const double weight = 1.0 - std::pow(1.0 - 1.0 / horizon, moved);
-  arrival_rate_ +=
-      weight * (static_cast<double>(arrivals_ - arrivals_booked_) / moved - arrival_rate_);
-  arrivals_booked_ = arrivals_;
-  rejected_rate_ +=
-      weight * (static_cast<double>(rejected_ - rejected_booked_) / moved - rejected_rate_);
-  rejected_booked_ = rejected_;
+  const auto average = [&](double& rate, std::uint64_t count, std::uint64_t& booked) {
+    rate += weight * (static_cast<double>(count - booked) / moved - rate);
+    booked = count;
+  };
+  average(arrival_rate_, arrivals_, arrivals_booked_);
+  average(rejected_rate_, rejected_, rejected_booked_);
   tick_inserts_ = 0;
   overfull_ = false;
   observe_budget();
@@ -129,9 +129,7 @@ void TimerFilter::clear_all(Tick now) {
   maybe_fold();
   publish_demand();
   refresh_threshold();  // and the view
-  std::uint64_t held = 0;
-  for (const auto& s : subs_) held += s->bytes();
-  peak_bytes_ = std::max(peak_bytes_, held);
+  peak_bytes_ = std::max(peak_bytes_, held_bytes());
 }
 
 void TimerFilter::advance(Tick now) {

@@ -100,8 +100,7 @@ void TimerFilter::publish_demand() {
   // What the window holds, or brings at the current rate if more, with the
   // headroom a new sub-filter gets, at each level's load per line.
   const std::uint32_t window = config_.ticks_per_window;
-  const auto horizon =
-      static_cast<Tick>(std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(window))));
+  const Tick horizon = fold_horizon();
   const double rate = std::max(0.0, recent_rate(horizon));
   // A saturated filter inserts only the share of new identities it does not
   // mistake for duplicates: what arrives is what it inserted / (1 - fpp).
@@ -280,16 +279,11 @@ void TimerFilter::seal_and_grow() {
   // share of the fpp budget; overfilling the active until the next tick
   // costs less.
   const std::uint64_t least = std::max(floor_lines(), lines / 4);
-  if (!demand_bytes_.empty() && budget_->demand(0) > budget_->max_bytes()) {
-    // Over budget, each filter holds at most its share of it, in proportion
-    // to what it needs at the target (so every partition's fpp rises alike):
-    // the room freed as sub-filters expire goes to the partitions that need
-    // it, not to the first to ask.
-    const double part = static_cast<double>(budget_->max_bytes()) *
-                        static_cast<double>(demand_bytes_.front()) /
-                        static_cast<double>(budget_->demand(0));
-    double held = 0;
-    for (const auto& s : subs_) held += static_cast<double>(s->bytes());
+  if (const double part = budget_part(); part >= 0) {
+    // Over budget, each filter holds at most its share of it (so every
+    // partition's fpp rises alike): the room freed as sub-filters expire goes
+    // to the partitions that need it, not to the first to ask.
+    const double held = static_cast<double>(held_bytes());
     const auto room = static_cast<std::uint64_t>(std::max(0.0, part - held) / kLineBytes);
     lines = std::min(lines, room);
   }
@@ -323,8 +317,7 @@ void TimerFilter::maybe_fold() {
     return;  // it holds more than half of what it can: no fold is possible
   }
   const std::uint32_t window = config_.ticks_per_window;
-  const auto horizon =
-      static_cast<Tick>(std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(window))));
+  const Tick horizon = fold_horizon();
   // A young sub-filter's rate is still being learned (and it was just sized).
   if (clock_ - a.created < horizon) return;
   if (a.alive.sum == 0 && config_.growth == Growth::kDensity) {
@@ -409,16 +402,32 @@ void TimerFilter::fold_by(SubFilter& s, std::uint64_t factor) {
   }
 }
 
+double TimerFilter::budget_part() const {
+  if (demand_bytes_.empty()) return -1;  // no limited budget
+  const std::uint64_t total = budget_->demand(0);
+  if (total <= budget_->max_bytes()) return -1;
+  // The limit in proportion to what this filter needs at the target.
+  return static_cast<double>(budget_->max_bytes()) * static_cast<double>(demand_bytes_.front()) /
+         static_cast<double>(total);
+}
+
+std::uint64_t TimerFilter::held_bytes() const {
+  std::uint64_t held = 0;
+  for (const auto& s : subs_) held += s->bytes();
+  return held;
+}
+
+Tick TimerFilter::fold_horizon() const {
+  return static_cast<Tick>(
+      std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(config_.ticks_per_window))));
+}
+
 void TimerFilter::give_back() {
   // Runs at every tick under a limited budget: the usual answer (within the
   // limit, or within this filter's share of it) costs a few loads.
-  if (demand_bytes_.empty()) return;
-  const std::uint64_t total = budget_->demand(0);
-  if (total <= budget_->max_bytes() || total == 0) return;
-  const double part = static_cast<double>(budget_->max_bytes()) *
-                      static_cast<double>(demand_bytes_.front()) / static_cast<double>(total);
-  double held = 0;
-  for (const auto& s : subs_) held += static_cast<double>(s->bytes());
+  const double part = budget_part();
+  if (part < 0) return;
+  double held = static_cast<double>(held_bytes());
   const double alive = static_cast<double>(alive_total());
   if (held <= part || !(alive > 0)) return;
   const std::uint64_t floor = floor_lines();
@@ -450,10 +459,8 @@ void TimerFilter::give_back() {
   SubFilter& a = *subs_.back();
   const double lambda = active_lambda();
   if (held <= part || a.lines < 2 * floor || !(lambda > 0)) return;
-  const auto horizon = static_cast<Tick>(
-      std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(config_.ticks_per_window))));
-  const double turnover =
-      std::max(0.0, recent_rate(horizon)) * static_cast<double>(config_.ticks_per_window + 1);
+  const double turnover = std::max(0.0, recent_rate(fold_horizon())) *
+                          static_cast<double>(config_.ticks_per_window + 1);
   const double left = part - (held - static_cast<double>(a.bytes()));
   const auto need = std::max(
       {floor, static_cast<std::uint64_t>(std::max(0.0, left) / kLineBytes),

@@ -45,11 +45,15 @@
 //     time: the filters overfill what they hold while the level climbs) and
 //     lowers it one step at a time, and only after the caller has run
 //     kSettleShare of its window at the level it saw (it passes kHold
-//     before that), so that each change takes effect before the next. It falls back only once the
-//     level below fits in kLowerShare (hysteresis) and no reservation was
-//     refused since the previous settle() (a saturated filter inserts little
-//     and under-reports its need): when the load falls, the fpp returns to
-//     target. A refused filter overfills until its next tick.
+//     before that), so that each change takes effect before the next. It
+//     falls back only once the level below fits in kLowerShare
+//     (hysteresis) and no reservation was refused since the previous
+//     settle() (a saturated filter inserts little and under-reports its
+//     need; refuse() counts a filter that did not ask because it holds its
+//     share): when the load falls, the fpp returns to target. A refused
+//     filter makes do with what it holds until its next tick (a timer
+//     filter fills its active up to the effective target, then rejects new
+//     identities).
 // A budget without a limit (max_bytes 0) never refuses and stays at level 0;
 // it still counts, for kdedup_memory_used_bytes. A filter that cannot trade
 // accuracy for memory (exact) charges what it holds and publishes it as its
@@ -149,7 +153,8 @@ class MemoryBudget {
   void release(std::uint64_t bytes) noexcept;
   /// Raises the level to the lowest one at which the published demand fits,
   /// or lowers it one step towards it (see the file comment), if it still
-  /// is `seen_level`; kHold does nothing. A few relaxed loads; a filter calls it once per tick.
+  /// is `seen_level`; kHold does nothing. A few relaxed loads; a filter
+  /// calls it once per tick.
   void settle(std::uint32_t seen_level) noexcept;
   /// Total demand published for `level`, in bytes.
   [[nodiscard]] std::uint64_t demand(std::uint32_t level) const noexcept {

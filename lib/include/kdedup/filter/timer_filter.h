@@ -130,10 +130,10 @@
 // what the rate needs is sealed and a rate-sized one started.) A restored
 // snapshot folds the same way when it is restored. A clock jump past the
 // window empties the filter and returns it to the floor. At most 32
-// sub-filters exist. At that cap, or over a MemoryBudget's limit, a sealed
-// sub-filter with room at the current target becomes the active again before
-// any new one is asked for: its lines were sized for a lower target (the
-// budget's level rose since) and would otherwise sit idle until it expires.
+// sub-filters exist. At that cap, or when the MemoryBudget refuses a new one,
+// a sealed sub-filter with room at the current target becomes the active
+// again: its lines were sized for a lower target (the budget's level rose
+// since) and would otherwise sit idle until it expires.
 // Inserting into any sub-filter keeps every entry (the query reads them
 // all), and the fpp sum rule above still bounds the one taking insertions.
 // Over the limit, a filter holding more than its share of it (the limit in
@@ -323,14 +323,25 @@ class TimerFilter final : public SlidingFilter {
   [[nodiscard]] static std::uint64_t fold_size(std::uint64_t lines, std::uint64_t need);
   /// Over a budget's limit, while this filter holds more than its share of
   /// it: folds sealed sub-filters to the load the effective target allows
-  /// them, so that the partitions that grew later get room.
+  /// them, then the active down to what is left of the share, so that the
+  /// partitions that grew later get room.
   void give_back();
+  /// This filter's share of the budget's limit (in proportion to its
+  /// published demand at the target) while the total demand exceeds the
+  /// limit; -1 otherwise (no limited budget, or everything fits).
+  [[nodiscard]] double budget_part() const;
+  /// Cell bytes of all sub-filters.
+  [[nodiscard]] std::uint64_t held_bytes() const;
+  /// Ticks (kFoldHorizonShare of the window, at least one) whose rate a
+  /// fold keeps.
+  [[nodiscard]] Tick fold_horizon() const;
   /// Seals the active sub-filter and adds one sized by growth_target(); at
-  /// the sub-filter cap or when the budget refuses, the active overfills
-  /// until the next tick instead.
+  /// the sub-filter cap or when the budget refuses, a sealed one with room
+  /// takes over, else enter_overfull().
   void seal_and_grow();
-  /// Growth refused until the next tick: the active takes inserts up to the
-  /// load at which its fpp is the largest effective target, then rejects.
+  /// Growth refused until the next tick: under a budget the active takes
+  /// inserts up to the load at which it alone reaches the effective target,
+  /// then rejects new identities; without one it takes every insert.
   void enter_overfull();
   /// Makes the sealed sub-filter with the most room under the fpp sum rule
   /// the active one (Growth::kDensity only); false when none has room.
