@@ -39,9 +39,12 @@
 //    alternating for --rounds rounds: medians and the median of the
 //    per-round ratios (the machine's load moves both sides of a round alike).
 //    --compact-only MIB prints one such rate and nothing else.
+// 6. With --timer-baseline PATH: the same for the 8-bit timer filter's batch
+//    rate (its default 192 ticks per window), through --timer-only MIB.
 //
 // Usage: filter_bench [--large] [--rounds N] [--skip-throughput] [--skip-accuracy]
 //                     [--compact-ticks] [--compact-baseline PATH] [--compact-only MIB]
+//                     [--timer-baseline PATH] [--timer-only MIB]
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -263,10 +266,11 @@ double compact_rate(std::uint64_t state_bytes, std::uint64_t ops, std::uint64_t&
   return static_cast<double>(((ops + kCompactChunk - 1) / kCompactChunk) * kCompactChunk) / elapsed;
 }
 
-// The compact filter's batch rate of another filter_bench build (one that
-// has --compact-only) at `mib` MiB, run as a child process; 0 on failure.
-double compact_rate_of(const std::string& binary, std::uint64_t mib) {
-  const std::string command = "'" + binary + "' --compact-only " + std::to_string(mib);
+// One rate printed by another filter_bench build run as a child process
+// (`flag` is --compact-only or --timer-only, which it must have) at `mib`
+// MiB; 0 on failure.
+double rate_of(const std::string& binary, const char* flag, std::uint64_t mib) {
+  const std::string command = "'" + binary + "' " + flag + " " + std::to_string(mib);
   FILE* child = popen(command.c_str(), "r");
   if (child == nullptr) return 0;
   double rate = 0;
@@ -298,8 +302,9 @@ std::array<double, 10> compact_tick_profile(std::uint64_t state_bytes, std::uint
   return ns;
 }
 
-Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
-                              std::uint32_t ticks_per_window, int rounds, bool compact) {
+// The 8-bit timer filter of the throughput table (fpp 1%), pre-sized to
+// state_bytes.
+FilterConfig timer_config(std::uint64_t state_bytes, std::uint32_t ticks_per_window) {
   FilterConfig c;
   c.type = FilterType::kTimer;
   c.timer_bits = 8;
@@ -307,51 +312,61 @@ Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
   c.ticks_per_window = ticks_per_window;
   c.max_bytes = std::max<std::uint64_t>(c.max_bytes, state_bytes);
   // Capacity that makes the initial sub-filter exactly state_bytes.
-  {
-    auto probe = make_timer(c);
-    const double per_line = static_cast<double>(c.capacity) / (probe->presized_bytes() / 64.0);
-    c.capacity = static_cast<std::uint64_t>(per_line * (state_bytes / 64.0) * 0.999);
-    c.capacity = std::max<std::uint64_t>(c.capacity, 1);
-  }
-  Throughput out;
+  auto probe = make_timer(c);
+  const double per_line = static_cast<double>(c.capacity) / (probe->presized_bytes() / 64.0);
+  c.capacity = static_cast<std::uint64_t>(per_line * (state_bytes / 64.0) * 0.999);
+  c.capacity = std::max<std::uint64_t>(c.capacity, 1);
+  return c;
+}
+
+// Test-and-insert ops/s of a timer filter of config `c` filled for one
+// window of distinct identities (not timed), over `ops` more: batch or one
+// call per element. Sets the bytes and window of `out` when given.
+double timer_rate(const FilterConfig& c, std::uint64_t ops, bool batch, Throughput* out = nullptr) {
   constexpr std::size_t kChunk = 4096;
   std::vector<Fingerprint> fps(kChunk);
   std::vector<Tick> ticks(kChunk);
   std::vector<Decision> decisions(kChunk);
-  auto run = [&](bool batch) {
-    auto f = make_timer(c);
-    out.bytes = f->stats().bytes;
-    const std::uint32_t window = f->config().ticks_per_window;
-    out.window = window;
-    DistinctStream stream;
-    stream.per_tick = std::max<std::uint64_t>(1, c.capacity / (window + 1));
-    // Fill one window (not timed), then time `ops` operations.
-    const std::uint64_t warm = stream.per_tick * (window + 1);
-    for (std::uint64_t done = 0; done < warm; done += kChunk) {
-      stream.fill(fps, ticks);
+  auto f = make_timer(c);
+  const std::uint32_t window = f->config().ticks_per_window;
+  if (out != nullptr) {
+    out->bytes = f->stats().bytes;
+    out->window = window;
+  }
+  DistinctStream stream;
+  stream.per_tick = std::max<std::uint64_t>(1, c.capacity / (window + 1));
+  // Fill one window (not timed), then time `ops` operations.
+  const std::uint64_t warm = stream.per_tick * (window + 1);
+  for (std::uint64_t done = 0; done < warm; done += kChunk) {
+    stream.fill(fps, ticks);
+    f->test_and_insert_batch(fps, ticks, decisions);
+  }
+  double elapsed = 0;
+  std::uint64_t duplicates = 0;
+  for (std::uint64_t done = 0; done < ops; done += kChunk) {
+    stream.fill(fps, ticks);
+    const double start = CpuClock::now();
+    if (batch) {
       f->test_and_insert_batch(fps, ticks, decisions);
+    } else {
+      for (std::size_t i = 0; i < kChunk; ++i) decisions[i] = f->test_and_insert(fps[i], ticks[i]);
     }
-    double elapsed = 0;
-    std::uint64_t duplicates = 0;
-    for (std::uint64_t done = 0; done < ops; done += kChunk) {
-      stream.fill(fps, ticks);
-      const double start = CpuClock::now();
-      if (batch) {
-        f->test_and_insert_batch(fps, ticks, decisions);
-      } else {
-        for (std::size_t i = 0; i < kChunk; ++i)
-          decisions[i] = f->test_and_insert(fps[i], ticks[i]);
-      }
-      elapsed += seconds_since(start);
-      for (Decision d : decisions) duplicates += d == Decision::kDuplicate;
-    }
-    if (f->stats().subfilters != 1) {
-      std::fprintf(stderr, "note: %u sub-filters at %" PRIu64 " bytes\n", f->stats().subfilters,
-                   state_bytes);
-    }
-    (void)duplicates;
-    return static_cast<double>(((ops + kChunk - 1) / kChunk) * kChunk) / elapsed;
-  };
+    elapsed += seconds_since(start);
+    for (Decision d : decisions) duplicates += d == Decision::kDuplicate;
+  }
+  if (f->stats().subfilters != 1) {
+    std::fprintf(stderr, "note: %u sub-filters at %" PRIu64 " bytes\n", f->stats().subfilters,
+                 f->stats().bytes);
+  }
+  (void)duplicates;
+  return static_cast<double>(((ops + kChunk - 1) / kChunk) * kChunk) / elapsed;
+}
+
+Throughput measure_throughput(std::uint64_t state_bytes, std::uint64_t ops,
+                              std::uint32_t ticks_per_window, int rounds, bool compact) {
+  const FilterConfig c = timer_config(state_bytes, ticks_per_window);
+  Throughput out;
+  auto run = [&](bool batch) { return timer_rate(c, ops, batch, &out); };
   using kdedup::filter::Simd;
   const Simd best = kdedup::filter::simd_supported();
   out.single = run(false);  // no vector path: once is enough
@@ -480,7 +495,7 @@ std::string human_bytes(std::uint64_t b) {
 
 int main(int argc, char** argv) {
   bool large = false, throughput = true, accuracy = true, compact_ticks = false;
-  std::string compact_baseline;
+  std::string compact_baseline, timer_baseline;
   int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -500,6 +515,17 @@ int main(int argc, char** argv) {
       compact_ticks = true;
     } else if (arg == "--compact-baseline" && i + 1 < argc) {
       compact_baseline = argv[++i];
+    } else if (arg == "--timer-baseline" && i + 1 < argc) {
+      timer_baseline = argv[++i];
+    } else if (arg == "--timer-only" && i + 1 < argc) {
+      const long mib = std::atol(argv[++i]);
+      if (mib < 1) {
+        std::fprintf(stderr, "--timer-only: expected a size in MiB, got '%s'\n", argv[i]);
+        return 2;
+      }
+      std::printf("%.0f\n", timer_rate(timer_config(static_cast<std::uint64_t>(mib) << 20, 0),
+                                       20'000'000, true));
+      return 0;
     } else if (arg == "--compact-only" && i + 1 < argc) {
       const long mib = std::atol(argv[++i]);
       if (mib < 1) {
@@ -512,7 +538,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--large] [--rounds N] [--skip-throughput] [--skip-accuracy] "
-                   "[--compact-ticks] [--compact-baseline PATH] [--compact-only MIB]\n",
+                   "[--compact-ticks] [--compact-baseline PATH] [--compact-only MIB] "
+                   "[--timer-baseline PATH] [--timer-only MIB]\n",
                    argv[0]);
       return 2;
     }
@@ -577,7 +604,17 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
 
-  if (!compact_baseline.empty()) {
+  // This build against another one, each side in its own process (the
+  // machine's load moves both sides of a round alike).
+  struct Baseline {
+    const std::string& path;
+    const char* flag;
+    const char* what;
+  };
+  for (const Baseline& b :
+       {Baseline{timer_baseline, "--timer-only", "The 8-bit timer filter (W 192)"},
+        Baseline{compact_baseline, "--compact-only", "The compact filter"}}) {
+    if (b.path.empty()) continue;
     char self[4096];
     const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -586,9 +623,9 @@ int main(int argc, char** argv) {
     }
     self[len] = '\0';
     std::printf(
-        "### The compact filter against a baseline build (fpp 1%%, batch test-and-insert of new "
-        "ids, each side in its own process, %d alternating rounds)\n\n",
-        rounds);
+        "### %s against a baseline build (fpp 1%%, batch test-and-insert of new ids, each side "
+        "in its own process, %d alternating rounds)\n\n",
+        b.what, rounds);
     std::printf(
         "| state | this build ops/s | baseline ops/s | this / baseline | rounds (this / baseline) "
         "|\n");
@@ -597,11 +634,11 @@ int main(int argc, char** argv) {
       std::vector<double> mine, base, ratio;
       std::string pairs;
       for (int r = 0; r < rounds; ++r) {
-        mine.push_back(compact_rate_of(self, mib));
-        base.push_back(compact_rate_of(compact_baseline, mib));
+        mine.push_back(rate_of(self, b.flag, mib));
+        base.push_back(rate_of(b.path, b.flag, mib));
         if (mine.back() <= 0 || base.back() <= 0) {
-          std::fprintf(stderr, "a --compact-only run failed (is '%s' a filter_bench with it?)\n",
-                       compact_baseline.c_str());
+          std::fprintf(stderr, "a %s run failed (is '%s' a filter_bench with it?)\n", b.flag,
+                       b.path.c_str());
           return 1;
         }
         ratio.push_back(mine.back() / base.back());
