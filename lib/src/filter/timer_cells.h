@@ -35,7 +35,10 @@
 namespace kdedup::filter {
 namespace {
 
-constexpr std::uint16_t kVersion = 1;
+// Version 2 adds each sub-filter's hash range after its line count; it is
+// written only when some sub-filter is shrunk (span != lines), so that a
+// build that reads only version 1 restores every other snapshot.
+constexpr std::uint16_t kVersion = 2;
 constexpr std::uint64_t kLineBytes = 64;
 constexpr std::uint64_t kScrubPrefetchLines = 8;
 constexpr std::uint32_t kMaxProbes = 16;  // k <= 64 / log2(cells per line) <= 12
@@ -475,7 +478,8 @@ struct TimerFilter::SubFilter {
     void operator()(std::uint8_t* p) const { std::free(p); }
   };
   std::unique_ptr<std::uint8_t[], Free> data;
-  std::uint64_t lines = 0;
+  std::uint64_t lines = 0;     // lines of cells held
+  std::uint64_t span = 0;      // range of the line hash: lines, or up to 2x after a shrink
   Tick created = 0;            // start of the scrub schedule
   std::uint64_t swept = 0;     // lines visited since `created`
   std::uint64_t cursor = 0;    // swept % lines: the next line to visit
@@ -488,12 +492,16 @@ struct TimerFilter::SubFilter {
 
   std::uint8_t* line(std::uint64_t i) const { return data.get() + i * kLineBytes; }
   std::uint64_t bytes() const { return lines * kLineBytes; }
+  // The held line of hash line v < span (linear hashing: see "Shrink" in
+  // timer_filter.h).
+  std::uint64_t held(std::uint64_t v) const { return v < lines ? v : v - span / 2; }
 
   static std::unique_ptr<SubFilter> make(std::uint64_t lines, Tick now, std::uint32_t window) {
     auto s = std::make_unique<SubFilter>();
     s->data.reset(allocate_cells(lines * kLineBytes));
     if (!s->data) return nullptr;
     s->lines = lines;
+    s->span = lines;
     s->created = now;
     s->last_insert = now;
     s->alive.init(window);

@@ -129,7 +129,6 @@ void TimerFilter::clear_all(Tick now) {
   maybe_fold();
   publish_demand();
   refresh_threshold();  // and the view
-  peak_bytes_ = std::max(peak_bytes_, held_bytes());
 }
 
 void TimerFilter::advance(Tick now) {

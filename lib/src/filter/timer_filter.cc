@@ -87,10 +87,13 @@ std::uint64_t TimerFilter::initial_bytes() const noexcept {
 void TimerFilter::refresh_view() {
   TickView& v = view_;
   v.count = static_cast<std::uint32_t>(subs_.size());
+  bool shrunk = false;
   for (std::size_t i = 0; i < subs_.size(); ++i) {
     const SubFilter& s = *subs_[subs_.size() - 1 - i];
-    v.subs[i] = {s.data.get(), s.lines};
+    v.subs[i] = {s.data.get(), s.span, s.lines, s.span / 2};
+    shrunk = shrunk || s.lines != s.span;
   }
+  v.shrunk = shrunk;
   v.k = k_;
   v.equal = config_.equal_timers;
   // The insert path needs these for every operation; a division per op (the
@@ -132,9 +135,18 @@ void TimerFilter::commit_inserts(std::uint64_t n, std::uint64_t filled) {
 
 namespace {
 
-// The line of `fp` in one sub-filter (multiply-high range reduction).
-inline std::uint8_t* line_of(const std::uint64_t hi, std::uint8_t* data, std::uint64_t lines) {
-  return data + mulhi(hi, lines) * kLineBytes;
+// The line of `fp` in sub-filter `s` of a view: multiply-high range
+// reduction over its hash range, and past a shrink the hash lines beyond
+// those held share a line with the one half the range back (linear hashing,
+// "Shrink" in timer_filter.h). The batch loops' UnshrunkView skips that
+// compare when no sub-filter is shrunk (the usual case).
+template <class View>
+[[gnu::always_inline]] inline std::uint8_t* line_of(const std::uint64_t hi, const View& view,
+                                                    std::uint32_t s) {
+  const auto& c = view.subs[s];
+  std::uint64_t v = mulhi(hi, c.span);
+  if constexpr (View::kMayBeShrunk) v -= v >= c.lines ? c.back : 0;
+  return c.data + v * kLineBytes;
 }
 
 // Outcome of probe_once.
@@ -157,14 +169,14 @@ template <unsigned Bits, unsigned K>
   std::uint32_t pos[kMaxProbes];
   probe_positions<Cells<Bits>::kPerLine, K>(fp.lo, k, pos);
   // Newest sub-filter first: it holds the most recent, most often repeated ids.
-  std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
+  std::uint8_t* active = line_of(fp.hi, view, 0);
   std::uint32_t empty = 0;
   if (all_alive<Bits>(active, pos, k, view, empty) &&
       (view.equal == 0 || enough_equal<Bits>(active, pos, k, view.equal))) {
     return Probe::kDuplicate;
   }
   for (std::uint32_t s = 1; s < view.count; ++s) {
-    const std::uint8_t* line = line_of(fp.hi, view.subs[s].data, view.subs[s].lines);
+    const std::uint8_t* line = line_of(fp.hi, view, s);
     std::uint32_t unused;
     if (all_alive<Bits>(line, pos, k, view, unused) &&
         (view.equal == 0 || enough_equal<Bits>(line, pos, k, view.equal))) {
@@ -187,7 +199,7 @@ inline Probe write_once(const auto& view, const Fingerprint& fp, std::uint64_t i
   if (inserted >= view.room) return Probe::kNeedSeal;
   std::uint32_t pos[kMaxProbes];
   probe_positions<Cells<Bits>::kPerLine, 0>(fp.lo, view.k, pos);
-  std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
+  std::uint8_t* active = line_of(fp.hi, view, 0);
   filled = 0;
   for (std::uint32_t i = 0; i < view.k; ++i) filled += Cells<Bits>::get(active, pos[i]) == 0;
   write_code<Bits>(active, pos, view.k, view.now_code);
@@ -235,11 +247,11 @@ template <class Line, unsigned K>
                                                  std::uint64_t inserted, std::uint32_t& filled) {
   const std::uint64_t want = probe_mask64<K>(fp.lo, view.k);
   const typename Line::Codes codes(view.live_lo, view.live_span);
-  std::uint8_t* active = line_of(fp.hi, view.subs[0].data, view.subs[0].lines);
+  std::uint8_t* active = line_of(fp.hi, view, 0);
   const Line a(active, codes);
   if ((a.live & want) == want) return Probe::kDuplicate;
   for (std::uint32_t s = 1; s < view.count; ++s) {
-    const Line other(line_of(fp.hi, view.subs[s].data, view.subs[s].lines), codes);
+    const Line other(line_of(fp.hi, view, s), codes);
     if ((other.live & want) == want) return Probe::kDuplicate;
   }
   if (inserted >= view.room) return Probe::kNeedSeal;
@@ -412,54 +424,62 @@ template <unsigned Bits, class Prober>
   const std::size_t n = fps.size();
   for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
     for (std::uint32_t s = 0; s < view_.count; ++s) {
-      __builtin_prefetch(line_of(fps[i].hi, view_.subs[s].data, view_.subs[s].lines), 1, 3);
+      __builtin_prefetch(line_of(fps[i].hi, view_, s), 1, 3);
     }
   }
   const std::size_t prefetch_end = n > kPrefetchDistance ? n - kPrefetchDistance : 0;
   std::size_t i = 0;
   while (i < n) {
     if (ticks[i] > clock_) move_clock(ticks[i]);
-    const Tick clock = clock_;
     std::size_t end = i;
-    while (end < n && ticks[end] <= clock) ++end;
-    const TickView view = view_;
-    std::uint64_t inserted = 0, filled = 0;
-    // False when the active sub-filter must be sealed first (nothing done).
-    auto decide_one = [&](std::size_t j) __attribute__((always_inline)) {
-      std::uint32_t empty = 0;
-      const Probe p = Prober::run(view, fps[j], inserted, empty);
-      if (p == Probe::kNeedSeal) return false;
-      out[j] = p == Probe::kDuplicate ? Decision::kDuplicate : Decision::kDistinct;
-      inserted += p == Probe::kInserted;
-      filled += empty;
-      return true;
-    };
-    const std::size_t split = std::min(end, prefetch_end);
-    bool stopped = false;
-    for (; i < split; ++i) {
-      const std::uint64_t hi = fps[i + kPrefetchDistance].hi;
-      __builtin_prefetch(line_of(hi, view.subs[0].data, view.subs[0].lines), 1, 3);
-      for (std::uint32_t s = 1; s < view.count; ++s) {
-        __builtin_prefetch(line_of(hi, view.subs[s].data, view.subs[s].lines), 1, 3);
-      }
-      if (!decide_one(i)) {
-        stopped = true;
-        break;
-      }
-    }
-    if (!stopped) {
-      for (; i < end; ++i) {
-        if (!decide_one(i)) break;
-      }
-    }
-    commit_inserts(inserted, filled);
-    if (i < n && ticks[i] <= clock_) {
+    while (end < n && ticks[end] <= clock_) ++end;
+    i = view_.shrunk ? run_tick<Bits, Prober, TickView>(fps, out, i, end, prefetch_end)
+                     : run_tick<Bits, Prober, UnshrunkView>(fps, out, i, end, prefetch_end);
+    if (i < end) {
       // Stopped for a seal: this element goes through the one-by-one path,
       // which seals and inserts; the next run picks up the new view.
       out[i] = decide<Bits>(fps[i]);
       ++i;
     }
   }
+}
+
+template <unsigned Bits, class Prober, class View>
+[[gnu::always_inline]] inline std::size_t TimerFilter::run_tick(std::span<const Fingerprint> fps,
+                                                                std::span<Decision> out,
+                                                                std::size_t i, std::size_t end,
+                                                                std::size_t prefetch_end) {
+  View view;
+  static_cast<TickView&>(view) = view_;
+  std::uint64_t inserted = 0, filled = 0;
+  // False when the active sub-filter must be sealed first (nothing done).
+  auto decide_one = [&](std::size_t j) __attribute__((always_inline)) {
+    std::uint32_t empty = 0;
+    const Probe p = Prober::run(view, fps[j], inserted, empty);
+    if (p == Probe::kNeedSeal) return false;
+    out[j] = p == Probe::kDuplicate ? Decision::kDuplicate : Decision::kDistinct;
+    inserted += p == Probe::kInserted;
+    filled += empty;
+    return true;
+  };
+  const std::size_t split = std::min(end, prefetch_end);
+  bool stopped = false;
+  for (; i < split; ++i) {
+    const std::uint64_t hi = fps[i + kPrefetchDistance].hi;
+    __builtin_prefetch(line_of(hi, view, 0), 1, 3);
+    for (std::uint32_t s = 1; s < view.count; ++s) __builtin_prefetch(line_of(hi, view, s), 1, 3);
+    if (!decide_one(i)) {
+      stopped = true;
+      break;
+    }
+  }
+  if (!stopped) {
+    for (; i < end; ++i) {
+      if (!decide_one(i)) break;
+    }
+  }
+  commit_inserts(inserted, filled);
+  return i;
 }
 
 template <unsigned Bits, unsigned K>
@@ -529,16 +549,17 @@ void TimerFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
 
 template <unsigned Bits>
 double TimerFilter::cells_fpp(const SubFilter& s) const {
-  // Evenly spaced lines (all of a small sub-filter): for each, the
-  // probability that k distinct cells drawn from it are all alive.
+  // Evenly spaced hash lines (all of a small sub-filter; a shrunk one's
+  // doubled lines are drawn as often as queries find them): for each, the
+  // probability that k distinct cells drawn from its line are all alive.
   constexpr std::uint64_t kSampleLines = 256;
   const std::uint32_t cells = Cells<Bits>::kPerLine;
   const std::uint32_t now_code = static_cast<std::uint32_t>(clock_ % modulus_) + 1;
   const LiveInterval live = live_interval(now_code, config_.ticks_per_window, modulus_);
-  const std::uint64_t sampled = std::min(s.lines, kSampleLines);
+  const std::uint64_t sampled = std::min(s.span, kSampleLines);
   double sum = 0;
   for (std::uint64_t i = 0; i < sampled; ++i) {
-    const std::uint8_t* line = s.line(i * s.lines / sampled);
+    const std::uint8_t* line = s.line(s.held(i * s.span / sampled));
     std::uint32_t alive = 0;
     for (std::uint32_t c = 0; c < cells; ++c) {
       const std::uint32_t v = Cells<Bits>::get(line, c);

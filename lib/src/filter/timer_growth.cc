@@ -132,7 +132,29 @@ void TimerFilter::set_target(double fpp) {
 }
 
 double TimerFilter::subfilter_fpp(const SubFilter& s) const {
-  return model_->fpp(static_cast<double>(s.alive.sum) / static_cast<double>(s.lines));
+  return fpp_of(s.span, s.lines, static_cast<double>(s.alive.sum));
+}
+
+double TimerFilter::fpp_of(std::uint64_t span, std::uint64_t lines, double elements) const {
+  if (lines >= span) return model_->fpp(elements / static_cast<double>(lines));
+  // Shrunk: span - lines held lines carry two hash lines each, twice the
+  // load of the others, and take that share of the queries.
+  const double per_hash_line = elements / static_cast<double>(span);
+  const double doubled = 2.0 * static_cast<double>(span - lines) / static_cast<double>(span);
+  return doubled * model_->fpp(2 * per_hash_line) + (1 - doubled) * model_->fpp(per_hash_line);
+}
+
+double TimerFilter::capacity(const SubFilter& s, double lambda) const {
+  if (s.lines >= s.span) return lambda * static_cast<double>(s.lines);
+  // Between the load at which its doubled lines reach lambda and the load at
+  // which every hash line does: fpp_of is monotone in between.
+  const double target = model_->fpp(lambda);
+  double lo = lambda * static_cast<double>(s.span) / 2, hi = lambda * static_cast<double>(s.span);
+  for (int i = 0; i < 40; ++i) {
+    const double mid = (lo + hi) / 2;
+    (fpp_of(s.span, s.lines, mid) <= target ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 std::uint64_t TimerFilter::alive_total() const {
@@ -159,8 +181,7 @@ double TimerFilter::active_lambda() const {
 }
 
 void TimerFilter::refresh_threshold() {
-  active_limit_ =
-      static_cast<std::uint64_t>(active_lambda() * static_cast<double>(subs_.back()->lines));
+  active_limit_ = static_cast<std::uint64_t>(capacity(*subs_.back(), active_lambda()));
   refresh_view();
 }
 
@@ -221,7 +242,7 @@ bool TimerFilter::reactivate_roomiest() {
     const double others = used - subfilter_fpp(s);
     const double budget = kBudgetShare * (target_ - others);
     if (!(budget > 0)) continue;
-    const double limit = model_->lambda_for(budget) * static_cast<double>(s.lines);
+    const double limit = capacity(s, model_->lambda_for(budget));
     const double room = limit - static_cast<double>(s.alive.sum);
     // Worth a switch: an eighth of its limit, so that a batch does not
     // bounce between nearly full sub-filters.
@@ -253,8 +274,8 @@ void TimerFilter::enter_overfull() {
   // tick. An overfilled sub-filter makes every query of its window a false
   // positive (the filters saturate, and stay so for a window); a rejected
   // identity is one false positive, and the next tick asks again.
-  overfull_limit_ = std::max(a.alive.sum, static_cast<std::uint64_t>(model_->lambda_for(target_) *
-                                                                     static_cast<double>(a.lines)));
+  overfull_limit_ =
+      std::max(a.alive.sum, static_cast<std::uint64_t>(capacity(a, model_->lambda_for(target_))));
   refresh_view();
 }
 
@@ -312,9 +333,9 @@ void TimerFilter::maybe_fold() {
   const std::uint64_t floor = floor_lines();
   if (a.lines <= floor) return;
   if (config_.growth == Growth::kDensity &&
-      static_cast<double>(a.lines) * lambda_full_ <
-          2 * kFoldHeadroom * static_cast<double>(a.alive.sum)) {
-    return;  // it holds more than half of what it can: no fold is possible
+      capacity(a, lambda_full_) <
+          kShrinkFrom * kGrowthHeadroom * static_cast<double>(a.alive.sum)) {
+    return;  // it holds most of what it can: neither a fold nor a shrink is possible
   }
   const std::uint32_t window = config_.ticks_per_window;
   const Tick horizon = fold_horizon();
@@ -356,22 +377,48 @@ void TimerFilter::maybe_fold() {
   // to it (an earlier fold could land on a line count without a divisor
   // near the final need).
   if (content > kSettled * turnover) return;
-  const std::uint64_t best = fold_size(a.lines, need);
-  if (best > a.lines / 2) {
-    // Too little to fold by an integer factor (less than 2x, or no divisor):
-    // a lone active more than 1.5x what the rate needs is replaced by a
-    // rate-sized one (it leaves a window later), as long as the two together
-    // stay within what the filter already held at its peak.
-    if (subs_.size() != 1) return;
-    const double want = kGrowthHeadroom * turnover;
-    if (2 * a.lines < 3 * lines_for(want, lambda_full_)) return;
-    const double share = std::max(target_ - fpp_budget_used(), kPlanShare * target_);
-    const std::uint64_t lines = lines_for(want, model_->lambda_for(kBudgetShare * share));
-    if ((a.lines + lines) * kLineBytes > peak_bytes_) return;
-    if (auto sub = new_subfilter(lines, false)) subs_.push_back(std::move(sub));
+  const std::uint64_t best = fold_size(a.span, need);
+  if (best < a.lines && best <= a.span / 2) {
+    remap_by(a, best, best);
     return;
   }
-  fold_by(a, a.lines / best);
+  // Too little to fold by an integer factor (less than 2x, or no divisor):
+  // an active that could hold more than kShrinkFrom x what a new sub-filter
+  // would get merges line pairs down to what a fold keeps (linear hashing,
+  // header). Only a lone one (no sealed one takes a share of the target)
+  // that has lived a whole window, on a load that fell and has settled: what
+  // it will hold at this tick's end at the current rate (the window's past
+  // ticks and this one; a tick is a ninth of a 4-bit timer's window) is at
+  // least what the rate brings in a window and at most kSettled x that. A
+  // rate that is not falling may be climbing back (after a burst of
+  // repeats, the rate of new identities dips and then rises for a window),
+  // and what it needs is not known yet.
+  const double keep = content + rate;
+  if (subs_.size() != 1 || clock_ - a.created <= window || keep < turnover ||
+      keep > kSettled * turnover) {
+    return;
+  }
+  if (capacity(a, lambda) < kShrinkFrom * kGrowthHeadroom * keep) return;
+  const std::uint64_t lines = shrink_size(a, kFoldHeadroom * keep, lambda);
+  if (lines < a.lines) remap_by(a, a.span, lines);
+}
+
+std::uint64_t TimerFilter::shrink_size(const SubFilter& s, double holds, double lambda) const {
+  // The fewest lines, from half the hash range (every line doubled) up,
+  // whose fpp holding `holds` stays within lambda's: fpp_of falls as lines
+  // grow, so a bisection over the line count.
+  const double target = model_->fpp(lambda);
+  std::uint64_t lo = std::max(floor_lines(), (s.span + 1) / 2), hi = s.lines;
+  if (lo >= hi || fpp_of(s.span, hi, holds) > target) return s.lines;
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    if (fpp_of(s.span, mid, holds) <= target) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
 }
 
 std::uint64_t TimerFilter::fold_size(std::uint64_t lines, std::uint64_t need) {
@@ -388,16 +435,16 @@ std::uint64_t TimerFilter::fold_size(std::uint64_t lines, std::uint64_t need) {
   return best;
 }
 
-void TimerFilter::fold_by(SubFilter& s, std::uint64_t factor) {
+void TimerFilter::remap_by(SubFilter& s, std::uint64_t span, std::uint64_t lines) {
   switch (config_.timer_bits) {
     case 4:
-      fold<4>(s, factor);
+      remap<4>(s, span, lines);
       break;
     case 8:
-      fold<8>(s, factor);
+      remap<8>(s, span, lines);
       break;
     default:
-      fold<16>(s, factor);
+      remap<16>(s, span, lines);
       break;
   }
 }
@@ -444,10 +491,10 @@ void TimerFilter::give_back() {
     const auto need =
         std::max(floor, static_cast<std::uint64_t>(
                             std::ceil(kFoldHeadroom * static_cast<double>(s.alive.sum) / lambda)));
-    const std::uint64_t size = fold_size(s.lines, need);
-    if (size > s.lines / 2) continue;
+    const std::uint64_t size = fold_size(s.span, need);
+    if (size >= s.lines || size > s.span / 2) continue;
     held -= static_cast<double>((s.lines - size) * kLineBytes);
-    fold_by(s, s.lines / size);
+    remap_by(s, size, size);
     folded = true;
   }
   if (folded) refresh_threshold();
@@ -466,21 +513,27 @@ void TimerFilter::give_back() {
       {floor, static_cast<std::uint64_t>(std::max(0.0, left) / kLineBytes),
        static_cast<std::uint64_t>(std::ceil(
            kFoldHeadroom * std::max(static_cast<double>(a.alive.sum), turnover) / lambda))});
-  const std::uint64_t size = fold_size(a.lines, need);
-  if (size > a.lines / 2) return;
-  fold_by(a, a.lines / size);
+  const std::uint64_t size = fold_size(a.span, need);
+  if (size >= a.lines || size > a.span / 2) return;
+  remap_by(a, size, size);
   refresh_threshold();
 }
 
 template <unsigned Bits>
-void TimerFilter::fold(SubFilter& s, std::uint64_t factor) {
-  // New line j merges old lines j * factor .. j * factor + factor - 1: per
-  // cell the youngest live code (dead codes read as empty). Live codes are
-  // ordered by age as (v - lo) mod 2^b over the live interval (see "Age
-  // test"), so the youngest is the largest key.
-  const std::uint64_t lines = s.lines / factor;
+void TimerFilter::remap(SubFilter& s, std::uint64_t span, std::uint64_t lines) {
+  // Hash line v of the old range is hash line v / d of the new one (d =
+  // s.span / span; multiply-high range reduction: floor(floor(x) / d) ==
+  // floor(x / d)), and each is held where SubFilter::held() puts it. Every
+  // old hash line's cells merge into its new held line, per cell the
+  // youngest live code (dead codes read as empty). Live codes are ordered by
+  // age as (v - lo) mod 2^b over the live interval (see "Age test"), so the
+  // youngest is the largest key. A fold (span = lines = s.span / d) merges
+  // old lines j * d .. j * d + d - 1 into line j; a shrink (d = 1) merges
+  // the old held line of each hash line past `lines` into the line half the
+  // range back.
   std::unique_ptr<std::uint8_t[], SubFilter::Free> data(allocate_cells(lines * kLineBytes));
   if (!data) return;  // no memory for the smaller copy: stay as is
+  const std::uint64_t factor = s.span / span;
   const std::uint32_t now_code = static_cast<std::uint32_t>(clock_ % modulus_) + 1;
   const LiveInterval live = live_interval(now_code, config_.ticks_per_window, modulus_);
   const std::uint32_t mask = modulus_;  // 2^b - 1
@@ -489,28 +542,21 @@ void TimerFilter::fold(SubFilter& s, std::uint64_t factor) {
     const std::uint32_t offset = (v - live.lo) & mask;
     return offset <= live.span ? offset + 1 : 0;
   };
-  std::uint64_t nonempty = 0;
-  for (std::uint64_t j = 0; j < lines; ++j) {
-    std::uint8_t* out = data.get() + j * kLineBytes;
+  const std::uint64_t back = span / 2;
+  for (std::uint64_t v = 0; v < s.span; ++v) {
+    const std::uint8_t* in = s.line(s.held(v));
+    const std::uint64_t w = v / factor;
+    std::uint8_t* out = data.get() + (w < lines ? w : w - back) * kLineBytes;
     for (std::uint32_t c = 0; c < Cells<Bits>::kPerLine; ++c) {
-      std::uint32_t best = 0, best_key = 0;
-      for (std::uint64_t i = 0; i < factor; ++i) {
-        const std::uint32_t v = Cells<Bits>::get(s.line(j * factor + i), c);
-        const std::uint32_t k = key(v);
-        if (k > best_key) {
-          best_key = k;
-          best = v;
-        }
-      }
-      if (best != 0) {
-        Cells<Bits>::set(out, c, best);
-        ++nonempty;
-      }
+      const std::uint32_t v_in = Cells<Bits>::get(in, c);
+      const std::uint32_t k_in = key(v_in);
+      if (k_in > key(Cells<Bits>::get(out, c))) Cells<Bits>::set(out, c, v_in);
     }
   }
   s.data = std::move(data);
+  s.span = span;
   s.lines = lines;
-  s.nonempty = nonempty;
+  s.nonempty = count_nonempty(s.data.get(), s.bytes(), Bits);
   // Every cell is now live or empty, as if each line had just been visited:
   // the sweep continues from the schedule's position for the new size.
   s.swept = s.required(clock_, period_);

@@ -1,4 +1,4 @@
-// Timer filter: serialized state (envelope kind FilterType::kTimer, version 1)
+// Timer filter: serialized state (envelope kind FilterType::kTimer, versions 1 and 2)
 // and its validation on restore.
 
 #include "kdedup/common/bytes.h"
@@ -12,8 +12,10 @@ std::string TimerFilter::serialize() const {
   // buffer reserved at its final size: the cell arrays (nearly all the bytes,
   // up to max_bytes per sub-filter) are copied exactly once and never moved.
   std::uint64_t tail = 0;
+  bool shrunk = false;
   for (const auto& s : subs_) {
-    tail += 7 * sizeof(std::uint64_t) + sizeof(std::uint32_t) +
+    shrunk = shrunk || s->span != s->lines;
+    tail += 8 * sizeof(std::uint64_t) + sizeof(std::uint32_t) +
             s->alive.ring.size() * sizeof(std::uint32_t) + s->bytes();
   }
   std::string out(kEnvelopeHeaderBytes, '\0');
@@ -27,6 +29,7 @@ std::string TimerFilter::serialize() const {
   out.reserve(out.size() + tail + kEnvelopeTrailerBytes);
   for (const auto& s : subs_) {
     w.put<std::uint64_t>(s->lines);
+    if (shrunk) w.put<std::uint64_t>(s->span);
     w.put<Tick>(s->created);
     w.put<std::uint64_t>(s->swept);
     w.put<Tick>(s->last_insert);
@@ -37,14 +40,16 @@ std::string TimerFilter::serialize() const {
     for (std::uint32_t c : s->alive.ring) w.put<std::uint32_t>(c);
     w.put_bytes(std::string_view(reinterpret_cast<const char*>(s->data.get()), s->bytes()));
   }
-  return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kTimer), kVersion,
-                                std::move(out));
+  return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kTimer),
+                                shrunk ? kVersion : std::uint16_t{1}, std::move(out));
 }
 
 Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view payload,
                                                             std::uint16_t version) {
   auto bad = [](const std::string& what) { return fail("timer filter state: " + what); };
-  if (version != kVersion) return bad("unsupported format version " + std::to_string(version));
+  if (version != 1 && version != kVersion) {
+    return bad("unsupported format version " + std::to_string(version));
+  }
   ByteReader r(payload);
   auto config = read_config(r);
   if (!config) return tl::unexpected(config.error());
@@ -70,6 +75,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
   const std::uint32_t window = config->ticks_per_window;
   for (std::uint32_t i = 0; i < *count; ++i) {
     auto lines = r.get<std::uint64_t>("lines");
+    auto span = version >= 2 ? r.get<std::uint64_t>("hash range") : lines;
     auto created = r.get<Tick>("created");
     auto swept = r.get<std::uint64_t>("swept");
     auto last_insert = r.get<Tick>("last insert");
@@ -77,12 +83,16 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     auto nonempty = r.get<std::uint64_t>("nonempty");
     auto first = r.get<std::uint64_t>("window first bucket");
     auto ring_size = r.get<std::uint32_t>("window ring size");
-    if (!lines || !created || !swept || !last_insert || !inserts || !nonempty || !first ||
+    if (!lines || !span || !created || !swept || !last_insert || !inserts || !nonempty || !first ||
         !ring_size) {
       return bad("truncated sub-filter header");
     }
     if (*lines == 0 || *lines > r.remaining() / kLineBytes) {
       return bad("sub-filter size exceeds input");
+    }
+    if (*span < *lines || *span - *lines > *lines) {
+      return bad("hash range " + std::to_string(*span) + " outside lines " +
+                 std::to_string(*lines) + " .. twice that");
     }
     if (*created > *clock || *last_insert > *clock || *last_insert < *created) {
       return bad("sub-filter ticks inconsistent with the clock");
@@ -109,6 +119,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     if (!s->data) return bad("cannot allocate " + std::to_string(*lines * kLineBytes) + " bytes");
     std::memcpy(s->data.get(), cells->data(), cells->size());
     s->lines = *lines;
+    s->span = *span;
     s->created = *created;
     s->swept = *swept;
     s->cursor = *swept % *lines;

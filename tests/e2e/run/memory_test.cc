@@ -9,7 +9,9 @@
 //   log says so once per step, and the target returns once the load falls;
 // - a filter grown by a burst shrinks once the load falls, and so does one
 //   restored from a snapshot taken at the peak of a burst, which still
-//   drops the burst's identities resent after the restart.
+//   drops the burst's identities resent after the restart;
+// - a fall by less than half shrinks the timer filter in place, and its
+//   snapshot restores shrunk.
 
 #include <gtest/gtest.h>
 
@@ -313,15 +315,20 @@ INSTANTIATE_TEST_SUITE_P(RunMemory, UnderABudget,
                            return std::string(p.param.type);
                          });
 
+/// A 10 s window, the timer filter at fpp 1% with the default capacity
+/// hint, and a state dir in `dir` with snapshots only at stop.
+std::string timer_with_state(const TempDir& dir) {
+  return "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\n  capacity: 1000000\n"
+         "state:\n  dir: \"" +
+         dir.file("state") + "\"\n  snapshot_interval: 1h\n";
+}
+
 TEST(RunMemory, ABurstShrinksAfterwardsAndSoDoesItsRestoredSnapshot) {
   auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
   ASSERT_TRUE(broker) << broker.error().message;
   TestBroker& b = **broker;
   TempDir dir;
-  const std::string config =
-      "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\n  capacity: 1000000\n"
-      "state:\n  dir: \"" +
-      dir.file("state") + "\"\n  snapshot_interval: 1h\n";
+  const std::string config = timer_with_state(dir);
   auto trickle = [&](const std::string& prefix, int seconds) {
     for (int i = 0; i < seconds * 4; ++i) {
       if (!b.produce("in", keys(prefix, i * 10, i * 10 + 10))) return false;
@@ -370,6 +377,83 @@ TEST(RunMemory, ABurstShrinksAfterwardsAndSoDoesItsRestoredSnapshot) {
   ASSERT_TRUE(trickle("trickle-b-", 22));
   std::this_thread::sleep_for(1500ms);
   EXPECT_LT(k.sum("kdedup_filter_bytes"), peak / 4) << k.log();
+  expect_each_key_once(b);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+TEST(RunMemory, AFallByLessThanHalfShrinksInPlaceAndItsSnapshotRestoresShrunk) {
+  // Event time: the records are stamped on a schedule that ended a minute
+  // ago, so the partition's clock and the filter's rate follow the stamps,
+  // not the test's pace. 2,000 new identities a second for two 10 s
+  // windows, then 1,400 for three: a fall by 30%, which no fold by an
+  // integer factor fits. The timer filter shrinks in place (it kept the
+  // sub-filter sized for 2,000 a second before); the snapshot at stop holds
+  // the shrunk filter, which the next instance restores and which still
+  // drops the identities sent again within the window.
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  const std::string config = timer_with_state(dir);
+  const std::int64_t t0 = wall_ms() - 110'000;
+  // Ids [first, first + per_second * seconds), a tenth of a second's worth
+  // per stamp, from `from_s` on.
+  auto schedule = [&](const std::string& prefix, int per_second, int from_s, int seconds) {
+    std::vector<TestRecord> records;
+    const int step = per_second / 10;
+    for (int i = 0; i < seconds * 10; ++i) {
+      auto part = keys(prefix, i * step, (i + 1) * step, t0 + from_s * 1000LL + i * 100LL);
+      records.insert(records.end(), part.begin(), part.end());
+    }
+    return records;
+  };
+  const auto high = schedule("high-", 2'000, 0, 20);
+  const auto low = schedule("low-", 1'400, 20, 30);
+  double at_fall = 0, shrunk = 0, first_duplicates = 0;
+  {
+    Instance k(dir, "first", b.bootstrap(), config);
+    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 1; }, 60s))
+        << k.log();
+    ASSERT_TRUE(b.produce("in", high));
+    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == 40'000; }, 60s));
+    std::this_thread::sleep_for(1500ms);
+    at_fall = k.sum("kdedup_filter_bytes");
+    ASSERT_TRUE(b.produce("in", low));
+    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == 82'000; }, 60s));
+    std::this_thread::sleep_for(1500ms);
+    shrunk = k.sum("kdedup_filter_bytes");
+    EXPECT_EQ(k.sum("kdedup_filter_subfilters"), 1);
+    EXPECT_LT(shrunk, 0.85 * at_fall) << shrunk << " bytes after the fall, " << at_fall << " at it";
+    // False positives within the target (every key is new).
+    first_duplicates = k.sum("kdedup_records_duplicate_total");
+    EXPECT_LE(first_duplicates, 0.012 * 82'000);
+    k.process().signal(SIGTERM);
+    ASSERT_EQ(k.process().wait(30s), 0) << k.log();
+  }
+  // Everything the first instance did not judge a duplicate was emitted
+  // (checked by the watermarks: the test broker keeps only the last few MiB
+  // of a partition, here about the last 47,000 outputs).
+  auto before = b.watermarks("out");
+  ASSERT_TRUE(before && before->size() == 1);
+  EXPECT_EQ(before->front().high, 82'000 - first_duplicates);
+  Instance k(dir, "second", b.bootstrap(), config);
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_restores_total") == 1; }, 60s)) << k.log();
+  EXPECT_EQ(k.sum("kdedup_snapshot_refusals_total"), 0) << k.log();
+  // The last two seconds' identities again, as stamped before: every one
+  // delivered before is dropped; only those the first instance had dropped
+  // (false positives, new to Definition 4) may be emitted now.
+  const std::vector<TestRecord> again(low.end() - 2'800, low.end());
+  ASSERT_TRUE(b.produce("in", again));
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == 2'800; }, 30s))
+      << k.log();
+  std::this_thread::sleep_for(1500ms);
+  auto after = b.watermarks("out");
+  ASSERT_TRUE(after && after->size() == 1);
+  const double emitted = static_cast<double>(after->front().high - before->front().high);
+  EXPECT_EQ(k.sum("kdedup_records_duplicate_total") + emitted, 2'800);
+  EXPECT_LE(emitted, first_duplicates);
+  EXPECT_LE(k.sum("kdedup_filter_bytes"), shrunk);  // restored shrunk
   expect_each_key_once(b);
   k.process().signal(SIGTERM);
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();

@@ -12,11 +12,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
+#include "kdedup/common/bytes.h"
 #include "kdedup/filter/aging_filter.h"
 #include "kdedup/filter/compact_filter.h"
+#include "kdedup/filter/config_codec.h"
 #include "kdedup/filter/exact_filter.h"
 #include "kdedup/filter/timer_filter.h"
 #include "streams.h"
@@ -298,6 +301,17 @@ std::vector<Event> burst_stream(std::uint32_t window, double base, std::uint64_t
   return events;
 }
 
+// A run_against_oracle callback that calls `at(tick)` at the first event of
+// every tick.
+template <class Fn>
+auto once_per_tick(Fn at) {
+  return [at, last = Tick{0}](std::size_t, const Event& e, Decision, bool) mutable {
+    if (e.tick == last) return;
+    last = e.tick;
+    at(e.tick);
+  };
+}
+
 TEST(MemoryFollowsLoad, TimerGrowsUnderABurstAndFoldsBackAfterIt) {
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
@@ -314,14 +328,10 @@ TEST(MemoryFollowsLoad, TimerGrowsUnderABurstAndFoldsBackAfterIt) {
         static_cast<double>((*TimerFilter::create_presized(sized))->stats().bytes);
     std::uint64_t peak = 0;
     double worst_estimate = 0;
-    Tick last = 0;
-    auto counts =
-        run_against_oracle(*f, events, 1, [&](std::size_t, const Event& e, Decision, bool) {
-          if (e.tick == last) return;
-          last = e.tick;
-          peak = std::max(peak, f->stats().bytes);
-          worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
-        });
+    auto counts = run_against_oracle(*f, events, 1, once_per_tick([&](Tick) {
+      peak = std::max(peak, f->stats().bytes);
+      worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+    }));
     EXPECT_EQ(counts.false_negatives, 0U);
     EXPECT_LE(counts.fp_rate(), 1.2 * c.fpp);
     EXPECT_LE(worst_estimate, c.fpp);
@@ -370,6 +380,91 @@ TEST(MemoryFollowsLoad, AFoldKeepsEveryLiveEntry) {
   }
   EXPECT_LT(f.stats().bytes, before / 10) << "the oversized sub-filter did not fold";
   EXPECT_LE(f.fpp_budget_used(), c.fpp);
+}
+
+TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
+  // Two windows at 20k ids a window, then four at 14k: a fall by 30%, where
+  // no fold by an integer factor fits. The active merges line pairs down to
+  // the lower rate in place: no second sub-filter (memory never above what
+  // it held when the rate fell), back within 1.5x of the pre-sized figure
+  // (1.42-1.47x; it kept the sub-filter sized for 20k before, 1.9x), no
+  // false negative, false positives within the target; the batch path
+  // shrinks at the same ticks, and a snapshot of the shrunk filter restores
+  // to the same decisions.
+  for (std::uint8_t bits : {4, 8, 16}) {
+    SCOPED_TRACE(int(bits));
+    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
+    const std::uint32_t window = c.ticks_per_window;
+    StreamSpec spec;
+    spec.domain = 1ULL << 40;
+    spec.base_rate = 20'000.0 / (window + 1);
+    spec.ticks = 2 * (window + 1);
+    spec.seed = 31 + bits;
+    auto events = generate_stream(spec);
+    StreamSpec low = spec;
+    low.base_rate = 14'000.0 / (window + 1);
+    low.first_tick = spec.ticks;
+    low.ticks = 4 * (window + 1);
+    low.seed = spec.seed + 1;
+    const auto tail = generate_stream(low);
+    const std::size_t rest = tail.size() - tail.size() / 8;  // held back for the restore
+    events.insert(events.end(), tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(rest));
+    auto f = make(c);
+    auto batch = make(c);
+    std::uint64_t at_fall = 0, after_fall = 0;
+    double worst_estimate = 0;
+    auto counts = run_against_oracle(*f, events, 1, once_per_tick([&](Tick tick) {
+      const std::uint64_t bytes = f->stats().bytes;
+      if (tick <= spec.ticks) at_fall = bytes;
+      if (tick > spec.ticks) after_fall = std::max(after_fall, bytes);
+      // The first window's probes leave within it.
+      if (tick > window + 1) {
+        worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+      }
+    }));
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.fp_rate(), 1.2 * c.fpp);
+    EXPECT_LE(worst_estimate, c.fpp);
+    EXPECT_LE(after_fall, at_fall);
+    const double presized = static_cast<double>(presized_bytes(c, 14'000));
+    EXPECT_LE(static_cast<double>(f->stats().bytes), 1.5 * presized);
+    EXPECT_EQ(f->stats().subfilters, 1U);
+    EXPECT_LT(static_cast<double>(f->stats().bytes), 0.85 * static_cast<double>(at_fall));
+    auto seq = run_against_oracle(*batch, events, 128);
+    EXPECT_EQ(seq.false_positives, counts.false_positives);
+    const std::string state = f->serialize();
+    EXPECT_EQ(batch->serialize(), state);
+    auto restored = restore_filter(state);
+    ASSERT_TRUE(restored) << restored.error().message;
+    EXPECT_EQ((*restored)->serialize(), state);
+    // Its state is format 2 (each sub-filter's hash range after its line
+    // count), and a hash range outside lines .. 2 x lines is refused.
+    auto env = open_envelope(state, "test");
+    ASSERT_TRUE(env);
+    EXPECT_EQ(env->version, 2);
+    std::string config_bytes;
+    ByteWriter w(config_bytes);
+    write_config(w, f->config());
+    const std::size_t lines_at = config_bytes.size() + 4 + 3 * 8 + 4;
+    std::uint64_t lines = 0, span = 0;
+    std::memcpy(&lines, env->payload.data() + lines_at, 8);
+    std::memcpy(&span, env->payload.data() + lines_at + 8, 8);
+    EXPECT_GT(span, lines);
+    EXPECT_LE(span, 2 * lines);
+    for (const std::uint64_t bad : {lines - 1, 2 * lines + 1}) {
+      std::string p(env->payload);
+      std::memcpy(p.data() + lines_at + 8, &bad, 8);
+      auto r = restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 2, p));
+      ASSERT_FALSE(r);
+      EXPECT_NE(r.error().message.find("hash range"), std::string::npos) << r.error().message;
+    }
+    for (std::size_t i = rest; i < tail.size(); ++i) {
+      ASSERT_EQ((*restored)->test_and_insert(tail[i].fp, tail[i].tick),
+                f->test_and_insert(tail[i].fp, tail[i].tick))
+          << "event " << i;
+    }
+    EXPECT_EQ((*restored)->serialize(), f->serialize());
+  }
 }
 
 TEST(MemoryFollowsLoad, ARestoredOversizedFilterShrinks) {

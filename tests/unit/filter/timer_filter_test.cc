@@ -609,8 +609,12 @@ TEST(TimerFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   // Unchanged payload still restores (the test edits are what break it).
   EXPECT_TRUE(
       restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, payload)));
+  // Version 2 reads a hash range after each line count: this payload read
+  // so is inconsistent; version 3 is unknown.
   EXPECT_FALSE(
       restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 2, payload)));
+  EXPECT_FALSE(
+      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 3, payload)));
 }
 
 // --- equal timers ------------------------------------------------------------

@@ -123,9 +123,21 @@
 // negative), the estimate stays exact, and no second copy is held while the
 // window turns over. New sub-filters get 8 x a 5-smooth number of lines, so
 // that a divisor lies within a few percent of any smaller need. An active
-// with nothing alive returns to the floor whatever its size; a lone active
-// 1.5x to 2x what the rate needs (no integer fold) is replaced by a
-// rate-sized one when the two together stay within the filter's peak. (Growth::
+// with nothing alive returns to the floor whatever its size.
+// Shrink by less than 2x (linear hashing, Litwin, VLDB 1980, contraction): a
+// sub-filter keeps its hash range of `span` lines and holds fewer lines L,
+// span / 2 <= L <= span; hash line v >= L shares the line v - span / 2 with
+// the hash line there. Dropping the last line merges it, cell by cell (the
+// youngest live code), into the line half the range back, so any L can be
+// reached in place and every live entry stays. The span - L doubled lines
+// carry twice the load and take 2 (span - L) / span of the queries; the fpp
+// estimate and the load limit count them so. A lone active that cannot
+// fold by an integer factor, has lived a whole window and could hold more
+// than kShrinkFrom x 1.25 x what it must keep (what it holds at the tick's
+// end at the current rate) shrinks to the fewest lines that hold 1.1 x that
+// within its budget, once the load has fallen and settled: what it must keep
+// is between 1 and kSettled x what the rate brings in a window (a rising
+// rate's need is not known yet). (Growth::
 // kCardinality cannot fold, its count never decreases: a lone active twice
 // what the rate needs is sealed and a rate-sized one started.) A restored
 // snapshot folds the same way when it is restored. A clock jump past the
@@ -152,8 +164,9 @@
 // every query, not only what it inserted. Without a budget (at the cap of
 // sub-filters), the active absorbs every insert as before.
 //
-// Serialized form: envelope kind FilterType::kTimer, version 1, checksummed;
-// every field is validated on restore.
+// Serialized form: envelope kind FilterType::kTimer, checksummed; version 1,
+// or version 2 (each sub-filter's hash range after its line count) when a
+// sub-filter is shrunk; every field is validated on restore.
 //
 // Threading: owned by one thread (the worker owning its Slice); no method is
 // thread-safe.
@@ -200,6 +213,9 @@ class TimerFilter final : public SlidingFilter {
   /// The window has turned over at the current rate (a fold may follow)
   /// once it holds at most this many times what the rate brings in one.
   static constexpr double kSettled = 1.05;
+  /// An active that cannot fold shrinks once it could hold this many times
+  /// kGrowthHeadroom x what it must keep.
+  static constexpr double kShrinkFrom = 1.2;
   /// New sub-filters get this many lines times a 5-smooth number, so that
   /// they can fold to within a few percent of any smaller size.
   static constexpr std::uint64_t kFoldGrain = 8;
@@ -271,7 +287,9 @@ class TimerFilter final : public SlidingFilter {
   struct TickView {
     struct Cells {
       std::uint8_t* data = nullptr;
-      std::uint64_t lines = 0;
+      std::uint64_t span = 0;   // range of the line hash
+      std::uint64_t lines = 0;  // lines held: hash lines from here on ...
+      std::uint64_t back = 0;   // ... are held this many lines back (span / 2)
     };
     std::array<Cells, kMaxSubfilters> subs{};  // newest (the active one) first
     std::uint32_t count = 0;                   // live sub-filters
@@ -283,8 +301,17 @@ class TimerFilter final : public SlidingFilter {
     std::uint32_t live_lo = 1;
     std::uint32_t live_span = 0;
     std::uint64_t room = 0;  // inserts the active may take before it must be sealed
+    bool shrunk = false;     // some sub-filter holds fewer lines than its hash range
+    // line_of() may meet a shrunk sub-filter (UnshrunkView: it cannot).
+    static constexpr bool kMayBeShrunk = true;
     // 4- and 8-bit timers: alive / empty class of every code (timer_filter.cc).
     std::array<std::uint8_t, 256> code_class{};
+  };
+
+  /// The view of a run in which no sub-filter is shrunk: the batch loops'
+  /// line hash skips the shrunk mapping's compare (run_batch()).
+  struct UnshrunkView : TickView {
+    static constexpr bool kMayBeShrunk = false;
   };
 
   /// What a new sub-filter should hold, and whether it is a probe (sized
@@ -312,15 +339,29 @@ class TimerFilter final : public SlidingFilter {
   /// Reads the budget's pressure level (once per tick) and retargets.
   void observe_budget();
   void set_target(double fpp);
-  /// Folds the active sub-filter when it is at least twice what it needs.
+  /// Folds the active sub-filter when it is at least twice what it needs,
+  /// or shrinks it when it is kShrinkFrom x that and cannot fold.
   void maybe_fold();
+  /// Rebuilds `s` over a hash range of `span` lines (a divisor of its own)
+  /// in `lines` held lines (span / 2 <= lines <= span), keeping every live
+  /// entry: a fold (span = lines = s.span / d) or a shrink (span = s.span).
   template <unsigned Bits>
-  void fold(SubFilter& s, std::uint64_t factor);
-  /// fold<timer_bits>(s, factor).
-  void fold_by(SubFilter& s, std::uint64_t factor);
+  void remap(SubFilter& s, std::uint64_t span, std::uint64_t lines);
+  /// remap<timer_bits>(s, span, lines).
+  void remap_by(SubFilter& s, std::uint64_t span, std::uint64_t lines);
   /// The smallest divisor of `lines` that is >= need (`lines` when none is
   /// at most lines / 2 away).
   [[nodiscard]] static std::uint64_t fold_size(std::uint64_t lines, std::uint64_t need);
+  /// Fewest held lines (at least the floor and half of s.span) at which `s`
+  /// holding `holds` elements stays within the fpp of load `lambda`;
+  /// s.lines when none is fewer.
+  [[nodiscard]] std::uint64_t shrink_size(const SubFilter& s, double holds, double lambda) const;
+  /// Estimated fpp of a sub-filter of `lines` held lines over a hash range
+  /// of `span` holding `elements`.
+  [[nodiscard]] double fpp_of(std::uint64_t span, std::uint64_t lines, double elements) const;
+  /// Elements `s` holds when it reaches the fpp of load `lambda` (lambda x
+  /// lines unless shrunk).
+  [[nodiscard]] double capacity(const SubFilter& s, double lambda) const;
   /// Over a budget's limit, while this filter holds more than its share of
   /// it: folds sealed sub-filters to the load the effective target allows
   /// them, then the active down to what is left of the share, so that the
@@ -376,6 +417,11 @@ class TimerFilter final : public SlidingFilter {
   template <unsigned Bits, class Prober>
   void run_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                  std::span<Decision> out);
+  /// One run of run_batch: elements [i, end) at the clock, seen through a
+  /// View copied from view_; returns the first element not decided.
+  template <unsigned Bits, class Prober, class View>
+  std::size_t run_tick(std::span<const Fingerprint> fps, std::span<Decision> out, std::size_t i,
+                       std::size_t end, std::size_t prefetch_end);
   template <unsigned Bits, unsigned K>
   void decide_batch(std::span<const Fingerprint> fps, std::span<const Tick> ticks,
                     std::span<Decision> out);
@@ -416,7 +462,6 @@ class TimerFilter final : public SlidingFilter {
   Tick first_tick_ = 0;             // tick of the first insertion (rate estimate)
   Tick history_from_ = 0;           // ticks before this have no counts (a clear)
   std::uint64_t tick_inserts_ = 0;  // insertions at the current clock value
-  std::uint64_t peak_bytes_ = 0;    // most cell bytes held at a tick (not serialized)
   std::uint64_t insertions_ = 0;
   // Queries (test_and_insert), and their rate per tick: a moving average
   // over about kFoldHorizonShare of the window (not serialized). An
