@@ -49,6 +49,13 @@ inline std::uint64_t mulhi(std::uint64_t a, std::uint64_t b) {
   return static_cast<std::uint64_t>((static_cast<u128>(a) * b) >> 64);
 }
 
+// The line that holds hash line v of a sub-filter holding `lines` lines
+// over a hash range of `span` = 2 x `back` or fewer: v itself, or past the
+// held lines the one half the range back (linear hashing: see "Shrink" in
+// timer_filter.h).
+constexpr std::uint64_t held_line(std::uint64_t v, std::uint64_t lines, std::uint64_t back) {
+  return v >= lines ? v - back : v;
+}
 constexpr unsigned log2_of(std::uint32_t v) {
   unsigned r = 0;
   while ((1U << r) < v) ++r;
@@ -492,9 +499,10 @@ struct TimerFilter::SubFilter {
 
   std::uint8_t* line(std::uint64_t i) const { return data.get() + i * kLineBytes; }
   std::uint64_t bytes() const { return lines * kLineBytes; }
-  // The held line of hash line v < span (linear hashing: see "Shrink" in
-  // timer_filter.h).
-  std::uint64_t held(std::uint64_t v) const { return v < lines ? v : v - span / 2; }
+  // The held line of hash line v < span.
+  std::uint64_t held(std::uint64_t v) const { return held_line(v, lines, span / 2); }
+  // Fewer lines held than the hash range (a shrink).
+  bool shrunk() const { return lines != span; }
 
   static std::unique_ptr<SubFilter> make(std::uint64_t lines, Tick now, std::uint32_t window) {
     auto s = std::make_unique<SubFilter>();

@@ -91,7 +91,7 @@ void TimerFilter::refresh_view() {
   for (std::size_t i = 0; i < subs_.size(); ++i) {
     const SubFilter& s = *subs_[subs_.size() - 1 - i];
     v.subs[i] = {s.data.get(), s.span, s.lines, s.span / 2};
-    shrunk = shrunk || s.lines != s.span;
+    shrunk = shrunk || s.shrunk();
   }
   v.shrunk = shrunk;
   v.k = k_;
@@ -145,7 +145,7 @@ template <class View>
                                                     std::uint32_t s) {
   const auto& c = view.subs[s];
   std::uint64_t v = mulhi(hi, c.span);
-  if constexpr (View::kMayBeShrunk) v -= v >= c.lines ? c.back : 0;
+  if constexpr (View::kMayBeShrunk) v = held_line(v, c.lines, c.back);
   return c.data + v * kLineBytes;
 }
 

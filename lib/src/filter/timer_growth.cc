@@ -145,7 +145,7 @@ double TimerFilter::fpp_of(std::uint64_t span, std::uint64_t lines, double eleme
 }
 
 double TimerFilter::capacity(const SubFilter& s, double lambda) const {
-  if (s.lines >= s.span) return lambda * static_cast<double>(s.lines);
+  if (!s.shrunk()) return lambda * static_cast<double>(s.lines);
   // Between the load at which its doubled lines reach lambda and the load at
   // which every hash line does: fpp_of is monotone in between.
   const double target = model_->fpp(lambda);
@@ -377,9 +377,8 @@ void TimerFilter::maybe_fold() {
   // to it (an earlier fold could land on a line count without a divisor
   // near the final need).
   if (content > kSettled * turnover) return;
-  const std::uint64_t best = fold_size(a.span, need);
-  if (best < a.lines && best <= a.span / 2) {
-    remap_by(a, best, best);
+  if (const std::uint64_t folded = fold_lines(a, need); folded != 0) {
+    remap_by(a, folded, folded);
     return;
   }
   // Too little to fold by an integer factor (less than 2x, or no divisor):
@@ -421,18 +420,20 @@ std::uint64_t TimerFilter::shrink_size(const SubFilter& s, double holds, double 
   return lo;
 }
 
-std::uint64_t TimerFilter::fold_size(std::uint64_t lines, std::uint64_t need) {
-  // The smallest divisor L' of the line count with L' >= need: fold by L / L'.
-  std::uint64_t best = lines;
-  if (lines >= 2 * need) {
-    for (std::uint64_t d = 1; d * d <= lines; ++d) {
-      if (lines % d != 0) continue;
-      for (const std::uint64_t c : {d, lines / d}) {
+std::uint64_t TimerFilter::fold_lines(const SubFilter& s, std::uint64_t need) {
+  // The smallest proper divisor L' of the hash range with L' >= need: fold
+  // by span / L', if that holds fewer lines than s does now.
+  const std::uint64_t span = s.span;
+  std::uint64_t best = span;
+  if (span >= 2 * need) {
+    for (std::uint64_t d = 1; d * d <= span; ++d) {
+      if (span % d != 0) continue;
+      for (const std::uint64_t c : {d, span / d}) {
         if (c >= need && c < best) best = c;
       }
     }
   }
-  return best;
+  return best < span && best < s.lines ? best : 0;
 }
 
 void TimerFilter::remap_by(SubFilter& s, std::uint64_t span, std::uint64_t lines) {
@@ -491,8 +492,8 @@ void TimerFilter::give_back() {
     const auto need =
         std::max(floor, static_cast<std::uint64_t>(
                             std::ceil(kFoldHeadroom * static_cast<double>(s.alive.sum) / lambda)));
-    const std::uint64_t size = fold_size(s.span, need);
-    if (size >= s.lines || size > s.span / 2) continue;
+    const std::uint64_t size = fold_lines(s, need);
+    if (size == 0) continue;
     held -= static_cast<double>((s.lines - size) * kLineBytes);
     remap_by(s, size, size);
     folded = true;
@@ -513,8 +514,8 @@ void TimerFilter::give_back() {
       {floor, static_cast<std::uint64_t>(std::max(0.0, left) / kLineBytes),
        static_cast<std::uint64_t>(std::ceil(
            kFoldHeadroom * std::max(static_cast<double>(a.alive.sum), turnover) / lambda))});
-  const std::uint64_t size = fold_size(a.span, need);
-  if (size >= a.lines || size > a.span / 2) return;
+  const std::uint64_t size = fold_lines(a, need);
+  if (size == 0) return;
   remap_by(a, size, size);
   refresh_threshold();
 }
@@ -542,11 +543,9 @@ void TimerFilter::remap(SubFilter& s, std::uint64_t span, std::uint64_t lines) {
     const std::uint32_t offset = (v - live.lo) & mask;
     return offset <= live.span ? offset + 1 : 0;
   };
-  const std::uint64_t back = span / 2;
   for (std::uint64_t v = 0; v < s.span; ++v) {
     const std::uint8_t* in = s.line(s.held(v));
-    const std::uint64_t w = v / factor;
-    std::uint8_t* out = data.get() + (w < lines ? w : w - back) * kLineBytes;
+    std::uint8_t* out = data.get() + held_line(v / factor, lines, span / 2) * kLineBytes;
     for (std::uint32_t c = 0; c < Cells<Bits>::kPerLine; ++c) {
       const std::uint32_t v_in = Cells<Bits>::get(in, c);
       const std::uint32_t k_in = key(v_in);

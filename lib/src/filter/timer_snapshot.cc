@@ -14,7 +14,7 @@ std::string TimerFilter::serialize() const {
   std::uint64_t tail = 0;
   bool shrunk = false;
   for (const auto& s : subs_) {
-    shrunk = shrunk || s->span != s->lines;
+    shrunk = shrunk || s->shrunk();
     tail += 8 * sizeof(std::uint64_t) + sizeof(std::uint32_t) +
             s->alive.ring.size() * sizeof(std::uint32_t) + s->bytes();
   }

@@ -349,9 +349,9 @@ class TimerFilter final : public SlidingFilter {
   void remap(SubFilter& s, std::uint64_t span, std::uint64_t lines);
   /// remap<timer_bits>(s, span, lines).
   void remap_by(SubFilter& s, std::uint64_t span, std::uint64_t lines);
-  /// The smallest divisor of `lines` that is >= need (`lines` when none is
-  /// at most lines / 2 away).
-  [[nodiscard]] static std::uint64_t fold_size(std::uint64_t lines, std::uint64_t need);
+  /// The lines `s` folds to for `need`: the smallest proper divisor of its
+  /// hash range that is >= need, if fewer than it holds; 0 when none is.
+  [[nodiscard]] static std::uint64_t fold_lines(const SubFilter& s, std::uint64_t need);
   /// Fewest held lines (at least the floor and half of s.span) at which `s`
   /// holding `holds` elements stays within the fpp of load `lambda`;
   /// s.lines when none is fewer.
