@@ -233,6 +233,12 @@ bool AgingFilter::reserve(Slice& s, bool required) {
   return true;
 }
 
+void AgingFilter::quiet() {
+  std::uint64_t held = 0;
+  for (const Slice& s : slices_) held += s.bits / 8;
+  demand_.cap(held);
+}
+
 void AgingFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
   budget_ = std::move(budget);
   demand_ = MemoryDemand(budget_);

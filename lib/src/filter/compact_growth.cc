@@ -458,6 +458,12 @@ void CompactFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
   refresh_limit();
 }
 
+void CompactFilter::quiet() {
+  std::uint64_t held = 0;
+  for (const auto& t : tables_) held += t->bytes();
+  demand_.cap(held);
+}
+
 void CompactFilter::set_target(double fpp) {
   target_ = fpp;
   const Shape s = compact::best_shape(kBudgetShare * fpp, kFingerprintLoad, t_);

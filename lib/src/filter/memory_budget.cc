@@ -142,6 +142,13 @@ void MemoryDemand::publish(std::span<const std::uint64_t> bytes) noexcept {
   }
 }
 
+void MemoryDemand::cap(std::uint64_t bytes) {
+  if (!published_) return;
+  std::vector<std::uint64_t> capped = bytes_;
+  for (std::uint64_t& b : capped) b = std::min(b, bytes);
+  publish(capped);
+}
+
 void MemoryDemand::withdraw() noexcept {
   if (!budget_) return;
   for (std::size_t l = 0; l < bytes_.size(); ++l) {

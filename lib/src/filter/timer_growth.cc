@@ -459,6 +459,8 @@ double TimerFilter::budget_part() const {
          static_cast<double>(total);
 }
 
+void TimerFilter::quiet() { demand_.cap(held_bytes()); }
+
 std::uint64_t TimerFilter::held_bytes() const {
   std::uint64_t held = 0;
   for (const auto& s : subs_) held += s->bytes();

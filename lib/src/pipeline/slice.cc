@@ -109,6 +109,13 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
 
 Slice::~Slice() = default;
 
+void Slice::check_quiet(std::int64_t wall_ms) {
+  if (last_active_ms_ < 0) last_active_ms_ = wall_ms;  // a spell starts at the first check
+  if (quiet_ || !filter_ || wall_ms - last_active_ms_ < quiet_after_ms()) return;
+  filter_->quiet();
+  quiet_ = true;
+}
+
 filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept {
   switch (clock_.observe(timestamp_ms, wall_ms)) {
     case PartitionClock::Reading::kCapped:

@@ -104,7 +104,9 @@ void Worker::barrier(Work::Kind kind, std::vector<PartitionId> partitions,
 void Worker::loop() {
   for (;;) {
     Work work;
-    if (!next(work)) {
+    const bool got = next(work);
+    check_quiet();
+    if (!got) {
       capture_due_idle();
       continue;
     }
@@ -158,6 +160,18 @@ void Worker::capture_due_idle() {
   for (auto& [id, slice] : slices_) {
     if (slice->captures().records_since > 0) maybe_capture(*slice, 0);
   }
+}
+
+void Worker::check_quiet() {
+  // Once a second, busy or idle: slices that got no batch for a while
+  // lower their filter's memory demand (Slice::check_quiet()); a scan of
+  // the worker's slices, a few nanoseconds each.
+  constexpr auto kEvery = std::chrono::seconds(1);
+  const auto now = Clock::now();
+  if (now - quiet_checked_ < kEvery) return;
+  quiet_checked_ = now;
+  const std::int64_t wall_ms = wall_ns() / 1'000'000;
+  for (auto& [id, slice] : slices_) slice->check_quiet(wall_ms);
 }
 
 void Worker::release(Work& work) {
@@ -215,6 +229,7 @@ void Worker::process_partition(Slice& slice, std::span<MessagePtr> records) {
   emit_ages_ = {};
   ProducerSinks sinks(*this, slice, records);
   batch_wall_ns_ = wall_ns();
+  slice.active(batch_wall_ns_ / 1'000'000);
   const BatchResult r = processor_.process(slice, batch_view_.of(records, reads_headers_),
                                            batch_wall_ns_ / 1'000'000, sinks);
   if (r.offsets_rejected) {

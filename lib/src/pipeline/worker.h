@@ -94,6 +94,7 @@ class Worker {
   void loop();
   [[nodiscard]] bool next(Work& work);
   void capture_due_idle();
+  void check_quiet();
   void release(Work& work);
   void process(std::vector<MessagePtr>& records);
   void process_partition(Slice& slice, std::span<MessagePtr> records);
@@ -120,6 +121,8 @@ class Worker {
   OutputProducer output_;             // topic handles released at kStop
   metrics::EmitAgeCounts emit_ages_;  // this batch's output records
   std::int64_t batch_wall_ns_ = 0;    // the wall clock when this batch began
+  // The last check_quiet() pass.
+  std::chrono::steady_clock::time_point quiet_checked_{};
 };
 
 /// The workers, seen from the consumer thread: fetched records are batched

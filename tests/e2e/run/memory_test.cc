@@ -6,7 +6,8 @@
 //   filters), the filters stay within it (plus one floor per partition),
 //   the effective fpp is raised and reported, the audited false-positive
 //   rate stays within the reported estimate, nothing is emitted twice, the
-//   log says so once per step, and the target returns once the load falls;
+//   log says so once per step, and the target returns once the load falls,
+//   also when a partition went quiet with the window it held;
 // - a filter grown by a burst shrinks once the load falls, and so does one
 //   restored from a snapshot taken at the peak of a burst, which still
 //   drops the burst's identities resent after the restart;
@@ -295,10 +296,16 @@ TEST_P(UnderABudget, TheFppRisesEvenlyWithoutFalseNegatives) {
   EXPECT_GE(raised, 1U) << log;
   EXPECT_LE(raised, 8U) << log;  // 0.001 * 2^8 > 0.25: at most 8 steps
 
-  // The load falls to a trickle of new identities: two windows later the
-  // filters fit again and size for filter.fpp.
+  // The load falls to a trickle of new identities, all on partition 1:
+  // two windows later the filters fit again and size for filter.fpp.
+  // Partition 0 goes quiet: its clock (event time) stands still with the
+  // window it held; after a window of wall time it asks for no more than it
+  // holds, and does not keep partition 1's fpp raised (before, its demand
+  // for that window at filter.fpp did, for as long as it stayed quiet).
   for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(b.produce("in", keys("late-", i * 10, i * 10 + 10)));
+    auto late = keys("late-", i * 10, i * 10 + 10);
+    for (auto& r : late) r.partition = 1;
+    ASSERT_TRUE(b.produce("in", late));
     std::this_thread::sleep_for(900ms);
   }
   EXPECT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_fpp_effective_target") == 0.001; }, 30s))

@@ -767,6 +767,55 @@ TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {
   }
 }
 
+TEST(MemoryBudgetFilters, AQuietFilterStopsHoldingTheLevelUp) {
+  // Two partitions under a load that needs twice the budget; then one goes
+  // quiet (no record: its event-time clock stands still) and the other gets
+  // a trickle. The quiet one's demand still says what its window needs at
+  // the target, which keeps the level up for the other one for as long as
+  // it stays quiet; once told it is quiet (the pipeline does after a while
+  // of wall time), it asks for no more than it holds, and the level falls.
+  for (FilterType type : {FilterType::kTimer, FilterType::kAging, FilterType::kCompact}) {
+    SCOPED_TRACE(to_string(type));
+    const FilterConfig c = config_of(type, 1'000, 8, 0.01, 4096);
+    const std::uint32_t window = c.ticks_per_window;
+    auto budget = budget_of(presized_bytes(c, 40'000), c.fpp);
+    auto quiet = make(c), busy = make(c);
+    quiet->set_memory_budget(budget);
+    busy->set_memory_budget(budget);
+    std::uint64_t id = 0;
+    Tick t = 0;
+    for (; t < 2 * (window + 1); ++t) {
+      for (auto* f : {quiet.get(), busy.get()}) {
+        for (int i = 0; i < static_cast<int>(40'000 / (window + 1)); ++i) {
+          (void)f->test_and_insert(identity_fingerprint(id++, 8), t);
+        }
+      }
+    }
+    ASSERT_GE(budget->level(), 1U);
+    auto trickle = [&](Tick until) {
+      for (; t < until; ++t) {
+        for (int i = 0; i < static_cast<int>(2'000 / (window + 1)) + 1; ++i) {
+          (void)busy->test_and_insert(identity_fingerprint(id++, 8), t);
+        }
+      }
+    };
+    trickle(6 * (window + 1));
+    // (The aging filter's demand follows its last tick's insertions, which
+    // fit this budget by themselves here: only the fall is checked for it.)
+    if (type != FilterType::kAging) {
+      EXPECT_GE(budget->level(), 1U) << "the quiet filter's demand no longer holds the level up";
+    }
+    const std::uint64_t stale = budget->demand(0);
+    quiet->quiet();
+    if (type != FilterType::kAging) {
+      EXPECT_LT(budget->demand(0), stale);
+    }
+    trickle(10 * (window + 1));
+    EXPECT_EQ(budget->level(), 0U);
+    EXPECT_LE(busy->stats().fpp_estimate, c.fpp);
+  }
+}
+
 TEST(MemoryBudgetFilters, ReleasedWhenTheFilterGoes) {
   auto budget = budget_of(0);
   for (FilterType type :

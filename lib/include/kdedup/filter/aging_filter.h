@@ -151,6 +151,7 @@ class AgingFilter final : public SlidingFilter {
   /// Charges the slices held now, then reserves every new s0 and releases
   /// every retired slice (memory_budget.h).
   void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
+  void quiet() override;
   /// Insertions per bit a slice takes over its k generations: ln 2 at the
   /// configured fpp, more while budget pressure raises the target.
   [[nodiscard]] double load() const noexcept { return load_; }

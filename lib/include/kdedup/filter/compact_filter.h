@@ -299,6 +299,7 @@ class CompactFilter final : public SlidingFilter {
   /// Charges the tables held now, then reserves every new table and
   /// releases every freed one (memory_budget.h, and "Memory budget" above).
   void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
+  void quiet() override;
 
   /// True if `fp` would be judged a duplicate at `now` (at the clock if
   /// `now` is earlier), without inserting it.

@@ -38,7 +38,9 @@
 //     evenly instead of the last one to ask losing.
 //   - What sets the level: demand. Once per tick a filter publishes, through
 //     its MemoryDemand, the bytes it would need at every level for what its
-//     window holds and its insertion rate brings. The level is the lowest
+//     window holds and its insertion rate brings; a filter whose partition
+//     went quiet (its clock stands still) lowers it to what it holds
+//     (SlidingFilter::quiet(), MemoryDemand::cap()). The level is the lowest
 //     one at which the sum over all filters fits in kFitShare of the limit:
 //     settle() (every filter calls it once per tick) raises it to that
 //     level at once (a load that keeps rising would outrun one step at a
@@ -235,6 +237,9 @@ class MemoryDemand {
   /// Replaces the published demand: bytes[L] is what the filter would need
   /// at level L (levels() values).
   void publish(std::span<const std::uint64_t> bytes) noexcept;
+  /// Lowers the published demand at every level to at most `bytes` (a
+  /// filter that will not allocate until its next tick: SlidingFilter::quiet()).
+  void cap(std::uint64_t bytes);
   /// The published demand at level 0 (0 before the first publish()).
   [[nodiscard]] std::uint64_t at_target() const noexcept {
     return bytes_.empty() ? 0 : bytes_.front();

@@ -113,6 +113,17 @@ class SlidingFilter {
   /// neither counted nor limited.
   virtual void set_memory_budget(std::shared_ptr<MemoryBudget> budget);
 
+  /// The partition went quiet (no record for a while by the wall clock: the
+  /// caller's judgement; the filter's clock is event time and stands still
+  /// meanwhile). Until its clock next moves the filter allocates nothing, so
+  /// the demand it published into its memory budget (what it would need for
+  /// its window at each pressure level) is lowered to what it holds: a
+  /// partition that went quiet after a burst does not keep every other
+  /// partition's effective fpp raised. Its next tick publishes its demand
+  /// afresh. The default does nothing (no budget, or a filter that
+  /// publishes what it holds).
+  virtual void quiet() {}
+
   /// Full state in a versioned, checksummed envelope (kdedup/common/bytes.h).
   [[nodiscard]] virtual std::string serialize() const = 0;
 };

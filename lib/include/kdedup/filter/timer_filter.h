@@ -258,6 +258,7 @@ class TimerFilter final : public SlidingFilter {
   /// Charges the cells held now, then reserves every new sub-filter and
   /// releases every freed or folded one (memory_budget.h).
   void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
+  void quiet() override;
 
   /// Probes per element (derived from fpp and timer_bits).
   [[nodiscard]] std::uint32_t k() const noexcept { return k_; }

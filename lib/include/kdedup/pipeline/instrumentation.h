@@ -100,6 +100,7 @@ class AuditedFilter final : public filter::SlidingFilter {
   void set_memory_budget(std::shared_ptr<filter::MemoryBudget> budget) override {
     inner_->set_memory_budget(std::move(budget));
   }
+  void quiet() override { inner_->quiet(); }
 
   [[nodiscard]] const filter::SlidingFilter& inner() const noexcept { return *inner_; }
   /// Audit totals since creation (tests, logs); null without a sampler.

@@ -19,6 +19,7 @@
 // partition empty) and decide() confirms the filter's duplicates there
 // (pipeline/confirm.h).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -247,6 +248,23 @@ class Slice {
   void set_replay(ReplayRule rule) { replay_ = std::move(rule); }
   [[nodiscard]] const ReplayRule& replay() const noexcept { return replay_; }
 
+  /// Quiet spells, judged by the wall clock (the partition clock is event
+  /// time and stands still without records): the owning worker calls
+  /// active() with the wall clock of every batch and check_quiet() now and
+  /// then. Once no batch came for quiet_after_ms() of wall time, the filter
+  /// is told once (SlidingFilter::quiet(): it lowers its memory demand to
+  /// what it holds); a batch ends the spell.
+  void active(std::int64_t wall_ms) noexcept {
+    last_active_ms_ = wall_ms;
+    quiet_ = false;
+  }
+  void check_quiet(std::int64_t wall_ms);
+  /// A window, at most kQuietAfterMs.
+  [[nodiscard]] std::int64_t quiet_after_ms() const noexcept {
+    return std::min(scale_.window_ms(), kQuietAfterMs);
+  }
+  static constexpr std::int64_t kQuietAfterMs = 60'000;
+
   /// Snapshot bookkeeping; only the owning worker touches it.
   [[nodiscard]] CaptureSchedule& captures() noexcept { return captures_; }
 
@@ -273,6 +291,8 @@ class Slice {
   std::shared_ptr<PartitionCounters> counters_ = std::make_shared<PartitionCounters>();
   std::unique_ptr<Confirmer> confirmer_;
   std::optional<std::string> failure_;
+  std::int64_t last_active_ms_ = -1;  // wall clock of the last batch; -1: none yet
+  bool quiet_ = false;                // the filter was told, no batch since
 };
 
 /// Picks the worker for a newly assigned partition: the one owning the
