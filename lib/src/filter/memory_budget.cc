@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace kdedup::filter {
 
@@ -15,7 +16,7 @@ double effective_fpp(double fpp, double scale) noexcept {
 bool BudgetLevel::follow(MemoryBudget& budget, std::uint64_t now, std::uint32_t ticks_per_window) {
   const double settle = MemoryBudget::kSettleShare * ticks_per_window;
   const bool held = static_cast<double>(now - since_) >= std::max(1.0, settle);
-  budget.settle(held ? level_ : MemoryBudget::kHold);  // the load may have fallen
+  budget.settle(held ? level_ : MemoryBudget::kHold, refusals_seen_);  // the load may have fallen
   const std::uint32_t level = budget.level();
   if (level == level_) return false;
   reset(level, now);
@@ -72,12 +73,11 @@ void MemoryBudget::release(std::uint64_t bytes) noexcept {
   used_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-void MemoryBudget::settle(std::uint32_t seen_level) noexcept {
+void MemoryBudget::settle(std::uint32_t seen_level, std::uint64_t& refusals_seen) noexcept {
   if (options_.max_bytes == 0) return;
-  // Refusals since the previous settle() by any filter (about a tick).
+  // Refusals since this caller's previous settle() (a tick of its clock).
   const std::uint64_t refusals = refusals_.load(std::memory_order_relaxed);
-  const bool refused =
-      refusals_at_settle_.exchange(refusals, std::memory_order_relaxed) != refusals;
+  const bool refused = std::exchange(refusals_seen, refusals) != refusals;
   if (seen_level == kHold || level() != seen_level) return;
   const auto limit = static_cast<double>(options_.max_bytes);
   const auto fits = [&](std::uint32_t l, double share) {

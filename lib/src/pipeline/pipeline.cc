@@ -230,7 +230,7 @@ Status Pipeline::Impl::build_workers() {
   }
   worker_context.emplace(WorkerContext{config, protocol->producer(), *protocol, fatal,
                                        filter::Fingerprinter(config.identity.salt), hooks,
-                                       snapshotter.get(), salt_check});
+                                       snapshotter.get(), salt_check, options.memory});
   recovery.salt_check = salt_check;
   recovery.fingerprinter = &worker_context->fingerprinter;
   if (auto s = workers.build(*worker_context, config.threads, config.identity.extractor); !s) {

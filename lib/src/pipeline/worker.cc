@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "fatal_error.h"
 #include "kdedup/pipeline/snapshotter.h"
@@ -172,6 +173,21 @@ void Worker::check_quiet() {
   quiet_checked_ = now;
   const std::int64_t wall_ms = wall_ns() / 1'000'000;
   for (auto& [id, slice] : slices_) slice->check_quiet(wall_ms);
+  settle_budget(wall_ms);
+}
+
+void Worker::settle_budget(std::int64_t wall_ms) {
+  // The filters vote on the budget's level once per tick of their clocks,
+  // which are event time: they stand still on a partition without records.
+  // Once the load fell to nothing, no filter would vote again and the level
+  // would stay raised (a process whose every partition went quiet after a
+  // burst). The worker votes too, by the wall clock, once a second, under
+  // the same rule: a step down only after an eighth of a window of wall
+  // time at the level it saw, and only while the published demand fits.
+  if (!context_.memory) return;
+  const auto window_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(
+      context_.config.window_ms(), std::numeric_limits<std::uint32_t>::max()));
+  budget_level_.follow(*context_.memory, static_cast<std::uint64_t>(wall_ms), window_ms);
 }
 
 void Worker::release(Work& work) {

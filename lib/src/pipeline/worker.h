@@ -23,6 +23,7 @@
 
 #include "kdedup/config/config.h"
 #include "kdedup/filter/fingerprint.h"
+#include "kdedup/filter/memory_budget.h"
 #include "kdedup/identity/extractor.h"
 #include "kdedup/metrics/metrics.h"
 #include "kdedup/pipeline/partition_processor.h"
@@ -61,6 +62,8 @@ struct WorkerContext {
   SliceHooks& hooks;
   Snapshotter* snapshotter = nullptr;  // null: no snapshots
   std::uint64_t salt_check = 0;        // filter::salt_check(), only with snapshots
+  /// The process's memory budget (SliceOptions::memory); null: none.
+  std::shared_ptr<filter::MemoryBudget> memory;
 };
 
 /// One worker thread and its queue. The queue is the only thing shared with
@@ -95,6 +98,7 @@ class Worker {
   [[nodiscard]] bool next(Work& work);
   void capture_due_idle();
   void check_quiet();
+  void settle_budget(std::int64_t wall_ms);
   void release(Work& work);
   void process(std::vector<MessagePtr>& records);
   void process_partition(Slice& slice, std::span<MessagePtr> records);
@@ -123,6 +127,9 @@ class Worker {
   std::int64_t batch_wall_ns_ = 0;    // the wall clock when this batch began
   // The last check_quiet() pass.
   std::chrono::steady_clock::time_point quiet_checked_{};
+  // The worker's own vote on the memory budget's level, by the wall clock
+  // in milliseconds (check_quiet()).
+  filter::BudgetLevel budget_level_;
 };
 
 /// The workers, seen from the consumer thread: fetched records are batched

@@ -296,19 +296,23 @@ TEST_P(UnderABudget, TheFppRisesEvenlyWithoutFalseNegatives) {
   EXPECT_GE(raised, 1U) << log;
   EXPECT_LE(raised, 8U) << log;  // 0.001 * 2^8 > 0.25: at most 8 steps
 
-  // The load falls to a trickle of new identities, all on partition 1:
-  // two windows later the filters fit again and size for filter.fpp.
-  // Partition 0 goes quiet: its clock (event time) stands still with the
-  // window it held; after a window of wall time it asks for no more than it
-  // holds, and does not keep partition 1's fpp raised (before, its demand
-  // for that window at filter.fpp did, for as long as it stayed quiet).
-  for (int i = 0; i < 50; ++i) {
+  // The load falls to a trickle of new identities, all on partition 1, for
+  // little more than a window, then to nothing: the filters fit again and
+  // size for filter.fpp. Partition 0 goes quiet: its clock (event time)
+  // stands still with the window it held; after a window of wall time it
+  // asks for no more than it holds, and does not keep partition 1's fpp
+  // raised (before, its demand for that window at filter.fpp did, for as
+  // long as it stayed quiet). Once the trickle stops no filter's clock moves
+  // and the level falls by the workers' wall-clock votes (before, it stayed
+  // wherever the last tick left it: one step down per two ticks is slower
+  // than the trickle is long).
+  for (int i = 0; i < 30; ++i) {
     auto late = keys("late-", i * 10, i * 10 + 10);
     for (auto& r : late) r.partition = 1;
     ASSERT_TRUE(b.produce("in", late));
     std::this_thread::sleep_for(900ms);
   }
-  EXPECT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_fpp_effective_target") == 0.001; }, 30s))
+  EXPECT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_fpp_effective_target") == 0.001; }, 60s))
       << k.log();
   EXPECT_NE(k.log().find("every partition sizes for filter.fpp 0.001 again"), std::string::npos);
   k.process().signal(SIGTERM);

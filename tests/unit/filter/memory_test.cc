@@ -116,28 +116,29 @@ TEST(MemoryBudget, TheLevelFollowsThePublishedDemand) {
   EXPECT_EQ(b->max_level(), 5U);  // 0.01 * 2^5 = 0.32 >= kMaxEffectiveFpp
   {
     MemoryDemand d(b);
+    std::uint64_t seen = 0;  // the voter's refusal count (one voter here)
     ASSERT_EQ(d.levels(), 6U);
     // Needs 2000 bytes at the target, 30% less per level.
     std::vector<std::uint64_t> need{2000, 1400, 980, 686, 480, 336};
     d.publish(need);
     EXPECT_EQ(b->demand(0), 2000U);
-    b->settle(MemoryBudget::kHold);  // a filter that has not run long enough at the level
+    b->settle(MemoryBudget::kHold, seen);  // a filter that has not run long enough at the level
     EXPECT_EQ(b->level(), 0U);
     // Up at once to the lowest level that fits: 686 <= 0.85 * 1000.
-    b->settle(0);
+    b->settle(0, seen);
     EXPECT_EQ(b->level(), 3U);
-    b->settle(0);  // the level moved past what this caller saw: nothing
+    b->settle(0, seen);  // the level moved past what this caller saw: nothing
     EXPECT_EQ(b->level(), 3U);
-    b->settle(3);
+    b->settle(3, seen);
     EXPECT_EQ(b->level(), 3U);  // level 2 needs 980: above 0.75 * 1000, stays
     EXPECT_DOUBLE_EQ(b->fpp_scale(), 8.0);
     EXPECT_DOUBLE_EQ(b->effective_fpp(), 0.08);
     // The load falls: back one step per round, down to the target.
     d.publish(std::vector<std::uint64_t>{700, 490, 343, 240, 168, 117});
-    b->settle(3);
-    b->settle(2);
+    b->settle(3, seen);
+    b->settle(2, seen);
     EXPECT_EQ(b->level(), 1U);
-    b->settle(1);  // level 0 needs 700 <= 750
+    b->settle(1, seen);  // level 0 needs 700 <= 750
     EXPECT_EQ(b->level(), 0U);
   }
   EXPECT_EQ(b->demand(0), 0U);    // withdrawn with the filter
@@ -151,19 +152,26 @@ TEST(MemoryBudget, TheLevelFollowsThePublishedDemand) {
 TEST(MemoryBudget, RefusalsKeepTheLevelUp) {
   // A saturated filter inserts little and under-reports its need: while
   // reservations are refused the level does not fall.
+  // Each voter judges by the refusals since its own previous vote: one
+  // that votes more often (a worker's wall-clock vote, once a second) does
+  // not hide a refusal from the others.
   auto b = budget_of(1000);
   MemoryDemand d(b);
+  std::uint64_t seen = 0, often = 0;
   d.publish(std::vector<std::uint64_t>{2000, 1000, 500, 250, 125, 60});
-  b->settle(0);
-  b->settle(1);
+  b->settle(0, seen);
+  b->settle(1, seen);
   ASSERT_EQ(b->level(), 2U);
   ASSERT_TRUE(b->try_reserve(1000));
   EXPECT_FALSE(b->try_reserve(1));
   d.publish(std::vector<std::uint64_t>{100, 50, 25, 12, 6, 3});
-  b->settle(2);
+  b->settle(MemoryBudget::kHold, often);  // sees the refusal, does not vote
+  b->settle(2, seen);
   EXPECT_EQ(b->level(), 2U);
-  b->settle(2);  // no refusal since the last round
+  b->settle(2, seen);  // no refusal since its last round
   EXPECT_EQ(b->level(), 1U);
+  b->settle(1, often);  // nor since the other's
+  EXPECT_EQ(b->level(), 0U);
 }
 
 TEST(MemoryBudget, FiltersThatHaveNotPublishedCountAsNeedingWhatTheAskerNeeds) {
@@ -212,12 +220,13 @@ TEST(MemoryBudget, ConcurrentReservationsNeverPassTheLimit) {
     threads.emplace_back([&, t] {
       std::vector<std::uint64_t> held;
       MemoryDemand d(b);
+      std::uint64_t refusals_seen = 0;
       for (int i = 0; i < 20000; ++i) {
         const std::uint64_t n = 1 + static_cast<std::uint64_t>((i * 7919 + t) % 4096);
         if (b->try_reserve(n)) held.push_back(n);
         if (i % 100 == 0) {
           d.publish(std::vector<std::uint64_t>(d.levels(), static_cast<std::uint64_t>(i) * 64));
-          b->settle(b->level());
+          b->settle(b->level(), refusals_seen);
         }
         std::uint64_t seen = b->used();
         std::uint64_t prev = peak.load();

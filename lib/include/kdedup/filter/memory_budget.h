@@ -42,17 +42,20 @@
 //     went quiet (its clock stands still) lowers it to what it holds
 //     (SlidingFilter::quiet(), MemoryDemand::cap()). The level is the lowest
 //     one at which the sum over all filters fits in kFitShare of the limit:
-//     settle() (every filter calls it once per tick) raises it to that
+//     settle() (every filter calls it once per tick of its clock; the
+//     process that owns the filters also once a second by the wall clock,
+//     with a BudgetLevel of its own in milliseconds: event-time clocks stand
+//     still once every partition went quiet) raises it to that
 //     level at once (a load that keeps rising would outrun one step at a
 //     time: the filters overfill what they hold while the level climbs) and
 //     lowers it one step at a time, and only after the caller has run
 //     kSettleShare of its window at the level it saw (it passes kHold
 //     before that), so that each change takes effect before the next. It
 //     falls back only once the level below fits in kLowerShare
-//     (hysteresis) and no reservation was refused since the previous
-//     settle() (a saturated filter inserts little and under-reports its
-//     need; refuse() counts a filter that did not ask because it holds its
-//     share): when the load falls, the fpp returns to target. A refused
+//     (hysteresis) and no reservation was refused since the caller's
+//     previous settle() (a saturated filter inserts little and
+//     under-reports its need; refuse() counts a filter that did not ask
+//     because it holds its share): when the load falls, the fpp returns to target. A refused
 //     filter makes do with what it holds until its next tick (a timer
 //     filter fills its active up to the effective target, then rejects new
 //     identities).
@@ -155,9 +158,12 @@ class MemoryBudget {
   void release(std::uint64_t bytes) noexcept;
   /// Raises the level to the lowest one at which the published demand fits,
   /// or lowers it one step towards it (see the file comment), if it still
-  /// is `seen_level`; kHold does nothing. A few relaxed loads; a filter
-  /// calls it once per tick.
-  void settle(std::uint32_t seen_level) noexcept;
+  /// is `seen_level`; kHold does nothing. `refusals_seen` is the caller's
+  /// own: the refusal count at its previous settle(), updated; it lowers
+  /// the level only if no reservation was refused since (so that a caller
+  /// settling more often than the others cannot hide a refusal from them).
+  /// A few relaxed loads; a filter calls it once per tick.
+  void settle(std::uint32_t seen_level, std::uint64_t& refusals_seen) noexcept;
   /// Total demand published for `level`, in bytes.
   [[nodiscard]] std::uint64_t demand(std::uint32_t level) const noexcept {
     return demand_[level].load(std::memory_order_relaxed);
@@ -177,10 +183,9 @@ class MemoryBudget {
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint32_t> level_{0};
   std::array<std::atomic<std::uint64_t>, kMaxLevels + 1> demand_{};
-  std::atomic<std::uint32_t> members_{0};             // MemoryDemands attached
-  std::atomic<std::uint32_t> publishers_{0};          // ... of which have published
-  std::atomic<std::uint64_t> refusals_{0};            // reservations refused
-  std::atomic<std::uint64_t> refusals_at_settle_{0};  // ... at the last settle()
+  std::atomic<std::uint32_t> members_{0};     // MemoryDemands attached
+  std::atomic<std::uint32_t> publishers_{0};  // ... of which have published
+  std::atomic<std::uint64_t> refusals_{0};    // reservations refused
 };
 
 /// One filter's place on the budget's levels: the level it sizes for and
@@ -203,6 +208,7 @@ class BudgetLevel {
  private:
   std::uint32_t level_ = 0;
   std::uint64_t since_ = 0;
+  std::uint64_t refusals_seen_ = 0;  // MemoryBudget::settle()'s
 };
 
 /// What one filter would need at each pressure level, published into its
