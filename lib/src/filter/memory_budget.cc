@@ -83,6 +83,7 @@ void MemoryBudget::settle(std::uint32_t seen_level, std::uint64_t& refusals_seen
   const auto fits = [&](std::uint32_t l, double share) {
     return static_cast<double>(demand(l)) <= share * limit;
   };
+  if (seen_level == max_level_) note_unmet(!fits(max_level_, 1.0));
   if (seen_level < max_level_ && !fits(seen_level, kFitShare)) {
     // Up to the lowest level that fits at once: a load that keeps rising
     // outruns one step per settle.
@@ -101,15 +102,32 @@ void MemoryBudget::change_level(std::uint32_t from, std::uint32_t to) noexcept {
   // Only the caller that saw `from` last moves it: a round of settle() by
   // many filters at one level is one step.
   if (!level_.compare_exchange_strong(expected, to, std::memory_order_relaxed)) return;
-  if (options_.on_change) {
-    Change c;
-    c.level = to;
-    c.previous = from;
-    c.scale = std::ldexp(1.0, static_cast<int>(to));
-    c.used = used();
-    c.max_bytes = options_.max_bytes;
-    options_.on_change(c);
+  if (to < max_level_) unmet_.store(false, std::memory_order_relaxed);
+  if (options_.on_change) options_.on_change(change(from, to));
+}
+
+MemoryBudget::Change MemoryBudget::change(std::uint32_t from, std::uint32_t to) const noexcept {
+  Change c;
+  c.level = to;
+  c.previous = from;
+  c.scale = std::ldexp(1.0, static_cast<int>(to));
+  c.used = used();
+  c.max_bytes = options_.max_bytes;
+  c.demand = demand(to);
+  c.filters = members_.load(std::memory_order_relaxed);
+  return c;
+}
+
+void MemoryBudget::note_unmet(bool unmet) noexcept {
+  if (!unmet) {
+    unmet_.store(false, std::memory_order_relaxed);
+    return;
   }
+  // Once per spell: only the caller that set the flag reports.
+  if (unmet_.exchange(true, std::memory_order_relaxed) || !options_.on_change) return;
+  Change c = change(max_level_, max_level_);
+  c.unmet = true;
+  options_.on_change(c);
 }
 
 std::uint64_t MemoryBudget::expected_demand(std::uint64_t mine) const noexcept {

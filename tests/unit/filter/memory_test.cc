@@ -149,6 +149,37 @@ TEST(MemoryBudget, TheLevelFollowsThePublishedDemand) {
   EXPECT_EQ(changes.back().level, 0U);
 }
 
+TEST(MemoryBudget, ADemandNoLevelMeetsIsReportedOncePerSpell) {
+  // At the top level the fpp cannot rise further: a demand still past
+  // max_bytes (floors that alone do not fit) is reported once, and again
+  // only after it fitted in between.
+  std::vector<MemoryBudget::Change> changes;
+  auto b = budget_of(1000, 0.01, &changes);
+  MemoryDemand d(b);
+  std::uint64_t seen = 0;
+  const std::vector<std::uint64_t> floors(6, 1600);
+  d.publish(floors);
+  b->settle(0, seen);
+  ASSERT_EQ(b->level(), 5U);
+  ASSERT_EQ(changes.size(), 1U);
+  EXPECT_FALSE(changes[0].unmet);
+  b->settle(5, seen);
+  b->settle(5, seen);
+  ASSERT_EQ(changes.size(), 2U);
+  EXPECT_TRUE(changes[1].unmet);
+  EXPECT_EQ(changes[1].level, 5U);
+  EXPECT_EQ(changes[1].previous, 5U);
+  EXPECT_EQ(changes[1].demand, 1600U);
+  EXPECT_EQ(changes[1].filters, 1U);
+  d.publish(std::vector<std::uint64_t>{1600, 1400, 1200, 1000, 950, 900});  // fits at 5
+  b->settle(5, seen);
+  EXPECT_EQ(changes.size(), 2U);
+  d.publish(floors);
+  b->settle(5, seen);
+  ASSERT_EQ(changes.size(), 3U);
+  EXPECT_TRUE(changes[2].unmet);
+}
+
 TEST(MemoryBudget, RefusalsKeepTheLevelUp) {
   // A saturated filter inserts little and under-reports its need: while
   // reservations are refused the level does not fall.

@@ -96,6 +96,14 @@ class MemoryBudget {
     double scale = 1.0;          ///< fpp_scale() at the new level
     std::uint64_t used = 0;      ///< bytes reserved when it changed
     std::uint64_t max_bytes = 0;
+    /// Not a change of level: at max_level() the published demand still
+    /// exceeds max_bytes, which raising the fpp cannot mend (the filters'
+    /// floors alone may not fit). Reported once each time it starts.
+    bool unmet = false;
+    /// The filters' published demand at `level`, and how many filters share
+    /// the budget.
+    std::uint64_t demand = 0;
+    std::uint32_t filters = 0;
   };
 
   struct Options {
@@ -103,7 +111,9 @@ class MemoryBudget {
     /// The filters' configured fpp: bounds the level, so that the scale
     /// stops where effective_fpp() stops (kMaxEffectiveFpp).
     double fpp = 0.01;
-    /// Called once per change of level (any thread; must be thread-safe).
+    /// Called once per change of level, and when the demand starts to
+    /// exceed max_bytes at the top level (Change::unmet) (any thread; must be
+    /// thread-safe).
     std::function<void(const Change&)> on_change;
   };
 
@@ -177,6 +187,8 @@ class MemoryBudget {
  private:
   friend class MemoryDemand;
   void change_level(std::uint32_t from, std::uint32_t to) noexcept;
+  [[nodiscard]] Change change(std::uint32_t from, std::uint32_t to) const noexcept;
+  void note_unmet(bool unmet) noexcept;
 
   Options options_;
   std::uint32_t max_level_ = 0;
@@ -186,6 +198,7 @@ class MemoryBudget {
   std::atomic<std::uint32_t> members_{0};     // MemoryDemands attached
   std::atomic<std::uint32_t> publishers_{0};  // ... of which have published
   std::atomic<std::uint64_t> refusals_{0};    // reservations refused
+  std::atomic<bool> unmet_{false};            // Change::unmet reported, still so
 };
 
 /// One filter's place on the budget's levels: the level it sizes for and
