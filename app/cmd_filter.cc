@@ -38,6 +38,7 @@
 #include <fmt/format.h>
 
 #include "command.h"
+#include "kdedup/common/byte_size.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/filter/fingerprint.h"
 #include "kdedup/filter/simd.h"
@@ -405,13 +406,6 @@ std::int64_t wall_clock_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string human_bytes(std::uint64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  if (bytes < (1 << 20)) return fmt::format("{:.1f} KiB", bytes / 1024.0);
-  if (bytes < (1ULL << 30)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
-  return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
-}
-
 /// Confirmed mode's figures of a run (`confirm` in --stats).
 struct ConfirmFigures {
   std::uint64_t lookups = 0;
@@ -638,7 +632,7 @@ std::optional<ConfirmFigures> FilterStream::finish_confirmed() {
                "kdedup filter: confirmed in %s: %llu duplicates of the filter looked up, %llu "
                "false positives prevented, store %s\n",
                run_.confirm->dir().c_str(), static_cast<unsigned long long>(f.lookups),
-               static_cast<unsigned long long>(f.prevented), human_bytes(f.store_bytes).c_str());
+               static_cast<unsigned long long>(f.prevented), format_bytes(f.store_bytes).c_str());
   return f;
 }
 
@@ -649,14 +643,14 @@ void FilterStream::report(const Counters& c, double elapsed_s) {
   }
   const filter::SlidingFilter& f = *run_.slice->filter();
   const filter::FilterStats s = f.stats();
-  std::fprintf(stderr,
-               "kdedup filter: %llu records in, %llu distinct, %llu duplicates, %llu invalid in "
-               "%.3f s; %s filter %s (peak %s)\n",
-               static_cast<unsigned long long>(c.records_in),
-               static_cast<unsigned long long>(c.distinct),
-               static_cast<unsigned long long>(c.duplicates),
-               static_cast<unsigned long long>(c.invalid), elapsed_s, filter::to_string(f.type()),
-               human_bytes(s.bytes).c_str(), human_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
+  std::fprintf(
+      stderr,
+      "kdedup filter: %llu records in, %llu distinct, %llu duplicates, %llu invalid in "
+      "%.3f s; %s filter %s (peak %s)\n",
+      static_cast<unsigned long long>(c.records_in), static_cast<unsigned long long>(c.distinct),
+      static_cast<unsigned long long>(c.duplicates), static_cast<unsigned long long>(c.invalid),
+      elapsed_s, filter::to_string(f.type()), format_bytes(s.bytes).c_str(),
+      format_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
   const std::optional<ConfirmFigures> confirm = finish_confirmed();
   if (!o_.stats.empty()) {
     if (auto written = write_stats(o_.stats, c, elapsed_s, f, confirm); !written) {

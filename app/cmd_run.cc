@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "kdedup/common/byte_size.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/config/config.h"
 #include "kdedup/filter/simd.h"
@@ -97,9 +98,9 @@ void log_summary(const kdedup::config::Config& c) {
         kdedup::filter::to_string(kdedup::filter::simd_in_use()));
     if (c.memory.max_bytes != 0) {
       spdlog::info(
-          "memory budget {:.1f} MiB for the filters of every partition together (floor {} "
-          "bytes each); past it the effective fpp rises instead",
-          static_cast<double>(c.memory.max_bytes) / (1024.0 * 1024.0), c.filter.min_bytes);
+          "memory budget {} for the filters of every partition together (floor {} each); past "
+          "it the effective fpp rises instead",
+          kdedup::format_bytes(c.memory.max_bytes), kdedup::format_bytes(c.filter.min_bytes));
     }
   } else {
     spdlog::info(
