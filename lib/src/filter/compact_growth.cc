@@ -276,8 +276,7 @@ std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, dou
     // drains, so the first to ask must not take the others' share.
     const double part = static_cast<double>(budget_->max_bytes()) *
                         static_cast<double>(demand_.at_target()) / static_cast<double>(total);
-    double held = 0;
-    for (const auto& t : tables_) held += static_cast<double>(t->bytes());
+    const auto held = static_cast<double>(held_bytes());
     const auto room = static_cast<std::uint64_t>(std::max(0.0, part - held));
     lines = std::min(lines, std::max(floor, room / compact::kLineBytes));
   }
@@ -458,10 +457,12 @@ void CompactFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
   refresh_limit();
 }
 
-void CompactFilter::quiet() {
+void CompactFilter::quiet() { demand_.cap(held_bytes()); }
+
+std::uint64_t CompactFilter::held_bytes() const noexcept {
   std::uint64_t held = 0;
   for (const auto& t : tables_) held += t->bytes();
-  demand_.cap(held);
+  return held;
 }
 
 void CompactFilter::set_target(double fpp) {

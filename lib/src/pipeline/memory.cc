@@ -10,6 +10,7 @@
 #include "kdedup/pipeline/pipeline.h"
 
 namespace kdedup::pipeline {
+
 std::shared_ptr<filter::MemoryBudget> make_memory_budget(const config::Config& config) {
   filter::MemoryBudget::Options o;
   o.max_bytes = config.memory.max_bytes;

@@ -432,6 +432,8 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double target_load(const compact::Shape& s) const noexcept;
   [[nodiscard]] std::uint64_t lines_for(double entries, const compact::Shape& s,
                                         bool bounded) const noexcept;
+  /// Bytes of the tables held (what their charges count).
+  [[nodiscard]] std::uint64_t held_bytes() const noexcept;
   [[nodiscard]] std::uint64_t floor_lines() const noexcept;
   [[nodiscard]] std::uint64_t initial_lines() const noexcept;
   [[nodiscard]] std::unique_ptr<Table> make_table(std::uint64_t lines, const compact::Shape& s,

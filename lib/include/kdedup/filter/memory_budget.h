@@ -55,10 +55,10 @@
 //     (hysteresis) and no reservation was refused since the caller's
 //     previous settle() (a saturated filter inserts little and
 //     under-reports its need; refuse() counts a filter that did not ask
-//     because it holds its share): when the load falls, the fpp returns to target. A refused
-//     filter makes do with what it holds until its next tick (a timer
-//     filter fills its active up to the effective target, then rejects new
-//     identities).
+//     because it holds its share): when the load falls, the fpp returns to
+//     target. A refused filter makes do with what it holds until its next
+//     tick (a timer filter fills its active up to the effective target,
+//     then rejects new identities).
 // A budget without a limit (max_bytes 0) never refuses and stays at level 0;
 // it still counts, for kdedup_memory_used_bytes. A filter that cannot trade
 // accuracy for memory (exact) charges what it holds and publishes it as its
