@@ -26,10 +26,12 @@ void CompactFilter::scrub_lines(Table& t, std::uint64_t count, Tick ref, std::ui
   const auto stamp = static_cast<std::uint32_t>(ref + extra_age) & l.tmask;
   std::uint64_t i = t.swept % t.lines;
   std::uint64_t removed = 0;
-  for (std::uint64_t left = count; left > 0; --left) {
-    __builtin_prefetch(&t.line(i + 4 < t.lines ? i + 4 : i), 1, 0);
-    removed += Lines::sweep(t.line(i), l, a, all_dead, stamp);
-    i = i + 1 == t.lines ? 0 : i + 1;
+  for (std::uint64_t left = count; left > 0;) {
+    // In runs of consecutive lines: up to the table's end, then from its start.
+    const std::uint64_t run = std::min(left, t.lines - i);
+    removed += Lines::sweep_run(&t.line(i), run, l, a, all_dead, stamp);
+    left -= run;
+    i = (i + run) % t.lines;
   }
   t.nonempty -= removed;
   t.swept += count;

@@ -147,6 +147,7 @@ Layout Layout::of(const Shape& s, unsigned t) {
     l.lane_bit[i] = 64 * i;
     l.lane_w[i] = l.w;
   }
+  for (unsigned j = 0; j < s.S; ++j) l.from_entry[j] = bit_range(l.e0 + j * l.w, kLineBits - t);
   l.vector = l.w <= 16;
   if (l.vector) {
     l.F = l.w <= 14 ? 4 : 3;

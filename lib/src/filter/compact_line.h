@@ -185,6 +185,10 @@ struct alignas(64) Layout {
   // per 64-bit lane: its first bit, w, 64 - w.
   alignas(64) std::array<std::uint64_t, 8> below_stamp{}, from_e0{};
   alignas(64) std::array<std::uint64_t, 8> lane_bit{}, lane_w{};
+  // from_entry[j]: the bits from entry j's first (e0 + j w) up to the stamp,
+  // 0 for j = S .. kMaxSlots: where an insertion or deletion moves entries,
+  // a load instead of four vector operations.
+  alignas(64) std::array<std::array<std::uint64_t, 8>, kMaxSlots + 1> from_entry{};
 
   [[nodiscard]] static Layout of(const Shape& s, unsigned t);
 
@@ -355,19 +359,20 @@ KDEDUP_COMPACT_AVX512 inline __m512i lane_offsets(const Layout& l, unsigned bit)
 }
 
 /// The line with a 1 inserted into the code at p and the entry value at
-/// bit E (the code region [p, e0) moves up by 1, the entries from E by w).
+/// entry j, bit E = e0 + j w (the code region [p, e0) moves up by 1, the
+/// entries from E by w).
 KDEDUP_COMPACT_AVX512 inline __m512i insert_avx512(__m512i v, const Layout& l, unsigned p,
-                                                   unsigned E, std::uint64_t value) {
+                                                   unsigned j, std::uint64_t value) {
+  const unsigned E = l.e0 + j * l.w;
   const __m512i prev = _mm512_alignr_epi64(v, _mm512_setzero_si512(), 7);  // lane i: lane i - 1
   const __m512i up1 = _mm512_shldi_epi64(v, prev, 1);
   const __m512i upw = _mm512_shldv_epi64(v, prev, _mm512_load_si512(l.lane_w.data()));
   const __m512i cp = lane_offsets(l, p), ce = lane_offsets(l, E);
   const __m512i e0 = _mm512_load_si512(l.from_e0.data());
-  const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
   // code [p, e0) from up1 with a 1 at p; entries [E, stamp) from upw with
   // the value at E; the rest stays.
   __m512i r = _mm512_ternarylogic_epi64(_mm512_andnot_si512(e0, bits_from(cp)), up1, v, 0xCA);
-  r = _mm512_ternarylogic_epi64(_mm512_and_si512(bits_from(ce), stamp), upw, r, 0xCA);
+  r = _mm512_ternarylogic_epi64(_mm512_load_si512(l.from_entry[j].data()), upw, r, 0xCA);
   r = _mm512_or_si512(r, _mm512_sllv_epi64(_mm512_set1_epi64(1), cp));
   const __m512i nce = _mm512_sub_epi64(_mm512_setzero_si512(), ce);
   const __m512i bv = _mm512_set1_epi64(static_cast<long long>(value));
@@ -449,13 +454,41 @@ KDEDUP_COMPACT_AVX512 inline std::uint64_t bucket_entries_bmi2(std::uint64_t lo,
   return below >= 64 ? 0 : _bzhi_u64(~0ULL, run) << below;
 }
 
-/// The line without the entry at bit D: the entries above it move down by w
-/// (the code is left alone). `v` has no stamp (its top t bits are 0), so
-/// what moves down from the top is 0.
-KDEDUP_COMPACT_AVX512 inline __m512i delete_entry_avx512(__m512i v, const Layout& l, unsigned D) {
+/// The line without its entry j: the entries above it move down by w (the
+/// code is left alone). `v` has no stamp (its top t bits are 0), so what
+/// moves down from the top is 0. j = kMaxSlots leaves `v` as it is.
+KDEDUP_COMPACT_AVX512 inline __m512i delete_slot_avx512(__m512i v, const Layout& l, unsigned j) {
   const __m512i ne = _mm512_alignr_epi64(_mm512_setzero_si512(), v, 1);  // lane i: lane i + 1
   const __m512i downw = _mm512_shrdv_epi64(v, ne, _mm512_load_si512(l.lane_w.data()));
-  return _mm512_ternarylogic_epi64(bits_from(lane_offsets(l, D)), downw, v, 0xCA);
+  return _mm512_ternarylogic_epi64(_mm512_load_si512(l.from_entry[j].data()), downw, v, 0xCA);
+}
+
+/// The code of a line with code words lo, hi without the 1s of its `dead`
+/// entries (one pdep and one pext per word).
+KDEDUP_COMPACT_AVX512 inline u128 code_without_bmi2(std::uint64_t lo, std::uint64_t hi,
+                                                    const Layout& l, std::uint64_t dead) {
+  const auto below = static_cast<unsigned>(_mm_popcnt_u64(lo));
+  const std::uint64_t gone_lo = _pdep_u64(dead, lo);
+  const std::uint64_t gone_hi = _pdep_u64(below >= 64 ? 0 : dead >> below, hi);
+  const std::uint64_t keep_lo = l.code_lo & ~gone_lo, keep_hi = l.code_hi & ~gone_hi;
+  const std::uint64_t c_lo = _pext_u64(lo, keep_lo), c_hi = _pext_u64(hi, keep_hi);
+  const auto kept_lo = static_cast<unsigned>(_mm_popcnt_u64(keep_lo));
+  return static_cast<u128>(c_lo) | static_cast<u128>(c_hi) << kept_lo;
+}
+
+/// The line in `v` (entries moved, stamp cleared) with `code` written into
+/// its code region and stamped `tag`.
+KDEDUP_COMPACT_AVX512 inline __m512i finish_compact_avx512(__m512i v, const Layout& l, u128 code,
+                                                           std::uint32_t tag) {
+  const __m512i c = _mm512_set_epi64(0, 0, 0, 0, 0, 0, static_cast<long long>(code >> 64),
+                                     static_cast<long long>(static_cast<std::uint64_t>(code)));
+  const __m512i region = _mm512_set_epi64(0, 0, 0, 0, 0, 0, static_cast<long long>(l.code_hi),
+                                          static_cast<long long>(l.code_lo));
+  v = _mm512_ternarylogic_epi64(region, c, v, 0xCA);
+  const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
+  const __m512i s = _mm512_set_epi64(static_cast<long long>(std::uint64_t{tag} << (64 - l.t)), 0, 0,
+                                     0, 0, 0, 0, 0);
+  return _mm512_ternarylogic_epi64(stamp, v, s, 0xCA);
 }
 
 /// The line without its `dead` entries, stamped `tag`. The code loses the 1s
@@ -467,25 +500,14 @@ KDEDUP_COMPACT_AVX512 inline __m512i compact_avx512(__m512i v, const Layout& l, 
     const __m128i low = _mm512_castsi512_si128(v);
     const std::uint64_t w0 = static_cast<std::uint64_t>(_mm_cvtsi128_si64(low));
     const std::uint64_t w1 = static_cast<std::uint64_t>(_mm_extract_epi64(low, 1));
-    const std::uint64_t lo = w0 & l.code_lo, hi = w1 & l.code_hi;
-    const auto below = static_cast<unsigned>(_mm_popcnt_u64(lo));
-    const std::uint64_t gone_lo = _pdep_u64(dead, lo);
-    const std::uint64_t gone_hi = _pdep_u64(below >= 64 ? 0 : dead >> below, hi);
-    const std::uint64_t keep_lo = l.code_lo & ~gone_lo, keep_hi = l.code_hi & ~gone_hi;
-    const std::uint64_t c_lo = _pext_u64(lo, keep_lo), c_hi = _pext_u64(hi, keep_hi);
-    const auto kept_lo = static_cast<unsigned>(_mm_popcnt_u64(keep_lo));
-    const u128 code = static_cast<u128>(c_lo) | static_cast<u128>(c_hi) << kept_lo;
+    const u128 code = code_without_bmi2(w0 & l.code_lo, w1 & l.code_hi, l, dead);
     v = _mm512_and_si512(v, _mm512_load_si512(l.below_stamp.data()));
     for (std::uint64_t d = dead; d != 0;) {
       const unsigned j = 63 - static_cast<unsigned>(_lzcnt_u64(d));
       d &= ~(1ULL << j);
-      v = delete_entry_avx512(v, l, l.e0 + j * l.w);
+      v = delete_slot_avx512(v, l, j);
     }
-    const __m512i c = _mm512_set_epi64(0, 0, 0, 0, 0, 0, static_cast<long long>(code >> 64),
-                                       static_cast<long long>(static_cast<std::uint64_t>(code)));
-    const __m512i region = _mm512_set_epi64(0, 0, 0, 0, 0, 0, static_cast<long long>(l.code_hi),
-                                            static_cast<long long>(l.code_lo));
-    v = _mm512_ternarylogic_epi64(region, c, v, 0xCA);
+    return finish_compact_avx512(v, l, code, tag);
   }
   const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
   const __m512i s = _mm512_set_epi64(static_cast<long long>(std::uint64_t{tag} << (64 - l.t)), 0, 0,
@@ -499,7 +521,7 @@ KDEDUP_COMPACT_AVX512 inline void insert_at_avx512(Line& L, const Layout& l, std
                                                    unsigned p, std::uint32_t rem,
                                                    std::uint32_t tag) {
   const std::uint64_t value = (std::uint64_t{rem} << l.t) | tag;
-  _mm512_store_si512(L.w, insert_avx512(_mm512_load_si512(L.w), l, p, l.e0 + (p - q) * l.w, value));
+  _mm512_store_si512(L.w, insert_avx512(_mm512_load_si512(L.w), l, p, p - q, value));
 }
 
 /// insert() on a line in memory.
