@@ -182,10 +182,10 @@ struct CompactFilter::VectorLines {
   KDEDUP_COMPACT_AVX512 static std::uint64_t sweep_run(Line* L, std::uint64_t count,
                                                        const Layout& l, const Age& a, bool all_dead,
                                                        std::uint32_t stamp) {
-    if (all_dead || !l.vector) return PortableLines::sweep_run(L, count, l, a, all_dead, stamp);
+    if (!l.vector) return PortableLines::sweep_run(L, count, l, a, all_dead, stamp);
     std::uint64_t removed = 0;
     std::uint64_t i = 0;
-    for (; i + kGroup <= count; i += kGroup) {
+    for (; !all_dead && i + kGroup <= count; i += kGroup) {
       __m512i v[kGroup];
       std::uint64_t dead[kGroup];
       compact::u128 code[kGroup];
@@ -217,7 +217,7 @@ struct CompactFilter::VectorLines {
         _mm512_store_si512(L[i + g].w, compact::finish_compact_avx512(v[g], l, code[g], stamp));
       }
     }
-    for (; i < count; ++i) removed += sweep(L[i], l, a, false, stamp);
+    for (; i < count; ++i) removed += sweep(L[i], l, a, all_dead, stamp);
     return removed;
   }
 };
