@@ -390,11 +390,98 @@ bool CompactFilter::narrow_active() {
   return true;
 }
 
+bool CompactFilter::fold(Table& t, std::uint64_t factor) {
+  // Line x of the table goes to line x / factor of one with lines / factor
+  // lines. An entry sits in one of its two lines, mulhi(h, lines) for its
+  // hash h of that choice, and mulhi(h, lines / f) = floor(mulhi(h, lines) /
+  // f) whenever f divides the line count: it lands in the same choice's
+  // line of the folded table. Its bucket and remainder do not depend on the
+  // line count. Dead entries are dropped; every line of the result is
+  // compacted at the clock. The caller checked that the lines fit. False
+  // (the table as it was) when the smaller table cannot be allocated.
+  const Layout& l = t.layout;
+  const std::uint64_t to = t.lines / factor;
+  const compact::Age a{static_cast<std::uint32_t>(clock_) & l.tmask, config_.ticks_per_window};
+  std::unique_ptr<compact::Line[], compact::FreeLines> out(compact::allocate_lines(to));
+  if (!out) return false;
+  std::uint64_t held = 0;
+  for (std::uint64_t j = 0; j < to; ++j) {
+    compact::Line& N = out[j];
+    for (std::uint64_t g = 0; g < factor; ++g) {
+      const compact::Line& L = t.line(j * factor + g);
+      const std::uint64_t lo = compact::code_lo(L, l), hi = compact::code_hi(L, l);
+      const unsigned n = compact::count(L, l);
+      for (unsigned e = 0; e < n; ++e) {
+        const std::uint64_t value = compact::entry(L, l, e);
+        const auto tag = static_cast<std::uint32_t>(value) & l.tmask;
+        if (!compact::alive(tag, l, a)) continue;
+        const std::uint32_t q = compact::select128(lo, hi, e) - e;
+        compact::insert(N, l, q, static_cast<std::uint32_t>(value >> l.t) & l.rmask, tag);
+        ++held;
+      }
+    }
+    compact::set_stamp(N, l, a.now);
+  }
+  const auto index = static_cast<std::uint32_t>(
+      std::find_if(tables_.begin(), tables_.end(), [&](const auto& p) { return p.get() == &t; }) -
+      tables_.begin());
+  for (Overflow& o : overflow_) {
+    if (o.table == index) o.line /= factor;
+  }
+  t.data = std::move(out);
+  t.lines = to;
+  // Every line is compacted now: the sweep may stand where the schedule
+  // requires it at this clock, and it reaches every line again within one
+  // period. `created` stays (the window counts before it are 0).
+  t.swept = t.required(clock_, period_);
+  t.nonempty = held;
+  if (budget_) t.charge.resize(t.bytes());
+  ++folds_;
+  return true;
+}
+
+bool CompactFilter::fold_active(double need) {
+  // The active table folded by the largest factor f dividing its line count
+  // that leaves it kFoldHeadroom times what it needs at its target load
+  // (`need`, or its live count if more), no smaller than the floor, and
+  // whose lines fit (no line of the result gets more live entries than it
+  // has slots); among the kFoldTries largest such f. False when none does.
+  Table& a = *tables_.back();
+  const double holds = kFoldHeadroom * std::max(need, static_cast<double>(a.alive.sum));
+  const std::uint64_t least = std::max(floor_lines(), lines_for(holds, a.layout.shape, false));
+  if (a.lines / least < 2) return false;
+  const Layout& l = a.layout;
+  const compact::Age age{static_cast<std::uint32_t>(clock_) & l.tmask, config_.ticks_per_window};
+  std::vector<std::uint8_t> live(a.lines);
+  for (std::uint64_t x = 0; x < a.lines; ++x) {
+    const unsigned n = compact::count(a.line(x), l);
+    live[x] = static_cast<std::uint8_t>(
+        n - compact::popcount64(compact::dead_entries(a.line(x), l, n, age)));
+  }
+  int tries = 0;
+  for (std::uint64_t f = a.lines / least; f >= 2 && tries < kFoldTries; --f) {
+    if (a.lines % f != 0) continue;
+    ++tries;
+    bool fits = true;
+    for (std::uint64_t j = 0; fits && j < a.lines / f; ++j) {
+      unsigned sum = 0;
+      for (std::uint64_t g = 0; g < f; ++g) sum += live[j * f + g];
+      fits = sum <= l.shape.S;
+    }
+    if (!fits || !fold(a, f)) continue;
+    refresh_limit();
+    return true;
+  }
+  return false;
+}
+
 void CompactFilter::maybe_replace() {
   // Two rules. After a fall of the rate (a burst's end), the active table
-  // is replaced as soon as it is kFallFactor times too big for the recent
-  // rate of new identities (the mean of the last R whole ticks, R = a
-  // quarter of the window, at least 2), alone or not. And a lone table that
+  // is folded in place (fold_active()) or else replaced as soon as it is
+  // kFallFactor times too big for the recent rate of new identities (the
+  // mean of the last R whole ticks, R = a quarter of the window, at least
+  // 2), alone or not; a table that cannot fold yet and still holds half of
+  // what it may is kept until that changes. And a lone table that
   // has seen a whole window is right-sized when it is more than
   // kShrinkFactor times too big for the window's exact live count, or finer
   // than the target requires (after a growth phase's tightening): the live
@@ -414,10 +501,26 @@ void CompactFilter::maybe_replace() {
   // Coarser than the effective target allows (narrowed, or added, under a
   // pressure that has eased): replaced as soon as the budget grants it.
   const bool too_coarse = shape.S > coarsest_.S;
-  if (too_coarse || static_cast<double>(active.bytes()) >
-                        kFallFactor * static_cast<double>(lines_for(rate_need, shape, true) *
-                                                          compact::kLineBytes)) {
+  auto too_big_for = [&](double entries) {
+    return static_cast<double>(active.bytes()) >
+           kFallFactor * static_cast<double>(lines_for(entries, shape, true) * compact::kLineBytes);
+  };
+  if (too_coarse) {
     (void)seal_and_grow(Seal::kReplace, std::max(rate_need, 1.0));
+    return;
+  }
+  if (too_big_for(rate_need)) {
+    // Folded in place when it can be: no second table for a window. A
+    // table that still holds half of what it may (a burst's identities,
+    // in the window for up to W more ticks) is not replaced: it is held
+    // until they leave anyway, and it folds, or is replaced, once enough
+    // have (on a stream with repeats the rate of new identities dips after
+    // a burst and climbs back: a table sized for the dip filled, and a
+    // second table was added).
+    if (fold_active(rate_need)) return;
+    if (too_big_for(static_cast<double>(active.alive.sum))) {
+      (void)seal_and_grow(Seal::kReplace, std::max(rate_need, 1.0));
+    }
     return;
   }
   if (tables_.size() != 1 || clock_ - active.created <= window) return;

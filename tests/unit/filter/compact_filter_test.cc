@@ -448,6 +448,59 @@ TEST(CompactFilter, GrowsUnderBurstKeepsTheBudgetAndShrinksAfter) {
   }
 }
 
+TEST(CompactFilter, AfterABurstTheActiveTableFoldsInPlaceAndRestores) {
+  // A uniform stream with a 5x burst in its middle third: when the burst
+  // ends, the rate of new identities falls (the burst's identities are in
+  // the window), and the active table, twice too big for it with room to
+  // spare, folds in place (lines 2j and 2j + 1 become line j) instead of
+  // being replaced by a second table. No false negative across the fold, the
+  // folded table takes half the bytes, and a snapshot taken right after it
+  // restores to a filter that decides the rest of the stream alike.
+  // Generated at 4096 fine ticks a window, 8 events each, then put on the
+  // filter's ten ticks (as family_bench's streams are).
+  constexpr std::uint64_t kFine = 4096;
+  StreamSpec spec;
+  spec.domain = 8 * kFine;
+  spec.base_rate = 8;
+  spec.ticks = 6 * kFine;
+  spec.burst_factor = 5;
+  spec.seed = 7;
+  auto events = generate_stream(spec);
+  const std::uint32_t window = 10;
+  for (Event& e : events) e.tick = e.tick * window / kFine;
+  for (std::size_t batch : {std::size_t{1}, std::size_t{64}}) {
+    SCOPED_TRACE(batch);
+    auto f = make(compact_config(window, 20'000));
+    auto& compact = as_compact(*f);
+    std::uint64_t active_before = 0, active_after = 0;
+    const auto counts =
+        run_against_oracle(*f, events, batch, [&](std::size_t, const Event&, Decision, bool) {
+          const std::uint64_t active = compact.table_bytes().back();
+          if (compact.folds() == 0) active_before = active;
+          if (compact.folds() == 1 && active_after == 0) active_after = active;
+        });
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.first_query_fp_rate(), 1.2 * 0.01);
+    ASSERT_GE(compact.folds(), 1U);
+    EXPECT_EQ(2 * active_after, active_before);
+
+    // The same stream into a second filter, chunk by chunk, up to the fold.
+    auto g = make(compact_config(window, 20'000));
+    std::size_t at = 0;
+    while (at < events.size() && as_compact(*g).folds() == 0) {
+      const std::size_t n = std::min(std::max<std::size_t>(batch, 1), events.size() - at);
+      (void)run(*g, std::span(events).subspan(at, n), batch);
+      at += n;
+    }
+    ASSERT_EQ(as_compact(*g).folds(), 1U);
+    auto restored = restore_filter(g->serialize());
+    ASSERT_TRUE(restored) << restored.error().message;
+    const auto rest = std::span(events).subspan(at);
+    EXPECT_EQ(run(**restored, rest, batch), run(*g, rest, batch));
+    EXPECT_EQ((*restored)->serialize(), g->serialize());
+  }
+}
+
 TEST(CompactFilter, AtFpp10ItSizesForTheIdsThatArriveNotForItsDeliveries) {
   // At fpp 10% a ramp from the floor goes through fuller and wider tables
   // whose false positives deliver fewer ids than arrive; the lone table it

@@ -118,9 +118,17 @@
 // entries and little of the budget. Neither plan applies under memory
 // budget pressure (tables then get less than they ask for and fill sooner).
 // A sealed table is freed once its newest insertion is older than the
-// window. The active table is replaced by a right-sized one at the coarsest
-// shape f* allows as soon as it is kFallFactor times too big for the recent
-// rate (the mean of the last W / 4 ticks; nothing arriving: the floor), and,
+// window. The active table is folded in place, or else replaced by a
+// right-sized one at the coarsest shape f* allows, as soon as it is
+// kFallFactor times too big for the recent rate (the mean of the last W / 4
+// ticks; nothing arriving: the floor); one that still holds half of what it
+// may waits until it folds or holds less. A fold by a factor f dividing the
+// line count merges lines fj .. fj + f - 1 into line j: an entry in line
+// x = mulhi(h, L) of either choice belongs in mulhi(h, L / f) = floor(x /
+// f), and its bucket and remainder do not depend on L, so nothing but the
+// lines is needed (the timer filter's fold, seed 000 §5). It is taken when
+// the table then holds kFoldHeadroom times its live count or the recent
+// rate's window and no merged line has more live entries than slots. And,
 // once alone for a whole window, when it is kShrinkFactor times too big for
 // the window's live count (while the recent rate needs at least
 // 1 / kSteadyRate of that count: it lags a burst leaving the window) or
@@ -243,6 +251,12 @@ class CompactFilter final : public SlidingFilter {
   /// An active table this many times too big for the recent rate is
   /// replaced at once (after a burst).
   static constexpr double kFallFactor = 2.0;
+  /// A folded table holds this many times what it must hold at its target
+  /// load (the larger of its live count and the recent rate's window).
+  static constexpr double kFoldHeadroom = 1.25;
+  /// Fold factors tried at most, largest first (each one a pass over the
+  /// table's live counts).
+  static constexpr int kFoldTries = 4;
   /// A lone table is right-sized for its live count only while the recent
   /// rate needs at least 1 / kSteadyRate of it (the count lags a falling
   /// rate).
@@ -329,6 +343,9 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double fpp_budget_used() const;
   /// Insertions that found no room, still in the overflow list.
   [[nodiscard]] std::size_t stash_size() const noexcept;
+  /// Tables folded in place since this object was created (not part of the
+  /// state: a restored filter counts from 0).
+  [[nodiscard]] std::uint64_t folds() const noexcept { return folds_; }
   /// New identities judged duplicates for want of room within the window
   /// (budget saturation; 0 while the filter can grow).
   [[nodiscard]] std::uint64_t rejected_in_window() const;
@@ -409,6 +426,8 @@ class CompactFilter final : public SlidingFilter {
                                                      const compact::Shape& shape);
   bool reopen_sealed();
   bool narrow_active();
+  bool fold_active(double need);
+  bool fold(Table& t, std::uint64_t factor);
   bool grow_for_insert();
   void maybe_replace();
   [[nodiscard]] compact::Shape shape_for(double budget) const;
@@ -449,6 +468,7 @@ class CompactFilter final : public SlidingFilter {
   std::vector<compact::Shape> level_shapes_;  // base shape at each level's target
   double target_ = 0;                         // effective fpp: config_.fpp raised by the budget
   bool overfull_ = false;     // no table could be added this tick: the active fills to kMaxLoad
+  std::uint64_t folds_ = 0;   // see folds()
   bool saturated_ = false;    // full at the narrowest shape, nothing added: new ids are rejected
   compact::Shape base_;       // shape at config_.fpp
   compact::Shape coarsest_;   // shape at target_ (the coarsest new tables take)
