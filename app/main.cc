@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "kdedup/common/crash_report.h"
 #include "kdedup/filter/simd.h"
 
 namespace kdedup::app {
@@ -56,6 +57,9 @@ int main(int argc, char** argv) {
     std::printf("kdedup %s\n", KDEDUP_VERSION);
     return 0;
   }
+  // A fatal signal leaves its backtrace on stderr (the log) before the
+  // process dies of it.
+  kdedup::install_crash_report();
   // KDEDUP_SIMD caps the vector instructions the filters use (simd.h).
   if (const char* simd = std::getenv("KDEDUP_SIMD"); simd != nullptr && *simd != '\0') {
     const auto level = kdedup::filter::simd_from_string(simd);
