@@ -9,7 +9,16 @@
 #include <cstddef>
 #include <cstring>
 
+// Sanitizer builds keep their own handlers, which report more.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KDEDUP_CRASH_REPORT 0
+#else
+#define KDEDUP_CRASH_REPORT 1
+#endif
+
 namespace kdedup {
+
+#if KDEDUP_CRASH_REPORT
 namespace {
 
 // Only async-signal-safe calls from here on: write(), backtrace() (loaded
@@ -66,11 +75,10 @@ void on_fatal_signal(int sig) {
 }
 
 }  // namespace
+#endif
 
 void install_crash_report() noexcept {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return;
-#else
+#if KDEDUP_CRASH_REPORT
   static bool installed = false;
   if (installed) return;
   installed = true;
