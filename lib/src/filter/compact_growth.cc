@@ -390,18 +390,19 @@ bool CompactFilter::narrow_active() {
   return true;
 }
 
-bool CompactFilter::fold(Table& t, std::uint64_t factor) {
-  // Line x of the table goes to line x / factor of one with lines / factor
-  // lines. An entry sits in one of its two lines, mulhi(h, lines) for its
-  // hash h of that choice, and mulhi(h, lines / f) = floor(mulhi(h, lines) /
-  // f) whenever f divides the line count: it lands in the same choice's
-  // line of the folded table. Its bucket and remainder do not depend on the
-  // line count. Dead entries are dropped; every line of the result is
-  // compacted at the clock. The caller checked that the lines fit. False
-  // (the table as it was) when the smaller table cannot be allocated.
+bool CompactFilter::fold(std::uint64_t factor, const compact::Age& a) {
+  // Line x of the active table goes to line x / factor of one with lines /
+  // factor lines. An entry sits in one of its two lines, mulhi(h, lines)
+  // for its hash h of that choice, and mulhi(h, lines / f) =
+  // floor(mulhi(h, lines) / f) whenever f divides the line count: it lands
+  // in the same choice's line of the folded table. Its bucket and remainder
+  // do not depend on the line count. Entries dead at `a` (the clock's age)
+  // are dropped; every line of the result is compacted at the clock. The
+  // caller checked that the lines fit. False (the table as it was) when the
+  // smaller table cannot be allocated.
+  Table& t = *tables_.back();
   const Layout& l = t.layout;
   const std::uint64_t to = t.lines / factor;
-  const compact::Age a{static_cast<std::uint32_t>(clock_) & l.tmask, config_.ticks_per_window};
   std::unique_ptr<compact::Line[], compact::FreeLines> out(compact::allocate_lines(to));
   if (!out) return false;
   std::uint64_t held = 0;
@@ -422,11 +423,9 @@ bool CompactFilter::fold(Table& t, std::uint64_t factor) {
     }
     compact::set_stamp(N, l, a.now);
   }
-  const auto index = static_cast<std::uint32_t>(
-      std::find_if(tables_.begin(), tables_.end(), [&](const auto& p) { return p.get() == &t; }) -
-      tables_.begin());
+  const auto active = static_cast<std::uint32_t>(tables_.size() - 1);
   for (Overflow& o : overflow_) {
-    if (o.table == index) o.line /= factor;
+    if (o.table == active) o.line /= factor;
   }
   t.data = std::move(out);
   t.lines = to;
@@ -468,7 +467,7 @@ bool CompactFilter::fold_active(double need) {
       for (std::uint64_t g = 0; g < f; ++g) sum += live[j * f + g];
       fits = sum <= l.shape.S;
     }
-    if (!fits || !fold(a, f)) continue;
+    if (!fits || !fold(f, age)) continue;
     refresh_limit();
     return true;
   }

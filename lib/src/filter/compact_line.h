@@ -476,6 +476,14 @@ KDEDUP_COMPACT_AVX512 inline u128 code_without_bmi2(std::uint64_t lo, std::uint6
   return static_cast<u128>(c_lo) | static_cast<u128>(c_hi) << kept_lo;
 }
 
+/// The line in `v` with its stamp set to `tag`.
+KDEDUP_COMPACT_AVX512 inline __m512i stamped_avx512(__m512i v, const Layout& l, std::uint32_t tag) {
+  const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
+  const __m512i s = _mm512_set_epi64(static_cast<long long>(std::uint64_t{tag} << (64 - l.t)), 0, 0,
+                                     0, 0, 0, 0, 0);
+  return _mm512_ternarylogic_epi64(stamp, v, s, 0xCA);
+}
+
 /// The line in `v` (entries moved, stamp cleared) with `code` written into
 /// its code region and stamped `tag`.
 KDEDUP_COMPACT_AVX512 inline __m512i finish_compact_avx512(__m512i v, const Layout& l, u128 code,
@@ -484,11 +492,7 @@ KDEDUP_COMPACT_AVX512 inline __m512i finish_compact_avx512(__m512i v, const Layo
                                      static_cast<long long>(static_cast<std::uint64_t>(code)));
   const __m512i region = _mm512_set_epi64(0, 0, 0, 0, 0, 0, static_cast<long long>(l.code_hi),
                                           static_cast<long long>(l.code_lo));
-  v = _mm512_ternarylogic_epi64(region, c, v, 0xCA);
-  const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
-  const __m512i s = _mm512_set_epi64(static_cast<long long>(std::uint64_t{tag} << (64 - l.t)), 0, 0,
-                                     0, 0, 0, 0, 0);
-  return _mm512_ternarylogic_epi64(stamp, v, s, 0xCA);
+  return stamped_avx512(_mm512_ternarylogic_epi64(region, c, v, 0xCA), l, tag);
 }
 
 /// The line without its `dead` entries, stamped `tag`. The code loses the 1s
@@ -509,10 +513,7 @@ KDEDUP_COMPACT_AVX512 inline __m512i compact_avx512(__m512i v, const Layout& l, 
     }
     return finish_compact_avx512(v, l, code, tag);
   }
-  const __m512i stamp = _mm512_load_si512(l.below_stamp.data());
-  const __m512i s = _mm512_set_epi64(static_cast<long long>(std::uint64_t{tag} << (64 - l.t)), 0, 0,
-                                     0, 0, 0, 0, 0);
-  return _mm512_ternarylogic_epi64(stamp, v, s, 0xCA);
+  return stamped_avx512(v, l, tag);
 }
 
 /// insert() on a line in memory, given the first code position p of bucket

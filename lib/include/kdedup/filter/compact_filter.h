@@ -427,7 +427,7 @@ class CompactFilter final : public SlidingFilter {
   bool reopen_sealed();
   bool narrow_active();
   bool fold_active(double need);
-  bool fold(Table& t, std::uint64_t factor);
+  bool fold(std::uint64_t factor, const compact::Age& a);
   bool grow_for_insert();
   void maybe_replace();
   [[nodiscard]] compact::Shape shape_for(double budget) const;
