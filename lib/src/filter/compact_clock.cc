@@ -61,6 +61,7 @@ void CompactFilter::clear_all(Tick now) {
   overflow_bins_ = {};
   std::fill(tick_fpp_.begin(), tick_fpp_.end(), 0.0);
   std::fill(rejected_.begin(), rejected_.end(), 0);
+  refitted_ = false;
   if (tables_.back()->lines > floor_lines() || !(tables_.back()->layout.shape == coarsest_)) {
     clock_ = now;  // the new table's creation tick
     if (auto t = charged_table(floor_lines(), coarsest_)) {

@@ -257,6 +257,7 @@ bool CompactFilter::seal_and_grow(Seal why, double want) {
     return false;
   }
   tables_.push_back(std::move(t));
+  refitted_ = why == Seal::kReplace;
   refresh_limit();
   return true;
 }
@@ -361,6 +362,7 @@ bool CompactFilter::reopen_sealed() {
   for (Overflow& o : overflow_) o.table = moved(o.table);
   std::rotate(tables_.begin() + static_cast<std::ptrdiff_t>(best),
               tables_.begin() + static_cast<std::ptrdiff_t>(best) + 1, tables_.end());
+  refitted_ = false;
   overfull_ = true;  // it takes identities up to kMaxLoad until the next tick
   refresh_limit();
   return true;
@@ -436,6 +438,7 @@ bool CompactFilter::fold(std::uint64_t factor, const compact::Age& a) {
   t.nonempty = held;
   if (budget_) t.charge.resize(t.bytes());
   ++folds_;
+  refitted_ = true;
   return true;
 }
 
@@ -530,10 +533,14 @@ void CompactFilter::maybe_replace() {
   // table right-sized for it would be too big again within a window, and
   // the rule above replaces the active once the rate has fallen far enough.
   if (rate_need * kSteadyRate < want) return;
+  // A table already sized for a measured rate (a replacement, a fold) is
+  // replaced for its size only when that saves more (kRefitShrinkFactor):
+  // a replacement holds two tables for a window.
   const bool coarser = shape_for(kBudgetShare * target_).S > shape.S;
+  const double misfit = refitted_ ? kRefitShrinkFactor : kShrinkFactor;
   const bool smaller =
       static_cast<double>(active.bytes()) >
-      kShrinkFactor * static_cast<double>(lines_for(want, shape, true) * compact::kLineBytes);
+      misfit * static_cast<double>(lines_for(want, shape, true) * compact::kLineBytes);
   if (coarser || smaller) (void)seal_and_grow(Seal::kReplace, want);
 }
 

@@ -14,7 +14,7 @@ namespace kdedup::filter {
 namespace {
 
 constexpr std::size_t kOverflowBytes = 4 + 8 + 4 + 4 + 4 + 1;
-constexpr std::uint8_t kOverfull = 1, kSaturated = 2;
+constexpr std::uint8_t kOverfull = 1, kSaturated = 2, kRefitted = 4;
 
 }  // namespace
 
@@ -31,8 +31,8 @@ std::string CompactFilter::serialize() const {
   w.put<Tick>(clock_);
   w.put<Tick>(first_tick_);
   w.put<std::uint64_t>(insertions_);
-  w.put<std::uint8_t>(
-      static_cast<std::uint8_t>((overfull_ ? kOverfull : 0) | (saturated_ ? kSaturated : 0)));
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(
+      (overfull_ ? kOverfull : 0) | (saturated_ ? kSaturated : 0) | (refitted_ ? kRefitted : 0)));
   for (double p : tick_fpp_) w.put<double>(p);
   for (std::uint32_t r : rejected_) w.put<std::uint32_t>(r);
   w.put<std::uint32_t>(static_cast<std::uint32_t>(tables_.size()));
@@ -117,7 +117,9 @@ Result<std::unique_ptr<CompactFilter>> CompactFilter::restore_header(ByteReader&
   if (config->ticks_per_window > kMaxCompactTicksPerWindow) {
     return tl::unexpected(bad("ticks_per_window"));
   }
-  if ((*flags & ~(kOverfull | kSaturated)) != 0) return tl::unexpected(bad("unknown flags"));
+  if ((*flags & ~(kOverfull | kSaturated | kRefitted)) != 0) {
+    return tl::unexpected(bad("unknown flags"));
+  }
   if (*first_tick > *clock) return tl::unexpected(bad("first tick after clock"));
   const std::uint32_t window = config->ticks_per_window;
   std::vector<double> tick_fpp(std::uint64_t{window} + 2);
@@ -144,6 +146,7 @@ Result<std::unique_ptr<CompactFilter>> CompactFilter::restore_header(ByteReader&
   f->insertions_ = *insertions;
   f->overfull_ = (*flags & kOverfull) != 0;
   f->saturated_ = (*flags & kSaturated) != 0;
+  f->refitted_ = (*flags & kRefitted) != 0;
   f->tick_fpp_ = std::move(tick_fpp);
   f->rejected_ = std::move(rejected);
   return f;

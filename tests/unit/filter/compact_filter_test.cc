@@ -369,7 +369,7 @@ TEST(CompactFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   };
   EXPECT_FALSE(restore_filter(reseal(head, 9, 1)));           // base width vs config
   EXPECT_FALSE(restore_filter(reseal(head + 2 + 8, 11, 8)));  // first tick > clock
-  EXPECT_FALSE(restore_filter(reseal(flags, 4, 1)));          // unknown flag
+  EXPECT_FALSE(restore_filter(reseal(flags, 8, 1)));          // unknown flag
   double two = 2.0, negative = -0.5;
   std::uint64_t bits = 0;
   std::memcpy(&bits, &two, 8);
@@ -496,6 +496,63 @@ TEST(CompactFilter, AfterABurstTheActiveTableFoldsInPlaceAndRestores) {
     auto restored = restore_filter(g->serialize());
     ASSERT_TRUE(restored) << restored.error().message;
     const auto rest = std::span(events).subspan(at);
+    EXPECT_EQ(run(**restored, rest, batch), run(*g, rest, batch));
+    EXPECT_EQ((*restored)->serialize(), g->serialize());
+  }
+}
+
+TEST(CompactFilter, ARightSizedTableIsNotReplacedForASmallMisfit) {
+  // New identities at 2000 a tick for three windows, then 1200 for three (a
+  // fall by less than half: once it has seen a window at the lower rate the
+  // lone table is replaced by one sized for the window's live count), then
+  // 1150 for four. The replacement is then 1.1-1.3x what the rate needs:
+  // replacing it again would hold two tables for a window to save a few
+  // tenths, so it is kept (kRefitShrinkFactor), where a table the growth
+  // added is right-sized at 4% (kShrinkFactor). No false negative, and a
+  // snapshot taken in the last phase restores to the same bytes and the
+  // same decisions.
+  const std::uint32_t window = 10;
+  std::vector<Event> events;
+  std::uint64_t id = 0;
+  const auto rate = [&](Tick t) { return t < 33 ? 2000 : t < 66 ? 1200 : 1150; };
+  constexpr Tick kEnd = 110;
+  for (Tick t = 0; t < kEnd; ++t) {
+    for (int j = 0; j < rate(t); ++j) events.push_back({identity_fingerprint(id++, 17), t});
+  }
+  for (std::size_t batch : {std::size_t{1}, std::size_t{64}}) {
+    SCOPED_TRACE(batch);
+    auto f = make(compact_config(window, 1'000));
+    auto& compact = as_compact(*f);
+    std::vector<std::size_t> tables(kEnd);
+    std::vector<std::uint64_t> active(kEnd);
+    const auto counts =
+        run_against_oracle(*f, events, batch, [&](std::size_t, const Event& e, Decision, bool) {
+          const auto bytes = compact.table_bytes();
+          tables[e.tick] = std::max(tables[e.tick], bytes.size());
+          active[e.tick] = bytes.back();
+        });
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.first_query_fp_rate(), 1.2 * 0.01);
+    // The replacement made after the first fall has drained its predecessor
+    // within two windows of the fall, and stays alone to the end.
+    constexpr Tick kSettled = 33 + 2 * (window + 1);
+    for (Tick t = kSettled; t < kEnd; ++t) {
+      EXPECT_EQ(tables[t], 1U) << "tick " << t;
+      EXPECT_EQ(active[t], active[kSettled]) << "tick " << t;
+    }
+    const double right = static_cast<double>(compact.new_table_bytes(1150.0 * (window + 1)));
+    EXPECT_GT(static_cast<double>(active[kEnd - 1]), 1.1 * right);
+    EXPECT_LT(static_cast<double>(active[kEnd - 1]), CompactFilter::kRefitShrinkFactor * right);
+
+    // A snapshot in the last phase keeps what the table was sized for.
+    auto g = make(compact_config(window, 1'000));
+    const auto upto = static_cast<std::size_t>(
+        std::find_if(events.begin(), events.end(), [](const Event& e) { return e.tick >= 80; }) -
+        events.begin());
+    (void)run(*g, std::span(events).first(upto), batch);
+    auto restored = restore_filter(g->serialize());
+    ASSERT_TRUE(restored) << restored.error().message;
+    const auto rest = std::span(events).subspan(upto);
     EXPECT_EQ(run(**restored, rest, batch), run(*g, rest, batch));
     EXPECT_EQ((*restored)->serialize(), g->serialize());
   }

@@ -130,10 +130,12 @@
 // the table then holds kFoldHeadroom times its live count or the recent
 // rate's window and no merged line has more live entries than slots. And,
 // once alone for a whole window, when it is kShrinkFactor times too big for
-// the window's live count (while the recent rate needs at least
-// 1 / kSteadyRate of that count: it lags a burst leaving the window) or
-// finer than f* requires; the new table only takes what arrives from then
-// on, and the old one drains within a window. A clock jump past the window
+// the window's live count (kRefitShrinkFactor for a table already sized for
+// a measured rate, a replacement or a folded table: a second replacement
+// holds two tables for a window to save a few percent) while the recent
+// rate needs at least 1 / kSteadyRate of that count (it lags a burst
+// leaving the window), or finer than f* requires; the new table only takes
+// what arrives from then on, and the old one drains within a window. A clock jump past the window
 // returns the filter to its floor at once. Rates and loads count
 // new identities that arrived: a tick's deliveries divided by 1 - the
 // estimate during that tick (kept per tick), so that a ramp-up's fuller
@@ -248,6 +250,10 @@ class CompactFilter final : public SlidingFilter {
   /// (the cost: one window with both). 1.04: at fpp 1% a table sized while
   /// a stream's distinct rate still fell ends within 16 bits an identity.
   static constexpr double kShrinkFactor = 1.04;
+  /// The same for a table already sized for a measured rate (added to
+  /// replace one, or folded): replacing it again holds two tables for a
+  /// window, which a saving of a quarter pays back within four windows.
+  static constexpr double kRefitShrinkFactor = 4.0 / 3.0;
   /// An active table this many times too big for the recent rate is
   /// replaced at once (after a burst).
   static constexpr double kFallFactor = 2.0;
@@ -470,6 +476,7 @@ class CompactFilter final : public SlidingFilter {
   bool overfull_ = false;     // no table could be added this tick: the active fills to kMaxLoad
   std::uint64_t folds_ = 0;   // see folds()
   bool saturated_ = false;    // full at the narrowest shape, nothing added: new ids are rejected
+  bool refitted_ = false;     // the active table was added to replace one, or folded
   compact::Shape base_;       // shape at config_.fpp
   compact::Shape coarsest_;   // shape at target_ (the coarsest new tables take)
   unsigned t_ = 0;            // tag bits
