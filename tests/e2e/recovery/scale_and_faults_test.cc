@@ -19,7 +19,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-void scale_out_and_in(const std::string& window, const std::string& filter, bool confirm = false) {
+void scale_out_and_in(const std::string& window, const std::string& filter, bool confirm = false,
+                      const std::string& assignment = "") {
   const auto t0 = std::chrono::steady_clock::now();
   auto broker = TestBroker::start({.brokers = 1, .topics = {"in:4", "out:4", "dlq:1"}});
   ASSERT_TRUE(broker) << broker.error().message;
@@ -30,6 +31,7 @@ void scale_out_and_in(const std::string& window, const std::string& filter, bool
   s.snapshot_interval = "500ms";
   s.window = window;
   s.filter = filter;
+  if (!assignment.empty()) s.consumer_extra["partition.assignment.strategy"] = assignment;
   if (filter != "exact") s.fpp = confirm ? 0.05 : 0.001;
   if (confirm) {
     // A busy timer filter at fpp 0.05: many duplicates to confirm. The new
@@ -95,8 +97,9 @@ void scale_out_and_in(const std::string& window, const std::string& filter, bool
     EXPECT_EQ(report->false_positives, 0u);
   }
   std::cout << "ScaleOutAndInUnderLoad (window " << window << ", " << filter << " filter"
-            << (confirm ? ", confirmed" : "") << ") took " << seconds_since(t0) << " s"
-            << std::endl;
+            << (confirm ? ", confirmed" : "")
+            << (assignment.empty() ? "" : ", assignment " + assignment) << ") took "
+            << seconds_since(t0) << " s" << std::endl;
 }
 
 TEST(RecoveryE2E, ScaleOutAndInUnderLoad) { scale_out_and_in("1h", "exact"); }
@@ -104,6 +107,13 @@ TEST(RecoveryE2E, ScaleOutAndInUnderLoadShortWindow) { scale_out_and_in("5s", "e
 TEST(RecoveryE2E, ScaleOutAndInUnderLoadShortWindowTimerFilter) { scale_out_and_in("5s", "timer"); }
 TEST(RecoveryE2E, ScaleOutAndInUnderLoadShortWindowConfirmed) {
   scale_out_and_in("5s", "timer", true);
+}
+// The eager protocol (`partition.assignment.strategy: range`, set under
+// `consumer`): every rebalance revokes every partition and assigns them
+// again, so a keeps some of its partitions through b's arrival only by
+// snapshotting them at the revocation and restoring them at once.
+TEST(RecoveryE2E, ScaleOutAndInUnderLoadEagerRebalance) {
+  scale_out_and_in("5s", "exact", false, "range");
 }
 
 void broker_faults(const std::string& window) {
