@@ -448,6 +448,15 @@ TEST(CompactFilter, GrowsUnderBurstKeepsTheBudgetAndShrinksAfter) {
   }
 }
 
+// `f` serialized and restored: the copy holds the same bytes and decides
+// `rest` as `f` does.
+void expect_restores_alike(SlidingFilter& f, std::span<const Event> rest, std::size_t batch) {
+  auto restored = restore_filter(f.serialize());
+  ASSERT_TRUE(restored) << restored.error().message;
+  EXPECT_EQ((*restored)->serialize(), f.serialize());
+  EXPECT_EQ(run(**restored, rest, batch), run(f, rest, batch));
+}
+
 TEST(CompactFilter, AfterABurstTheActiveTableFoldsInPlaceAndRestores) {
   // A uniform stream with a 5x burst in its middle third: when the burst
   // ends, the rate of new identities falls (the burst's identities are in
@@ -493,11 +502,7 @@ TEST(CompactFilter, AfterABurstTheActiveTableFoldsInPlaceAndRestores) {
       at += n;
     }
     ASSERT_EQ(as_compact(*g).folds(), 1U);
-    auto restored = restore_filter(g->serialize());
-    ASSERT_TRUE(restored) << restored.error().message;
-    const auto rest = std::span(events).subspan(at);
-    EXPECT_EQ(run(**restored, rest, batch), run(*g, rest, batch));
-    EXPECT_EQ((*restored)->serialize(), g->serialize());
+    expect_restores_alike(*g, std::span(events).subspan(at), batch);
   }
 }
 
@@ -550,11 +555,7 @@ TEST(CompactFilter, ARightSizedTableIsNotReplacedForASmallMisfit) {
         std::find_if(events.begin(), events.end(), [](const Event& e) { return e.tick >= 80; }) -
         events.begin());
     (void)run(*g, std::span(events).first(upto), batch);
-    auto restored = restore_filter(g->serialize());
-    ASSERT_TRUE(restored) << restored.error().message;
-    const auto rest = std::span(events).subspan(upto);
-    EXPECT_EQ(run(**restored, rest, batch), run(*g, rest, batch));
-    EXPECT_EQ((*restored)->serialize(), g->serialize());
+    expect_restores_alike(*g, std::span(events).subspan(upto), batch);
   }
 }
 
