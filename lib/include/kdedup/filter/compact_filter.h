@@ -252,8 +252,9 @@ class CompactFilter final : public SlidingFilter {
   static constexpr double kShrinkFactor = 1.04;
   /// The same for a table already sized for a measured rate (added to
   /// replace one, or folded): replacing it again holds two tables for a
-  /// window, which a saving of a quarter pays back within four windows.
-  static constexpr double kRefitShrinkFactor = 4.0 / 3.0;
+  /// window, which a saving of a third pays back within three windows; and
+  /// 1.5x is as far as memory may stay from the load (docs/performance.md).
+  static constexpr double kRefitShrinkFactor = 1.5;
   /// An active table this many times too big for the recent rate is
   /// replaced at once (after a burst).
   static constexpr double kFallFactor = 2.0;
