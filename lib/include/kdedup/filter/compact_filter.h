@@ -135,11 +135,11 @@
 // holds two tables for a window to save a few percent) while the recent
 // rate needs at least 1 / kSteadyRate of that count (it lags a burst
 // leaving the window), or finer than f* requires; the new table only takes
-// what arrives from then on, and the old one drains within a window. A clock jump past the window
-// returns the filter to its floor at once. Rates and loads count
-// new identities that arrived: a tick's deliveries divided by 1 - the
-// estimate during that tick (kept per tick), so that a ramp-up's fuller
-// tables do not undersize the table that follows.
+// what arrives from then on, and the old one drains within a window. A
+// clock jump past the window returns the filter to its floor at once.
+// Rates and loads count new identities that arrived: a tick's deliveries
+// divided by 1 - the estimate during that tick (kept per tick), so that a
+// ramp-up's fuller tables do not undersize the table that follows.
 //
 // Memory budget (memory_budget.h). The tables held when a budget is
 // attached (a restored snapshot) and the floor table of a filter that
