@@ -541,7 +541,15 @@ void CompactFilter::maybe_replace() {
   const bool smaller =
       static_cast<double>(active.bytes()) >
       misfit * static_cast<double>(lines_for(want, shape, true) * compact::kLineBytes);
-  if (coarser || smaller) (void)seal_and_grow(Seal::kReplace, want);
+  if (smaller) {
+    (void)seal_and_grow(Seal::kReplace, want);
+  } else if (coarser) {
+    // Replaced for its shape alone (finer than the target needs, its size
+    // right): a folded or replaced table's successor keeps the headroom a
+    // fold keeps over the live count, which lags a rate climbing back after
+    // a burst (its identities come back as duplicates for a window).
+    (void)seal_and_grow(Seal::kReplace, refitted_ ? kFoldHeadroom * want : want);
+  }
 }
 
 // --- the memory budget -------------------------------------------------------------

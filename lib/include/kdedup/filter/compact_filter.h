@@ -134,7 +134,9 @@
 // a measured rate, a replacement or a folded table: a second replacement
 // holds two tables for a window to save a few percent) while the recent
 // rate needs at least 1 / kSteadyRate of that count (it lags a burst
-// leaving the window), or finer than f* requires; the new table only takes
+// leaving the window), or finer than f* requires (for that alone, a
+// refitted table's successor keeps kFoldHeadroom over the live count, which
+// lags a rate climbing back after a burst); the new table only takes
 // what arrives from then on, and the old one drains within a window. A
 // clock jump past the window returns the filter to its floor at once.
 // Rates and loads count new identities that arrived: a tick's deliveries
