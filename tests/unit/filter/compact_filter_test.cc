@@ -458,6 +458,23 @@ void expect_restores_alike(SlidingFilter& f, std::span<const Event> rest, std::s
   EXPECT_EQ(run(**restored, rest, batch), run(f, rest, batch));
 }
 
+// family_bench's uniform stream with a 5x burst in its middle third, at
+// `rate` events a fine tick over a domain of one window's events: generated
+// at kFineTicks a window for six windows, then put on `window` filter ticks.
+constexpr std::uint64_t kFineTicks = 4096;
+
+std::vector<Event> uniform_burst(std::uint64_t rate, std::uint32_t window) {
+  StreamSpec spec;
+  spec.domain = rate * kFineTicks;
+  spec.base_rate = static_cast<double>(rate);
+  spec.ticks = 6 * kFineTicks;
+  spec.burst_factor = 5;
+  spec.seed = 7;
+  auto events = generate_stream(spec);
+  for (Event& e : events) e.tick = e.tick * window / kFineTicks;
+  return events;
+}
+
 TEST(CompactFilter, AfterABurstTheActiveTableFoldsInPlaceAndRestores) {
   // A uniform stream with a 5x burst in its middle third: when the burst
   // ends, the rate of new identities falls (the burst's identities are in
@@ -466,18 +483,8 @@ TEST(CompactFilter, AfterABurstTheActiveTableFoldsInPlaceAndRestores) {
   // being replaced by a second table. No false negative across the fold, the
   // folded table takes half the bytes, and a snapshot taken right after it
   // restores to a filter that decides the rest of the stream alike.
-  // Generated at 4096 fine ticks a window, 8 events each, then put on the
-  // filter's ten ticks (as family_bench's streams are).
-  constexpr std::uint64_t kFine = 4096;
-  StreamSpec spec;
-  spec.domain = 8 * kFine;
-  spec.base_rate = 8;
-  spec.ticks = 6 * kFine;
-  spec.burst_factor = 5;
-  spec.seed = 7;
-  auto events = generate_stream(spec);
   const std::uint32_t window = 10;
-  for (Event& e : events) e.tick = e.tick * window / kFine;
+  const std::vector<Event> events = uniform_burst(8, window);
   for (std::size_t batch : {std::size_t{1}, std::size_t{64}}) {
     SCOPED_TRACE(batch);
     auto f = make(compact_config(window, 20'000));
@@ -518,17 +525,9 @@ TEST(CompactFilter, AfterAUniformBurstItEndsOnOneTable) {
   // filled as the rate climbed, and a second table was added (28.6 bits an
   // identity at the end instead of 17.8). One table at the end, within
   // 1.5x of a table sized for the identities of its window.
-  constexpr std::uint64_t kFine = 4096;
-  StreamSpec spec;
-  spec.domain = 48 * kFine;
-  spec.base_rate = 48;
-  spec.ticks = 6 * kFine;
-  spec.burst_factor = 5;
-  spec.seed = 7;
-  auto events = generate_stream(spec);
   const std::uint32_t window = 10;
-  for (Event& e : events) e.tick = e.tick * window / kFine;
-  FilterConfig c = compact_config(window, spec.domain);
+  const std::vector<Event> events = uniform_burst(48, window);
+  FilterConfig c = compact_config(window, 48 * kFineTicks);
   c.min_bytes = 64 * 1024;
   auto f = make(c);
   auto& compact = as_compact(*f);
