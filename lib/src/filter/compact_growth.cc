@@ -179,6 +179,19 @@ double CompactFilter::recent_rate(Tick horizon, bool rising) const {
   return rising ? std::max(mean, arrivals(clock_)) : mean;
 }
 
+bool CompactFilter::straddles_step(Tick horizon) const {
+  // The last `horizon` whole ticks straddle a step of the rate: one of them
+  // brought kFallFactor times the new identities of another.
+  const Tick span = std::min<Tick>(horizon, clock_);
+  if (span == 0) return false;
+  double least = arrivals(clock_ - span), most = least;
+  for (Tick x = clock_ - span + 1; x < clock_; ++x) {
+    least = std::min(least, arrivals(x));
+    most = std::max(most, arrivals(x));
+  }
+  return most > kFallFactor * least;
+}
+
 double CompactFilter::growth_rate() const {
   // Over a quarter of the window (at least 2 ticks), and never less than
   // the current tick so far: a rising rate is seen at once.
@@ -521,7 +534,13 @@ void CompactFilter::maybe_replace() {
     // second table was added).
     if (fold_active(rate_need)) return;
     if (too_big_for(static_cast<double>(active.alive.sum))) {
-      (void)seal_and_grow(Seal::kReplace, std::max(rate_need, 1.0));
+      // Measured across the burst's end, the rate is a mean of two regimes,
+      // and on a stream with repeats the lower one climbs back over a
+      // window (the burst's identities leave it): a replacement sized for
+      // it filled just as its predecessor drained, and a second table was
+      // added. It keeps the fold's headroom then.
+      const double want = straddles_step(young) ? kFoldHeadroom * rate_need : rate_need;
+      (void)seal_and_grow(Seal::kReplace, std::max(want, 1.0));
     }
     return;
   }

@@ -121,8 +121,11 @@
 // window. The active table is folded in place, or else replaced by a
 // right-sized one at the coarsest shape f* allows, as soon as it is
 // kFallFactor times too big for the recent rate (the mean of the last W / 4
-// ticks; nothing arriving: the floor); one that still holds half of what it
-// may waits until it folds or holds less. A fold by a factor f dividing the
+// ticks; nothing arriving: the floor; when those ticks straddle the fall,
+// one bringing kFallFactor times another, the replacement keeps
+// kFoldHeadroom over that mean: after a burst of repeats the rate climbs
+// back over a window); one that still holds half of what it may waits
+// until it folds or holds less. A fold by a factor f dividing the
 // line count merges lines fj .. fj + f - 1 into line j: an entry in line
 // x = mulhi(h, L) of either choice belongs in mulhi(h, L / f) = floor(x /
 // f), and its bucket and remainder do not depend on L, so nothing but the
@@ -448,6 +451,7 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double arrivals(Tick x) const;
   [[nodiscard]] double window_arrivals() const;
   [[nodiscard]] double recent_rate(Tick horizon, bool rising) const;
+  [[nodiscard]] bool straddles_step(Tick horizon) const;
   [[nodiscard]] double growth_rate() const;
   [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
