@@ -19,8 +19,9 @@
 //      of the window), the rate over every identity not delivered within
 //      the last 1.1 windows ("beyond 1.1 W": new ones and those well past
 //      the edge), and false negatives, which must be 0.
-// 2. The compact filter on the same streams at fpp 0.1, 0.01 and 0.001, each
-//    started with a capacity hint 10x too small, right, and 100x too large:
+// 2. The compact filter on the same streams (steady, 2x and 5x bursts) at
+//    fpp 0.1, 0.01 and 0.001, each started with a capacity hint 10x too
+//    small, right, and 100x too large:
 //    bits per in-window id at the end of the stream (memory follows load),
 //    tables, FP rates as above.
 // 3. seed 002 Table 2: bits per element of the aging filter at error rates
@@ -317,7 +318,7 @@ void compact_section(double scale) {
       "FP expired ids | FP beyond 1.1 W, per event | per identity | per identity / fpp | FN |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
-    for (double burst : {1.0, 5.0}) {
+    for (double burst : {1.0, 2.0, 5.0}) {
       const auto fine = kdedup::testing::generate_stream(stream_spec(dist, burst, scale));
       for (double fpp : {0.1, 0.01, 0.001}) {
         for (double hint : {0.1, 1.0, 100.0}) {

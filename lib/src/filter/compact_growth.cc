@@ -561,7 +561,10 @@ void CompactFilter::maybe_replace() {
       static_cast<double>(active.bytes()) >
       misfit * static_cast<double>(lines_for(want, shape, true) * compact::kLineBytes);
   if (smaller) {
-    (void)seal_and_grow(Seal::kReplace, want);
+    // The live count lags a rate climbing back after a burst of repeats (its
+    // identities leave the window and come back new): a table sized for it
+    // filled, and a second table was added. The rate's window then.
+    (void)seal_and_grow(Seal::kReplace, rate_need > kClimbFactor * want ? rate_need : want);
   } else if (coarser) {
     // Replaced for its shape alone (finer than the target needs, its size
     // right): a folded or replaced table's successor keeps the headroom a

@@ -137,7 +137,9 @@
 // a measured rate, a replacement or a folded table: a second replacement
 // holds two tables for a window to save a few percent) while the recent
 // rate needs at least 1 / kSteadyRate of that count (it lags a burst
-// leaving the window), or finer than f* requires (for that alone, a
+// leaving the window; the new table holds the recent rate's window instead
+// when that is kClimbFactor times the count, which lags a rate climbing
+// back after a burst of repeats), or finer than f* requires (for that alone, a
 // refitted table's successor keeps kFoldHeadroom over the live count, which
 // lags a rate climbing back after a burst); the new table only takes
 // what arrives from then on, and the old one drains within a window. A
@@ -273,6 +275,9 @@ class CompactFilter final : public SlidingFilter {
   /// rate needs at least 1 / kSteadyRate of it (the count lags a falling
   /// rate).
   static constexpr double kSteadyRate = 1.25;
+  /// A lone table right-sized while the recent rate needs this many times
+  /// the window's live count (climbing back) is sized for the rate.
+  static constexpr double kClimbFactor = 1.1;
   /// A new table holds this many times what the sealed one held until one
   /// whole tick of insertions has been seen.
   static constexpr double kMaxGrowthStep = 4.0;
