@@ -192,6 +192,15 @@ bool CompactFilter::straddles_step(Tick horizon) const {
   return most > kFallFactor * least;
 }
 
+bool CompactFilter::climbing() const {
+  // The last whole tick brought kClimbFactor times the new identities of
+  // the one before, by more than three standard deviations of a Poisson
+  // count (noise on a steady rate does not count).
+  if (clock_ < 2) return false;
+  const double last = arrivals(clock_ - 1), before = arrivals(clock_ - 2);
+  return last > kClimbFactor * before && last - before > 3.0 * std::sqrt(last + before);
+}
+
 double CompactFilter::growth_rate() const {
   // Over a quarter of the window (at least 2 ticks), and never less than
   // the current tick so far: a rising rate is seen at once.
@@ -524,7 +533,10 @@ void CompactFilter::maybe_replace() {
     (void)seal_and_grow(Seal::kReplace, std::max(rate_need, 1.0));
     return;
   }
-  if (too_big_for(rate_need)) {
+  if (too_big_for(rate_need) && !climbing()) {
+    // Not while the rate climbs (after a burst of repeats it climbs back
+    // over a window as the burst's identities leave it: a table folded or
+    // sized for the mean of its last ticks filled, and a table was added).
     // Folded in place when it can be: no second table for a window. A
     // table that still holds half of what it may (a burst's identities,
     // in the window for up to W more ticks) is not replaced: it is held

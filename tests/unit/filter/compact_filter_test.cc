@@ -570,6 +570,25 @@ TEST(CompactFilter, AfterAUniformBurstItEndsOnOneTable) {
   }
 }
 
+TEST(CompactFilter, AfterATenfoldBurstTheFallRuleWaitsWhileTheRateClimbs) {
+  // family_bench's uniform stream with a 10x burst, at fpp 1%: after it the
+  // rate of new identities dips to a sixth and climbs back over four ticks
+  // (the burst's identities leave the window). The fall rule no longer
+  // folds or replaces the active table while the last tick brought 1.1x
+  // the new identities of the one before: folded for the mean of two
+  // climbing ticks, it filled three ticks later, a table was added, and the
+  // stream ended on two tables (32.4 bits an identity; 18.3 on one now).
+  const std::uint32_t window = 10;
+  const std::vector<Event> events = uniform_burst(48, window, 10);
+  FilterConfig c = compact_config(window, 48 * kFineTicks, 0.01);
+  c.min_bytes = 64 * 1024;
+  auto f = make(c);
+  auto& compact = as_compact(*f);
+  const std::vector<Decision> out = run(*f, events, 256);
+  EXPECT_EQ(compact.table_bytes().size(), 1U);
+  EXPECT_LE(bytes_over_window_need(compact, events, out, window), 1.5);
+}
+
 TEST(CompactFilter, ALoneTableRightSizedWhileTheRateClimbsBackHoldsTheRate) {
   // family_bench's uniform 2x burst at fpp 0.1%, then a seventh window at
   // the base rate. The burst's last growth table, sized for the burst's

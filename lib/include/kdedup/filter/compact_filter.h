@@ -121,7 +121,9 @@
 // window. The active table is folded in place, or else replaced by a
 // right-sized one at the coarsest shape f* allows, as soon as it is
 // kFallFactor times too big for the recent rate (the mean of the last W / 4
-// ticks; nothing arriving: the floor; when those ticks straddle the fall,
+// ticks; not while the last tick brought kClimbFactor times the new
+// identities of the one before; nothing arriving: the floor; when those
+// ticks straddle the fall,
 // one bringing kFallFactor times another, the replacement keeps
 // kFoldHeadroom over that mean: after a burst of repeats the rate climbs
 // back over a window); one that still holds half of what it may waits
@@ -275,8 +277,10 @@ class CompactFilter final : public SlidingFilter {
   /// rate needs at least 1 / kSteadyRate of it (the count lags a falling
   /// rate).
   static constexpr double kSteadyRate = 1.25;
-  /// A lone table right-sized while the recent rate needs this many times
-  /// the window's live count (climbing back) is sized for the rate.
+  /// A rate climbing: the last tick brought this many times the new
+  /// identities of the one before (the fall rule waits), or the recent rate
+  /// needs this many times the window's live count (a lone table
+  /// right-sized then is sized for the rate).
   static constexpr double kClimbFactor = 1.1;
   /// A new table holds this many times what the sealed one held until one
   /// whole tick of insertions has been seen.
@@ -457,6 +461,7 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double window_arrivals() const;
   [[nodiscard]] double recent_rate(Tick horizon, bool rising) const;
   [[nodiscard]] bool straddles_step(Tick horizon) const;
+  [[nodiscard]] bool climbing() const;
   [[nodiscard]] double growth_rate() const;
   [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
