@@ -67,10 +67,12 @@
 //    reservation against the budget.
 //
 // Usage: family_bench [--scale X] [--skip-streams] [--skip-compact] [--skip-table2]
-//                     [--skip-misset] [--skip-budget]
+//                     [--skip-misset] [--skip-budget] [--compact-bursts F,F,...]
 //   --scale multiplies every stream's rate (default 1: ~200k events per
 //   window at the base rate, ~1M in-window identities in Table 2, ~100k
 //   in-window identities at the base rate of the mis-set streams).
+//   --compact-bursts: the burst factors of the compact table's streams
+//   (default 1,2,5; 1 is the steady stream).
 
 #include <algorithm>
 #include <chrono>
@@ -262,10 +264,10 @@ StreamSpec stream_spec(Distribution dist, double burst, double scale) {
 }
 
 std::string stream_name(Distribution dist, double burst) {
+  char factor[32];
+  std::snprintf(factor, sizeof factor, "%gx burst", burst);
   return std::string(dist == Distribution::kUniform ? "uniform" : "zipf1") + " " +
-         (burst == 1.0   ? "steady"
-          : burst == 2.0 ? "2x burst"
-                         : "5x burst");
+         (burst == 1.0 ? "steady" : factor);
 }
 
 void streams_section(double scale) {
@@ -308,7 +310,7 @@ void streams_section(double scale) {
   std::printf("\n");
 }
 
-void compact_section(double scale) {
+void compact_section(double scale, const std::vector<double>& bursts) {
   const auto per_window = static_cast<std::uint64_t>(48 * scale * kFineTicks);
   std::printf("## The compact filter at three targets and three capacity hints (%" PRIu64
               " events per window at the base rate, 6 windows)\n\n",
@@ -318,7 +320,7 @@ void compact_section(double scale) {
       "FP expired ids | FP beyond 1.1 W, per event | per identity | per identity / fpp | FN |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
-    for (double burst : {1.0, 2.0, 5.0}) {
+    for (double burst : bursts) {
       const auto fine = kdedup::testing::generate_stream(stream_spec(dist, burst, scale));
       for (double fpp : {0.1, 0.01, 0.001}) {
         for (double hint : {0.1, 1.0, 100.0}) {
@@ -727,9 +729,26 @@ void budget_section(double scale) {
 int main(int argc, char** argv) {
   double scale = 1.0;
   bool streams = true, compact = true, table2 = true, misset = true, budget = true;
+  std::vector<double> bursts = {1.0, 2.0, 5.0};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
       scale = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--compact-bursts") == 0 && i + 1 < argc) {
+      bursts.clear();
+      const char* at = argv[++i];
+      for (;;) {
+        char* end = nullptr;
+        const double b = std::strtod(at, &end);
+        if (end == at || !(b >= 1.0) || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr,
+                       "--compact-bursts: '%s' is not a list of factors >= 1, such as 1,2,5\n",
+                       argv[i]);
+          return 2;
+        }
+        bursts.push_back(b);
+        if (*end == '\0') break;
+        at = end + 1;
+      }
     } else if (std::strcmp(argv[i], "--skip-streams") == 0) {
       streams = false;
     } else if (std::strcmp(argv[i], "--skip-compact") == 0) {
@@ -743,7 +762,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--scale X] [--skip-streams] [--skip-compact] [--skip-table2] "
-                   "[--skip-misset] [--skip-budget]\n",
+                   "[--skip-misset] [--skip-budget] [--compact-bursts F,F,...]\n",
                    argv[0]);
       return 2;
     }
@@ -755,7 +774,7 @@ int main(int argc, char** argv) {
   if (table2) table2_section(scale);
   if (table2 && compact) compact_ticks_section(scale);
   if (streams) streams_section(scale);
-  if (compact) compact_section(scale);
+  if (compact) compact_section(scale, bursts);
   if (misset) misset_section(scale);
   if (budget) budget_section(scale);
   return 0;

@@ -577,7 +577,7 @@ TEST(CompactFilter, AfterATenfoldBurstTheFallRuleWaitsWhileTheRateClimbs) {
   // folds or replaces the active table while the last tick brought 1.1x
   // the new identities of the one before: folded for the mean of two
   // climbing ticks, it filled three ticks later, a table was added, and the
-  // stream ended on two tables (32.4 bits an identity; 18.3 on one now).
+  // stream ended on two tables (32.4 bits an identity; 18.4 on one now).
   const std::uint32_t window = 10;
   const std::vector<Event> events = uniform_burst(48, window, 10);
   FilterConfig c = compact_config(window, 48 * kFineTicks, 0.01);
