@@ -121,17 +121,17 @@
 // window. The active table is folded in place, or else replaced by a
 // right-sized one at the coarsest shape f* allows, as soon as it is
 // kFallFactor times too big for the recent rate (the mean of the last W / 4
-// ticks; not while the last tick brought kClimbFactor times the new
-// identities of the one before; nothing arriving: the floor; when those
-// ticks straddle the fall,
-// one bringing kFallFactor times another, the replacement keeps
-// kFoldHeadroom over that mean: after a burst of repeats the rate climbs
-// back over a window); one that still holds half of what it may waits
-// until it folds or holds less. A fold by a factor f dividing the
-// line count merges lines fj .. fj + f - 1 into line j: an entry in line
-// x = mulhi(h, L) of either choice belongs in mulhi(h, L / f) = floor(x /
-// f), and its bucket and remainder do not depend on L, so nothing but the
-// lines is needed (the timer filter's fold, seed 000 §5). It is taken when
+// ticks; nothing arriving: the floor); one that still holds half of what it
+// may waits until it folds or holds less. After a burst of repeats the rate
+// of new identities dips and climbs back over a window (the burst's
+// identities leave it), so this rule waits while the last tick brought
+// kClimbFactor times the new identities of the one before, and when the
+// ticks of its mean straddle the fall (one brought kFallFactor times
+// another) the replacement keeps kFoldHeadroom over it. A fold by a factor
+// f dividing the line count merges lines fj .. fj + f - 1 into line j: an
+// entry in line x = mulhi(h, L) of either choice belongs in mulhi(h, L / f)
+// = floor(x / f), and its bucket and remainder do not depend on L, so
+// nothing but the lines is needed (the timer filter's fold, seed 000 §5). It is taken when
 // the table then holds kFoldHeadroom times its live count or the recent
 // rate's window and no merged line has more live entries than slots. And,
 // once alone for a whole window, when it is kShrinkFactor times too big for
@@ -140,11 +140,11 @@
 // holds two tables for a window to save a few percent) while the recent
 // rate needs at least 1 / kSteadyRate of that count (it lags a burst
 // leaving the window; the new table holds the recent rate's window instead
-// when that is kClimbFactor times the count, which lags a rate climbing
-// back after a burst of repeats), or finer than f* requires (for that alone, a
-// refitted table's successor keeps kFoldHeadroom over the live count, which
-// lags a rate climbing back after a burst); the new table only takes
-// what arrives from then on, and the old one drains within a window. A
+// when that is kClimbFactor times the count, which lags a climbing rate),
+// or finer than f* requires (for that alone, a refitted table's successor
+// keeps kFoldHeadroom over the live count, which lags a rate climbing back
+// after a burst); the new table only takes what arrives from then on, and
+// the old one drains within a window. A
 // clock jump past the window returns the filter to its floor at once.
 // Rates and loads count new identities that arrived: a tick's deliveries
 // divided by 1 - the estimate during that tick (kept per tick), so that a
