@@ -374,7 +374,7 @@ TEST(RunMemory, ABudgetSmallerThanTheFloorsSaysSoOnce) {
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
 }
 
-/// A 10 s window, the timer filter at fpp 1% with the default capacity
+/// A 10 s window, a filter of `type` at fpp 1% with the default capacity
 /// hint, and a state dir in `dir` with snapshots only at stop.
 std::string with_state(const TempDir& dir, const std::string& type = "timer") {
   return "window: 10s\nfilter:\n  type: " + type +

@@ -131,9 +131,10 @@
 // f dividing the line count merges lines fj .. fj + f - 1 into line j: an
 // entry in line x = mulhi(h, L) of either choice belongs in mulhi(h, L / f)
 // = floor(x / f), and its bucket and remainder do not depend on L, so
-// nothing but the lines is needed (the timer filter's fold, seed 000 §5). It is taken when
-// the table then holds kFoldHeadroom times its live count or the recent
-// rate's window and no merged line has more live entries than slots. And,
+// nothing but the lines is needed (the timer filter's fold, seed 000 §5).
+// It is taken when the table then holds kFoldHeadroom times its live count
+// or the recent rate's window and no merged line has more live entries
+// than slots. And,
 // once alone for a whole window, when it is kShrinkFactor times too big for
 // the window's live count (kRefitShrinkFactor for a table already sized for
 // a measured rate, a replacement or a folded table: a second replacement
@@ -144,11 +145,11 @@
 // or finer than f* requires (for that alone, a refitted table's successor
 // keeps kFoldHeadroom over the live count, which lags a rate climbing back
 // after a burst); the new table only takes what arrives from then on, and
-// the old one drains within a window. A
-// clock jump past the window returns the filter to its floor at once.
-// Rates and loads count new identities that arrived: a tick's deliveries
-// divided by 1 - the estimate during that tick (kept per tick), so that a
-// ramp-up's fuller tables do not undersize the table that follows.
+// the old one drains within a window. A clock jump past the window returns
+// the filter to its floor at once. Rates and loads count new identities
+// that arrived: a tick's deliveries divided by 1 - the estimate during that
+// tick (kept per tick), so that a ramp-up's fuller tables do not undersize
+// the table that follows.
 //
 // Memory budget (memory_budget.h). The tables held when a budget is
 // attached (a restored snapshot) and the floor table of a filter that
