@@ -425,10 +425,11 @@ Status write_stats(const std::string& path, const Counters& c, double elapsed_s,
   const std::string json = fmt::format(
       "{{\"records_in\":{},\"distinct\":{},\"duplicates\":{},\"invalid\":{},\"elapsed_s\":{:.6f},"
       "\"filter\":{{\"type\":\"{}\",\"bytes_peak\":{},\"bytes_final\":{},\"subfilters_peak\":{},"
+      "\"subfilters_final\":{},"
       "\"fpp_estimate\":{},\"vector_instructions\":\"{}\"}}{}}}\n",
       c.records_in, c.distinct, c.duplicates, c.invalid, elapsed_s, filter::to_string(f.type()),
       std::max(c.bytes_peak, s.bytes), s.bytes, std::max(c.subfilters_peak, s.subfilters),
-      s.fpp_estimate, filter::to_string(filter::simd_in_use()), confirm_json);
+      s.subfilters, s.fpp_estimate, filter::to_string(filter::simd_in_use()), confirm_json);
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (!file) return fail("--stats: cannot open '" + path + "': " + errno_text(errno));
   const bool ok = std::fwrite(json.data(), 1, json.size(), file) == json.size();
