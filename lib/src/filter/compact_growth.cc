@@ -27,12 +27,26 @@ double CompactFilter::target_load(const Shape& s) const noexcept {
 std::uint64_t CompactFilter::lines_for(double entries, const Shape& s,
                                        bool bounded) const noexcept {
   // Lines for `entries` at target_load() (within min_bytes / max_bytes when
-  // `bounded`).
+  // `bounded`), rounded up to a multiple of kLineGrain.
   const double want = std::ceil(std::max(1.0, entries) / (target_load(s) * s.S));
   const double most = std::max(2.0, std::floor(static_cast<double>(config_.max_bytes) /
                                                static_cast<double>(compact::kLineBytes)));
   if (bounded && want <= static_cast<double>(floor_lines())) return floor_lines();
-  return static_cast<std::uint64_t>(std::clamp(want, 2.0, most));
+  return grained(static_cast<std::uint64_t>(std::clamp(want, 2.0, most)),
+                 static_cast<std::uint64_t>(most));
+}
+
+std::uint64_t CompactFilter::grained(std::uint64_t lines, std::uint64_t most) noexcept {
+  // A fold by f needs f to divide the line count (fold()): a table of an
+  // odd count cannot fold at all, and at a burst's end it was replaced
+  // instead, two tables held for a window where a fold keeps one (whether
+  // a count was odd was a coin toss of the rate it was sized for). Counts
+  // that are multiples of kLineGrain fold by 2, 4, 8 and 16, for at most
+  // kLineGrain - 1 lines more. Rounded down when rounding up would pass
+  // `most`, and left as they are below one grain.
+  if (lines < kLineGrain) return lines;
+  const std::uint64_t up = (lines + kLineGrain - 1) / kLineGrain * kLineGrain;
+  return up <= most ? up : lines / kLineGrain * kLineGrain;
 }
 
 std::uint64_t CompactFilter::initial_lines() const noexcept {
@@ -312,7 +326,9 @@ std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, dou
       why == Seal::kReplace ? bytes : std::min(bytes, std::max(least, bytes / 4));
   const std::uint64_t granted = budget_->reserve_up_to(ask, bytes);
   if (granted == 0) return nullptr;  // refused
-  auto t = make_table(std::max<std::uint64_t>(2, granted / compact::kLineBytes), shape, clock_);
+  const std::uint64_t granted_lines = granted / compact::kLineBytes;
+  auto t =
+      make_table(std::max<std::uint64_t>(2, grained(granted_lines, granted_lines)), shape, clock_);
   const std::uint64_t used = t ? t->bytes() : 0;
   if (granted > used) budget_->release(granted - used);
   if (t) t->charge = MemoryCharge(budget_, used);

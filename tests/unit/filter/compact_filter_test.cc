@@ -462,16 +462,17 @@ void expect_restores_alike(SlidingFilter& f, std::span<const Event> rest, std::s
 // its middle third, at `rate` events a fine tick over a domain of one
 // window's events: generated at kFineTicks a window for six windows, then
 // `more` windows at the base rate, then put on `window` filter ticks.
+// `seed` draws the events and salts the identities' fingerprints.
 constexpr std::uint64_t kFineTicks = 4096;
 
 std::vector<Event> uniform_burst(std::uint64_t rate, std::uint32_t window, double factor = 5,
-                                 std::uint64_t more = 0) {
+                                 std::uint64_t more = 0, std::uint64_t seed = 7) {
   StreamSpec spec;
   spec.domain = rate * kFineTicks;
   spec.base_rate = static_cast<double>(rate);
   spec.ticks = 6 * kFineTicks;
   spec.burst_factor = factor;
-  spec.seed = 7;
+  spec.seed = seed;
   auto events = generate_stream(spec);
   if (more > 0) {
     StreamSpec tail = spec;
@@ -569,6 +570,37 @@ TEST(CompactFilter, AfterAUniformBurstItEndsOnOneTable) {
   for (double fpp : {0.01, 0.1}) {
     SCOPED_TRACE(fpp);
     expect_ends_on_one_table(events, window, fpp);
+  }
+}
+
+TEST(CompactFilter, AfterAUniformBurstItEndsOnOneTableWhateverTheFingerprints) {
+  // The uniform 5x burst at fpp 1%, drawn and salted by other seeds. When
+  // the burst ends its table folds in half, which needs an even line count:
+  // with the count the burst's rate gave, six seeds in nine had an odd one,
+  // the table was replaced instead and the stream ended on two tables (2x
+  // the bits of one; the same through `kdedup filter`, whose fingerprints
+  // differ from these). Every table's line count is a multiple of
+  // kLineGrain now.
+  const std::uint32_t window = 10;
+  for (std::uint64_t seed : {1, 2, 3}) {
+    SCOPED_TRACE(seed);
+    expect_ends_on_one_table(uniform_burst(48, window, 5, 0, seed), window, 0.01);
+  }
+}
+
+TEST(CompactFilter, EveryTableFoldsByTwoFourEightAndSixteen) {
+  // New tables of any size asked for: line counts that are multiples of
+  // kLineGrain (16), within the bounds.
+  FilterConfig c = compact_config(10, 1'000, 0.01);
+  c.min_bytes = 64 * 1024;
+  c.max_bytes = 64 * 1024 * 1024;
+  auto f = make(c);
+  const auto& compact = as_compact(*f);
+  for (double entries : {40'000.0, 40'001.0, 123'457.0, 999'999.0, 2'000'003.0}) {
+    SCOPED_TRACE(entries);
+    const std::uint64_t lines = compact.new_table_bytes(entries) / 64;
+    EXPECT_EQ(lines % 16, 0U);
+    EXPECT_LE(lines * 64, c.max_bytes);
   }
 }
 
@@ -742,7 +774,11 @@ TEST(CompactFilter, OverflowEntriesAreFoundAndSealTheTable) {
     kept.push_back(x);
     most = std::max(most, compact.stash_size());
   }
-  EXPECT_EQ(most, CompactFilter::kOverflowSeal + live / CompactFilter::kOverflowPer);
+  // `live` is read before each insertion, the filter counts its live entries
+  // as it books them: at a multiple of kOverflowPer the two differ by one.
+  const std::size_t seal = CompactFilter::kOverflowSeal + live / CompactFilter::kOverflowPer;
+  EXPECT_GE(most, seal);
+  EXPECT_LE(most, seal + 1);
   EXPECT_LT(static_cast<double>(kept.size()), CompactFilter::kMaxLoad * slots);
   for (const Fingerprint& x : kept) ASSERT_TRUE(compact.contains(x, 11));
   for (Tick t = 2; t < 13; ++t) f->advance(t);

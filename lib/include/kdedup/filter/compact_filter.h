@@ -134,7 +134,8 @@
 // nothing but the lines is needed (the timer filter's fold, seed 000 §5).
 // It is taken when the table then holds kFoldHeadroom times its live count
 // or the recent rate's window and no merged line has more live entries
-// than slots. And,
+// than slots. Every new table's line count is a multiple of kLineGrain, so
+// that folds by 2, 4, 8 and 16 divide it. And,
 // once alone for a whole window, when it is kShrinkFactor times too big for
 // the window's live count (kRefitShrinkFactor for a table already sized for
 // a measured rate, a replacement or a folded table: a second replacement
@@ -293,6 +294,9 @@ class CompactFilter final : public SlidingFilter {
   /// proportion to the insertions: a large table must not seal on chance).
   static constexpr std::size_t kOverflowSeal = 8;
   static constexpr std::uint64_t kOverflowPer = 65536;
+  /// A new table's line count is a multiple of this (lines_for()): it can
+  /// fold by 2, 4, 8 and 16.
+  static constexpr std::uint64_t kLineGrain = 16;
   /// Elements ahead that the batch path prefetches.
   static constexpr std::size_t kPrefetchDistance = 16;
   /// Smallest fpp.
@@ -475,6 +479,8 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double target_load(const compact::Shape& s) const noexcept;
   [[nodiscard]] std::uint64_t lines_for(double entries, const compact::Shape& s,
                                         bool bounded) const noexcept;
+  /// `lines` as a multiple of kLineGrain, at most `most` (see lines_for()).
+  [[nodiscard]] static std::uint64_t grained(std::uint64_t lines, std::uint64_t most) noexcept;
   /// Bytes of the tables held (what their charges count).
   [[nodiscard]] std::uint64_t held_bytes() const noexcept;
   [[nodiscard]] std::uint64_t floor_lines() const noexcept;
