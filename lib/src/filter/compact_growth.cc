@@ -206,12 +206,12 @@ bool CompactFilter::straddles_step(Tick horizon) const {
   return most > kFallFactor * least;
 }
 
-bool CompactFilter::climbing() const {
+bool CompactFilter::climbing(Tick span) const {
   // The last whole tick brought kClimbFactor times the new identities of
-  // the one before, by more than three standard deviations of a Poisson
-  // count (noise on a steady rate does not count).
-  if (clock_ < 2) return false;
-  const double last = arrivals(clock_ - 1), before = arrivals(clock_ - 2);
+  // the tick `span` before it, by more than three standard deviations of a
+  // Poisson count (noise on a steady rate does not count).
+  if (clock_ < span + 1) return false;
+  const double last = arrivals(clock_ - 1), before = arrivals(clock_ - 1 - span);
   return last > kClimbFactor * before && last - before > 3.0 * std::sqrt(last + before);
 }
 
@@ -591,8 +591,16 @@ void CompactFilter::maybe_replace() {
   if (smaller) {
     // The live count lags a rate climbing back after a burst of repeats (its
     // identities leave the window and come back new): a table sized for it
-    // filled, and a second table was added. The rate's window then.
-    (void)seal_and_grow(Seal::kReplace, rate_need > kClimbFactor * want ? rate_need : want);
+    // filled, and a second table was added. The rate's window then. A table
+    // sized after a fall (refitted_) that is replaced while the rate still
+    // climbs over the last R ticks gets the fold's headroom over both: the
+    // climb slows as it nears the rate before the burst, so a tick-to-tick
+    // check passes it while the rate has a tenth or more to go (sized for
+    // either, the replacement filled as its predecessor drained).
+    const double need = rate_need > kClimbFactor * want ? rate_need : want;
+    const bool still_climbing = refitted_ && climbing(young);
+    (void)seal_and_grow(Seal::kReplace,
+                        still_climbing ? kFoldHeadroom * std::max(rate_need, want) : need);
   } else if (coarser) {
     // Replaced for its shape alone (finer than the target needs, its size
     // right): a folded or replaced table's successor keeps the headroom a

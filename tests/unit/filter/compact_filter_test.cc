@@ -616,6 +616,19 @@ TEST(CompactFilter, AfterATenfoldBurstTheFallRuleWaitsWhileTheRateClimbs) {
   expect_ends_on_one_table(uniform_burst(48, window, 10), window, 0.01);
 }
 
+TEST(CompactFilter, ALoneTableRightSizedAfterAFallKeepsHeadroomWhileTheRateClimbs) {
+  // family_bench's uniform 3x burst at fpp 10% and 10x burst at 0.1%. After
+  // the burst a table sized for the fall is alone and right-sized while the
+  // rate of new identities climbs back; the climb slows as it nears the
+  // rate before the burst, by 5-10% a tick. Sized for the live count or the
+  // rate of the last ticks, the replacement filled as its predecessor
+  // drained, and the streams ended on two tables (21.7 and 37.8 bits an
+  // identity); with the fold's headroom they end on one.
+  const std::uint32_t window = 10;
+  expect_ends_on_one_table(uniform_burst(48, window, 3), window, 0.1);
+  expect_ends_on_one_table(uniform_burst(48, window, 10), window, 0.001);
+}
+
 TEST(CompactFilter, ALoneTableRightSizedWhileTheRateClimbsBackHoldsTheRate) {
   // family_bench's uniform 2x burst at fpp 0.1%, then a seventh window at
   // the base rate. The burst's last growth table, sized for the burst's

@@ -142,7 +142,9 @@
 // holds two tables for a window to save a few percent) while the recent
 // rate needs at least 1 / kSteadyRate of that count (it lags a burst
 // leaving the window; the new table holds the recent rate's window instead
-// when that is kClimbFactor times the count, which lags a climbing rate),
+// when that is kClimbFactor times the count, which lags a climbing rate,
+// and a table sized after a fall gets kFoldHeadroom over both while the last
+// tick brought kClimbFactor times the new identities of the tick R before),
 // or finer than f* requires (for that alone, a refitted table's successor
 // keeps kFoldHeadroom over the live count, which lags a rate climbing back
 // after a burst); the new table only takes what arrives from then on, and
@@ -280,9 +282,11 @@ class CompactFilter final : public SlidingFilter {
   /// rate).
   static constexpr double kSteadyRate = 1.25;
   /// A rate climbing: the last tick brought this many times the new
-  /// identities of the one before (the fall rule waits), or the recent rate
-  /// needs this many times the window's live count (a lone table
-  /// right-sized then is sized for the rate).
+  /// identities of the one before (the fall rule waits) or of the one R
+  /// ticks before (a lone table sized after a fall and right-sized then
+  /// keeps the fold's headroom), or the recent rate needs this many times
+  /// the window's live count (a lone table right-sized then is sized for
+  /// the rate).
   static constexpr double kClimbFactor = 1.1;
   /// A new table holds this many times what the sealed one held until one
   /// whole tick of insertions has been seen.
@@ -466,7 +470,7 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double window_arrivals() const;
   [[nodiscard]] double recent_rate(Tick horizon, bool rising) const;
   [[nodiscard]] bool straddles_step(Tick horizon) const;
-  [[nodiscard]] bool climbing() const;
+  [[nodiscard]] bool climbing(Tick span = 1) const;
   [[nodiscard]] double growth_rate() const;
   [[nodiscard]] double delivered_share() const;
   [[nodiscard]] double table_fpp(const Table& t) const;
