@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "compact_table.h"
 #include "kdedup/filter/compact_filter.h"
@@ -193,17 +194,19 @@ double CompactFilter::recent_rate(Tick horizon, bool rising) const {
   return rising ? std::max(mean, arrivals(clock_)) : mean;
 }
 
-bool CompactFilter::straddles_step(Tick horizon) const {
-  // The last `horizon` whole ticks straddle a step of the rate: one of them
-  // brought kFallFactor times the new identities of another.
+std::optional<double> CompactFilter::step_peak(Tick horizon) const {
+  // The last `horizon` whole ticks straddle a step of the rate when one of
+  // them brought kFallFactor times the new identities of another: then the
+  // most one of them brought.
   const Tick span = std::min<Tick>(horizon, clock_);
-  if (span == 0) return false;
+  if (span == 0) return std::nullopt;
   double least = arrivals(clock_ - span), most = least;
   for (Tick x = clock_ - span + 1; x < clock_; ++x) {
     least = std::min(least, arrivals(x));
     most = std::max(most, arrivals(x));
   }
-  return most > kFallFactor * least;
+  if (most > kFallFactor * least) return most;
+  return std::nullopt;
 }
 
 bool CompactFilter::climbing(Tick span) const {
@@ -564,10 +567,15 @@ void CompactFilter::maybe_replace() {
     if (too_big_for(static_cast<double>(active.alive.sum))) {
       // Measured across the burst's end, the rate is a mean of two regimes,
       // and on a stream with repeats the lower one climbs back over a
-      // window (the burst's identities leave it): a replacement sized for
-      // it filled just as its predecessor drained, and a second table was
-      // added. It keeps the fold's headroom then.
-      const double want = straddles_step(young) ? kFoldHeadroom * rate_need : rate_need;
+      // window (the burst's identities leave it), up to about the higher
+      // one: a replacement sized for the mean filled just as its
+      // predecessor drained, and a second table was added. It holds the
+      // fold's headroom over the mean, and the busiest of those ticks'
+      // window, then.
+      double want = rate_need;
+      if (const std::optional<double> peak = step_peak(young)) {
+        want = std::max(kFoldHeadroom * rate_need, *peak * (window + 1) * share);
+      }
       (void)seal_and_grow(Seal::kReplace, std::max(want, 1.0));
     }
     return;

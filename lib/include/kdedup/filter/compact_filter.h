@@ -127,7 +127,8 @@
 // identities leave it), so this rule waits while the last tick brought
 // kClimbFactor times the new identities of the one before, and when the
 // ticks of its mean straddle the fall (one brought kFallFactor times
-// another) the replacement keeps kFoldHeadroom over it. A fold by a factor
+// another) the replacement holds kFoldHeadroom times the mean, and at least
+// a window at the busiest of those ticks' rate. A fold by a factor
 // f dividing the line count merges lines fj .. fj + f - 1 into line j: an
 // entry in line x = mulhi(h, L) of either choice belongs in mulhi(h, L / f)
 // = floor(x / f), and its bucket and remainder do not depend on L, so
@@ -197,6 +198,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -469,7 +471,7 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double arrivals(Tick x) const;
   [[nodiscard]] double window_arrivals() const;
   [[nodiscard]] double recent_rate(Tick horizon, bool rising) const;
-  [[nodiscard]] bool straddles_step(Tick horizon) const;
+  [[nodiscard]] std::optional<double> step_peak(Tick horizon) const;
   [[nodiscard]] bool climbing(Tick span = 1) const;
   [[nodiscard]] double growth_rate() const;
   [[nodiscard]] double delivered_share() const;
