@@ -329,9 +329,11 @@ std::unique_ptr<CompactFilter::Table> CompactFilter::reserve_table(Seal why, dou
       why == Seal::kReplace ? bytes : std::min(bytes, std::max(least, bytes / 4));
   const std::uint64_t granted = budget_->reserve_up_to(ask, bytes);
   if (granted == 0) return nullptr;  // refused
-  const std::uint64_t granted_lines = granted / compact::kLineBytes;
-  auto t =
-      make_table(std::max<std::uint64_t>(2, grained(granted_lines, granted_lines)), shape, clock_);
+  // A table granted all it asked for has the lines lines_for() gave it; one
+  // granted less takes all of that (rounded down to kLineGrain, it filled
+  // sooner, and under a budget a tenth short the worst partition's false
+  // positives rose from 0.011 to 0.060 at an effective target of 0.016).
+  auto t = make_table(std::max<std::uint64_t>(2, granted / compact::kLineBytes), shape, clock_);
   const std::uint64_t used = t ? t->bytes() : 0;
   if (granted > used) budget_->release(granted - used);
   if (t) t->charge = MemoryCharge(budget_, used);

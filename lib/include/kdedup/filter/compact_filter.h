@@ -136,7 +136,7 @@
 // It is taken when the table then holds kFoldHeadroom times its live count
 // or the recent rate's window and no merged line has more live entries
 // than slots. Every new table's line count is a multiple of kLineGrain, so
-// that folds by 2, 4, 8 and 16 divide it. And,
+// that folds by 2, 4, 8 and 16 divide it (unless a budget granted it less). And,
 // once alone for a whole window, when it is kShrinkFactor times too big for
 // the window's live count (kRefitShrinkFactor for a table already sized for
 // a measured rate, a replacement or a folded table: a second replacement
@@ -301,7 +301,8 @@ class CompactFilter final : public SlidingFilter {
   static constexpr std::size_t kOverflowSeal = 8;
   static constexpr std::uint64_t kOverflowPer = 65536;
   /// A new table's line count is a multiple of this (lines_for()): it can
-  /// fold by 2, 4, 8 and 16.
+  /// fold by 2, 4, 8 and 16. A table a memory budget grants less than it
+  /// asked for takes what it was granted.
   static constexpr std::uint64_t kLineGrain = 16;
   /// Elements ahead that the batch path prefetches.
   static constexpr std::size_t kPrefetchDistance = 16;
