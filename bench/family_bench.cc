@@ -68,11 +68,16 @@
 //
 // Usage: family_bench [--scale X] [--skip-streams] [--skip-compact] [--skip-table2]
 //                     [--skip-misset] [--skip-budget] [--compact-bursts F,F,...]
+//                     [--compact-seeds N]
 //   --scale multiplies every stream's rate (default 1: ~200k events per
 //   window at the base rate, ~1M in-window identities in Table 2, ~100k
 //   in-window identities at the base rate of the mis-set streams).
 //   --compact-bursts: the burst factors of the compact table's streams
 //   (default 1,2,5; 1 is the steady stream).
+//   --compact-seeds N: after the compact table, the same streams drawn with
+//   N seeds (hint 1x): per stream and fpp the spread of the bits at the end
+//   and the most tables (whether a table folds or fills a tick early turns
+//   on the fingerprints).
 
 #include <algorithm>
 #include <chrono>
@@ -562,6 +567,60 @@ double presized_bits(const FilterConfig& c, const std::vector<Event>& steady,
   }
 }
 
+// The compact table's streams drawn with `seeds` seeds (7, 8, ...: the
+// events and the identities' fingerprints), hint 1x: whether a table can
+// fold or fills a tick early turns on the fingerprints, so one seed's row
+// can hide another's second table. Per stream and fpp: the most tables at
+// the end, the fewest and most bits per in-window id against the
+// pre-sized figure, the most false positives per identity beyond 1.1
+// windows against the target, and false negatives over every seed.
+void compact_seeds_section(double scale, const std::vector<double>& bursts, int seeds) {
+  const auto per_window = static_cast<std::uint64_t>(48 * scale * kFineTicks);
+  std::printf("## The compact filter over %d stream seeds (%" PRIu64
+              " events per window at the base rate, 6 windows, hint 1x)\n\n",
+              seeds, per_window);
+  std::printf(
+      "| stream | fpp | most tables at end | bits/in-window id, min - max | pre-sized | most / "
+      "pre-sized | most FP per identity / fpp | FN |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const double fpps[] = {0.1, 0.01, 0.001};
+  for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
+    for (double burst : bursts) {
+      struct Spread {
+        std::uint32_t tables = 0;
+        double least = 1e300, most = 0, fp = 0;
+        std::uint64_t false_negatives = 0;
+      };
+      Spread spread[3];
+      for (int k = 0; k < seeds; ++k) {
+        StreamSpec spec = stream_spec(dist, burst, scale);
+        spec.seed = 7 + static_cast<std::uint64_t>(k);
+        const auto fine = kdedup::testing::generate_stream(spec);
+        for (int f = 0; f < 3; ++f) {
+          const FilterConfig c = config_of(FilterType::kCompact, fpps[f], per_window);
+          const StreamResult r = run_stream(c, on_ticks(fine, c.ticks_per_window), false);
+          Spread& x = spread[f];
+          x.tables = std::max(x.tables, r.subfilters);
+          x.least = std::min(x.least, r.bits_per_element);
+          x.most = std::max(x.most, r.bits_per_element);
+          x.fp = std::max(x.fp, r.fp_beyond_first / fpps[f]);
+          x.false_negatives += r.false_negatives;
+        }
+      }
+      for (int f = 0; f < 3; ++f) {
+        const FilterConfig c = config_of(FilterType::kCompact, fpps[f], per_window);
+        const double presized = presized_bits(c, {}, per_window);
+        const Spread& x = spread[f];
+        std::printf("| %s | %g | %u | %.1f - %.1f | %.1f | %.2f | %.2f | %" PRIu64 " |\n",
+                    stream_name(dist, burst).c_str(), fpps[f], x.tables, x.least, x.most, presized,
+                    x.most / presized, x.fp, x.false_negatives);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\n");
+}
+
 void misset_section(double scale) {
   const double fpp = 0.01;
   const double base_rate = 24 * scale;  // per fine tick: ~100k ids per window
@@ -730,6 +789,7 @@ int main(int argc, char** argv) {
   double scale = 1.0;
   bool streams = true, compact = true, table2 = true, misset = true, budget = true;
   std::vector<double> bursts = {1.0, 2.0, 5.0};
+  int seeds = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
       scale = std::atof(argv[++i]);
@@ -749,6 +809,13 @@ int main(int argc, char** argv) {
         if (*end == '\0') break;
         at = end + 1;
       }
+    } else if (std::strcmp(argv[i], "--compact-seeds") == 0 && i + 1 < argc) {
+      seeds = std::atoi(argv[++i]);
+      if (seeds < 1 || seeds > 1000) {
+        std::fprintf(stderr, "--compact-seeds: '%s' is not a count of seeds from 1 to 1000\n",
+                     argv[i]);
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--skip-streams") == 0) {
       streams = false;
     } else if (std::strcmp(argv[i], "--skip-compact") == 0) {
@@ -762,7 +829,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--scale X] [--skip-streams] [--skip-compact] [--skip-table2] "
-                   "[--skip-misset] [--skip-budget] [--compact-bursts F,F,...]\n",
+                   "[--skip-misset] [--skip-budget] [--compact-bursts F,F,...] "
+                   "[--compact-seeds N]\n",
                    argv[0]);
       return 2;
     }
@@ -775,6 +843,7 @@ int main(int argc, char** argv) {
   if (table2 && compact) compact_ticks_section(scale);
   if (streams) streams_section(scale);
   if (compact) compact_section(scale, bursts);
+  if (compact && seeds > 0) compact_seeds_section(scale, bursts, seeds);
   if (misset) misset_section(scale);
   if (budget) budget_section(scale);
   return 0;
