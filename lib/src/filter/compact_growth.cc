@@ -15,6 +15,25 @@ using compact::Shape;
 
 // --- sizing ------------------------------------------------------------------------
 
+namespace {
+
+/// `lines` as a multiple of kLineGrain, at most `most`.
+std::uint64_t grained(std::uint64_t lines, std::uint64_t most) noexcept {
+  constexpr std::uint64_t kLineGrain = CompactFilter::kLineGrain;
+  // A fold by f needs f to divide the line count (fold()): a table of an
+  // odd count cannot fold at all, and at a burst's end it was replaced
+  // instead, two tables held for a window where a fold keeps one (whether
+  // a count was odd was a coin toss of the rate it was sized for). Counts
+  // that are multiples of kLineGrain fold by 2, 4, 8 and 16, for at most
+  // kLineGrain - 1 lines more. Rounded down when rounding up would pass
+  // `most`, and left as they are below one grain.
+  if (lines < kLineGrain) return lines;
+  const std::uint64_t up = (lines + kLineGrain - 1) / kLineGrain * kLineGrain;
+  return up <= most ? up : lines / kLineGrain * kLineGrain;
+}
+
+}  // namespace
+
 std::uint64_t CompactFilter::floor_lines() const noexcept {
   return std::max<std::uint64_t>(2, config_.min_bytes / compact::kLineBytes);
 }
@@ -35,19 +54,6 @@ std::uint64_t CompactFilter::lines_for(double entries, const Shape& s,
   if (bounded && want <= static_cast<double>(floor_lines())) return floor_lines();
   return grained(static_cast<std::uint64_t>(std::clamp(want, 2.0, most)),
                  static_cast<std::uint64_t>(most));
-}
-
-std::uint64_t CompactFilter::grained(std::uint64_t lines, std::uint64_t most) noexcept {
-  // A fold by f needs f to divide the line count (fold()): a table of an
-  // odd count cannot fold at all, and at a burst's end it was replaced
-  // instead, two tables held for a window where a fold keeps one (whether
-  // a count was odd was a coin toss of the rate it was sized for). Counts
-  // that are multiples of kLineGrain fold by 2, 4, 8 and 16, for at most
-  // kLineGrain - 1 lines more. Rounded down when rounding up would pass
-  // `most`, and left as they are below one grain.
-  if (lines < kLineGrain) return lines;
-  const std::uint64_t up = (lines + kLineGrain - 1) / kLineGrain * kLineGrain;
-  return up <= most ? up : lines / kLineGrain * kLineGrain;
 }
 
 std::uint64_t CompactFilter::initial_lines() const noexcept {

@@ -486,8 +486,6 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double target_load(const compact::Shape& s) const noexcept;
   [[nodiscard]] std::uint64_t lines_for(double entries, const compact::Shape& s,
                                         bool bounded) const noexcept;
-  /// `lines` as a multiple of kLineGrain, at most `most` (see lines_for()).
-  [[nodiscard]] static std::uint64_t grained(std::uint64_t lines, std::uint64_t most) noexcept;
   /// Bytes of the tables held (what their charges count).
   [[nodiscard]] std::uint64_t held_bytes() const noexcept;
   [[nodiscard]] std::uint64_t floor_lines() const noexcept;
