@@ -586,6 +586,12 @@ void compact_seeds_section(double scale, const std::vector<double>& bursts, int 
       "pre-sized | most FP per identity / fpp | FN | seeds on two tables or over 1.5x |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   const double fpps[] = {0.1, 0.01, 0.001};
+  FilterConfig configs[3];
+  double presized[3];
+  for (int f = 0; f < 3; ++f) {
+    configs[f] = config_of(FilterType::kCompact, fpps[f], per_window);
+    presized[f] = presized_bits(configs[f], {}, per_window);
+  }
   for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
     for (double burst : bursts) {
       struct Spread {
@@ -596,17 +602,12 @@ void compact_seeds_section(double scale, const std::vector<double>& bursts, int 
         int overs = 0;
       };
       Spread spread[3];
-      double presized[3];
-      for (int f = 0; f < 3; ++f) {
-        presized[f] =
-            presized_bits(config_of(FilterType::kCompact, fpps[f], per_window), {}, per_window);
-      }
       for (int k = 0; k < seeds; ++k) {
         StreamSpec spec = stream_spec(dist, burst, scale);
         spec.seed = 7 + static_cast<std::uint64_t>(k);
         const auto fine = kdedup::testing::generate_stream(spec);
         for (int f = 0; f < 3; ++f) {
-          const FilterConfig c = config_of(FilterType::kCompact, fpps[f], per_window);
+          const FilterConfig& c = configs[f];
           const StreamResult r = run_stream(c, on_ticks(fine, c.ticks_per_window), false);
           Spread& x = spread[f];
           x.tables = std::max(x.tables, r.subfilters);
