@@ -206,9 +206,12 @@ void ClientEvents::event_cb(RdKafka::Event& event) {
   }
   // Transient (broker down, transport): librdkafka retries on its own.
   auto now = std::chrono::steady_clock::now();
-  if (now - last_log_ < std::chrono::seconds(5) && event.err() == last_err_) return;
-  last_log_ = now;
-  last_err_ = event.err();
+  {
+    std::lock_guard lock(mu_);
+    if (now - last_log_ < std::chrono::seconds(5) && event.err() == last_err_) return;
+    last_log_ = now;
+    last_err_ = event.err();
+  }
   spdlog::warn("{}: {} ({})", client_, describe_kafka_error(event.err()), event.str());
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -97,8 +98,9 @@ enum class Consumed : std::uint8_t {
 /// rest are logged. With an event callback set, librdkafka also delivers
 /// its own log lines here (from its internal threads), so they are
 /// forwarded to our log: without that, `kafka.debug: cgrp,consumer` would
-/// print nothing. Called by the thread that polls the client and by
-/// librdkafka's threads; owned by the Pipeline, outlives the client.
+/// print nothing. Called by the threads that poll the client (a producer's:
+/// the workers and the delivery thread) and by librdkafka's threads; owned
+/// by the Pipeline, outlives the client.
 class ClientEvents final : public RdKafka::EventCb {
  public:
   /// `on_statistics` (may hold an empty function) outlives this object.
@@ -111,6 +113,7 @@ class ClientEvents final : public RdKafka::EventCb {
   std::function<void(std::string)> on_fatal_;
   const char* client_;
   const std::function<void(std::string_view)>& on_statistics_;
+  std::mutex mu_;  // the repeated-error limit below
   std::chrono::steady_clock::time_point last_log_{};
   RdKafka::ErrorCode last_err_ = RdKafka::ERR_NO_ERROR;
 };
