@@ -98,9 +98,10 @@ enum class Consumed : std::uint8_t {
 /// rest are logged. With an event callback set, librdkafka also delivers
 /// its own log lines here (from its internal threads), so they are
 /// forwarded to our log: without that, `kafka.debug: cgrp,consumer` would
-/// print nothing. Called by the threads that poll the client (a producer's:
-/// the workers and the delivery thread) and by librdkafka's threads; owned
-/// by the Pipeline, outlives the client.
+/// print nothing. Called by every thread that serves the client's queue (a
+/// producer's: the delivery thread, and the consumer thread inside flush()
+/// and the transactional calls, at the same time) and by librdkafka's
+/// threads; owned by the Pipeline, outlives the client.
 class ClientEvents final : public RdKafka::EventCb {
  public:
   /// `on_statistics` (may hold an empty function) outlives this object.

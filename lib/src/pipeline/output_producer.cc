@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string_view>
+#include <thread>
 
 #include "fatal_error.h"
 #include "kafka_errors.h"
@@ -115,9 +117,8 @@ OutputProducer::Produced OutputProducer::produce(Slice& slice, rd_kafka_message_
       return Produced::kQueued;
     }
     if (err == RdKafka::ERR__QUEUE_FULL && !fatal_.raised()) {
-      // Room comes back with delivery reports: serve them, waiting up to
-      // a millisecond for the first.
-      producer_.poll(1);
+      // The delivery thread drains the queue; wait for room.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
     std::string reason = "could not produce the " + std::string(destination) +

@@ -273,20 +273,9 @@ Status Pipeline::Impl::run(const std::atomic<bool>& stop) {
 /// Starts the threads and joins the group.
 Status Pipeline::Impl::start() {
   workers.start();
-  // The workers serve the delivery reports that are ready after each batch
-  // (Worker::loop): a report then frees its record's copy, header list and
-  // tag on a thread that produces, and no thread is woken per report. This
-  // thread serves the rest (the reports of records in flight when the
-  // workers went idle, the producer's other events) every few milliseconds
-  // without waiting inside poll(): a thread waiting there is woken for every
-  // report and would take them all.
   delivery_thread = std::thread([this] {
-    constexpr auto kEvery = std::chrono::milliseconds(5);
     RdKafka::Producer& p = protocol->producer();
-    while (!delivery_stop.load(std::memory_order_relaxed)) {
-      p.poll(0);
-      std::this_thread::sleep_for(kEvery);
-    }
+    while (!delivery_stop.load(std::memory_order_relaxed)) p.poll(50);
   });
   // Before the consumer joins: a transactional producer fences a previous
   // incarnation of this member and finishes its open transaction.

@@ -115,9 +115,6 @@ void Worker::loop() {
       case Work::Kind::kRecords: {
         auto started = Clock::now();
         if (!failed_) process(work.records);
-        // The delivery reports that are ready, served here rather than by
-        // the delivery thread (pipeline.cc, Impl::start).
-        context_.producer.poll(0);
         queued_records_.fetch_sub(work.records.size(), std::memory_order_relaxed);
         busy_nanos_.fetch_add(static_cast<std::uint64_t>((Clock::now() - started).count()),
                               std::memory_order_relaxed);
