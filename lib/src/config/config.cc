@@ -496,7 +496,16 @@ Result<Config> load_config(const std::string& path, const std::vector<std::strin
 }
 
 KafkaProperties consumer_properties(const Config& config) {
-  KafkaProperties out{{"partition.assignment.strategy", "cooperative-sticky"}};
+  // queued.min.messages: librdkafka (2.0) stops fetching once the consumer
+  // queue, shared by every assigned partition, holds this many records, and
+  // looks again only at its broker threads' next wake-up, up to a second
+  // later. With its default of 100,000 an instance working through a
+  // backlog emptied the queue in a fraction of that second and waited out
+  // the rest (docs/performance.md, "A backlog and the consumer's
+  // prefetch"). The byte bound, queued.max.messages.kbytes, stays
+  // librdkafka's 64 MiB.
+  KafkaProperties out{{"partition.assignment.strategy", "cooperative-sticky"},
+                      {"queued.min.messages", std::to_string(kDefaultPrefetchRecords)}};
   for (const auto& [k, v] : config.kafka) out[k] = v;
   for (const auto& [k, v] : config.consumer) out[k] = v;
   out["group.id"] = config.group_id;

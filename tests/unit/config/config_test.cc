@@ -400,6 +400,15 @@ producer: {client.id: prod}
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(consumer_properties(*plain.config).at("partition.assignment.strategy"),
             "cooperative-sticky");
+  // The prefetch: kdedup's default, unless kafka or consumer names it.
+  EXPECT_EQ(consumer_properties(*plain.config).at("queued.min.messages"), "500000");
+  EXPECT_EQ(consumer.at("queued.min.messages"), "500000");
+  auto own = check(kMinimal, {"kafka.queued.min.messages=2000"});
+  ASSERT_TRUE(own.ok()) << errors_of(own);
+  EXPECT_EQ(consumer_properties(*own.config).at("queued.min.messages"), "2000");
+  own = check(kMinimal, {"kafka.queued.min.messages=2000", "consumer.queued.min.messages=1"});
+  ASSERT_TRUE(own.ok()) << errors_of(own);
+  EXPECT_EQ(consumer_properties(*own.config).at("queued.min.messages"), "1");
 }
 
 TEST(ConfigInterpolation, VariablesAndDefaults) {

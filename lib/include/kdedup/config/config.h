@@ -212,8 +212,13 @@ struct LoadReport {
 [[nodiscard]] Result<Config> load_config(const std::string& path,
                                          const std::vector<std::string>& overrides = {});
 
+/// Records the consumer prefetches across its partitions before it stops
+/// fetching (librdkafka's queued.min.messages; its own default is 100,000).
+inline constexpr int kDefaultPrefetchRecords = 500'000;
+
 /// Consumer properties to give librdkafka: kdedup's defaults
-/// (partition.assignment.strategy=cooperative-sticky), then `kafka`, then
+/// (partition.assignment.strategy=cooperative-sticky, queued.min.messages=
+/// kDefaultPrefetchRecords), then `kafka`, then
 /// `consumer`, then the keys correctness depends on (group.id, no auto
 /// commit / offset store, read_committed when transactional).
 [[nodiscard]] KafkaProperties consumer_properties(const Config& config);

@@ -1,0 +1,112 @@
+// The consumer's prefetch through `kdedup run`: kdedup's default for
+// librdkafka's queued.min.messages reaches the client, a config that names
+// it wins, and a backlog many times the bound is read through the stops and
+// restarts of fetching it causes without losing or repeating a record.
+// librdkafka's fetch debug lines print the bound in force
+// ("(N/BOUND msgs, ...)") and say when it stopped a partition's fetching.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <thread>
+
+#include "broker.h"
+#include "kdedup/config/config.h"
+#include "kdedup/testbroker/child_process.h"
+#include "process.h"
+
+namespace kdedup::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using testbroker::ChildProcess;
+
+/// Runs kdedup on `in` with librdkafka's fetch debug lines until `out`
+/// holds `expected_out` records (or 60 s), then stops it; returns its log.
+std::string run_until(TestBroker& b, const TempDir& dir, const std::string& name,
+                      const std::string& consumer_extra, std::size_t expected_out) {
+  write_file(dir.file(name + ".yaml"),
+             "group_id: prefetch-" + name +
+                 "\n"
+                 "input:\n  topics: [in]\n"
+                 "output:\n  topic: out\n"
+                 "identity:\n  salt: prefetch-test-salt\n"
+                 "window: 1h\n"
+                 "filter:\n  type: exact\n"
+                 "dlq_topic: dlq\n"
+                 "commit_interval: 200ms\n"
+                 "log_level: debug\n"
+                 "kafka:\n  bootstrap.servers: \"" +
+                 b.bootstrap() +
+                 "\"\n"
+                 "consumer:\n  session.timeout.ms: \"6000\"\n  heartbeat.interval.ms: \"500\"\n"
+                 "  debug: fetch\n" +
+                 consumer_extra +
+                 "metrics:\n  address: \"\"\n"
+                 "state:\n  dir: \"\"\n");
+  testbroker::ChildOptions o;
+  o.stderr_file = dir.file(name + ".log");
+  auto p = ChildProcess::spawn({KDEDUP_BINARY, "run", "--config", dir.file(name + ".yaml")}, o);
+  EXPECT_TRUE(p) << p.error().message;
+  if (!p) return "";
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto out = b.read_topic("out", 5s);
+    if (out && out->size() >= expected_out) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  (*p)->signal(SIGTERM);
+  EXPECT_EQ((*p)->wait(30s), 0) << read_file(o.stderr_file);
+  return read_file(o.stderr_file);
+}
+
+TEST(RunE2E, PrefetchDefaultReachesTheConsumer) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:2", "out:2", "dlq:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  ASSERT_TRUE(b.produce("in", {{"k1", "v1", 0, {}, 0}, {"k2", "v2", 0, {}, 1}}));
+  TempDir dir;
+  const std::string log = run_until(b, dir, "default", "", 2);
+  const std::string bound = "/" + std::to_string(config::kDefaultPrefetchRecords) + " msgs";
+  EXPECT_NE(log.find(bound), std::string::npos) << "no fetch line with '" << bound << "':\n"
+                                                << log.substr(0, 4000);
+  EXPECT_EQ(log.find("/100000 msgs"), std::string::npos) << "librdkafka's own default in force";
+}
+
+TEST(RunE2E, ABacklogPastASmallPrefetchIsReadWhole) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:2", "out:2", "dlq:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  // 20,000 records waiting before the instance starts: 16,000 identities,
+  // each 4th one sent twice, 20x the prefetch bound of 1,000.
+  std::vector<TestRecord> records;
+  for (int i = 0; i < 16'000; ++i) {
+    const std::string key = "id-" + std::to_string(i);
+    records.push_back({key, "v", 0, {}, i % 2});
+    if (i % 4 == 0) records.push_back({key, "again", 0, {}, i % 2});
+  }
+  ASSERT_EQ(records.size(), 20'000U);
+  ASSERT_TRUE(b.produce("in", records));
+  TempDir dir;
+  const std::string log = run_until(b, dir, "small", "  queued.min.messages: \"1000\"\n", 16'000);
+  EXPECT_NE(log.find("/1000 msgs"), std::string::npos) << log.substr(0, 4000);
+  // The bound was reached, so fetching stopped and started again.
+  EXPECT_NE(log.find("queued.min.messages exceeded"), std::string::npos) << log.substr(0, 4000);
+
+  auto out = b.read_topic("out");
+  ASSERT_TRUE(out) << out.error().message;
+  std::map<std::string, int> seen;
+  for (const auto& r : *out) ++seen[r.key.value_or("")];
+  EXPECT_EQ(seen.size(), 16'000U);
+  for (const auto& [key, n] : seen) ASSERT_EQ(n, 1) << key << " emitted " << n << " times";
+  EXPECT_EQ(out->size(), 16'000U);
+  auto committed = b.committed("prefetch-small", "in");
+  ASSERT_TRUE(committed) << committed.error().message;
+  ASSERT_EQ(committed->size(), 2U);
+  EXPECT_EQ((*committed)[0] + (*committed)[1], 20'000);
+}
+
+}  // namespace
+}  // namespace kdedup::testing
