@@ -7,21 +7,15 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <csignal>
 #include <regex>
 #include <sstream>
-#include <thread>
 
 #include "broker.h"
-#include "kdedup/testbroker/child_process.h"
 #include "process.h"
+#include "run_until_output.h"
 
 namespace kdedup::testing {
 namespace {
-
-using namespace std::chrono_literals;
-using testbroker::ChildProcess;
 
 std::string run_with_debug(TestBroker& b, const TempDir& dir, const std::string& name,
                            std::size_t expected_out) {
@@ -40,20 +34,7 @@ std::string run_with_debug(TestBroker& b, const TempDir& dir, const std::string&
                  "consumer:\n  session.timeout.ms: \"6000\"\n  heartbeat.interval.ms: \"500\"\n"
                  "metrics:\n  address: \"\"\n"
                  "state:\n  dir: \"\"\n");
-  testbroker::ChildOptions o;
-  o.stderr_file = dir.file(name + ".log");
-  auto p = ChildProcess::spawn({KDEDUP_BINARY, "run", "--config", dir.file(name + ".yaml")}, o);
-  EXPECT_TRUE(p) << p.error().message;
-  if (!p) return "";
-  const auto deadline = std::chrono::steady_clock::now() + 40s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto out = b.read_topic("out", 5s);
-    if (out && out->size() >= expected_out) break;
-    std::this_thread::sleep_for(200ms);
-  }
-  (*p)->signal(SIGTERM);
-  EXPECT_EQ((*p)->wait(30s), 0) << read_file(o.stderr_file);
-  return read_file(o.stderr_file);
+  return run_until_output(b, dir.file(name + ".yaml"), dir.file(name + ".log"), expected_out);
 }
 
 TEST(RunE2E, LibrdkafkaDebugLinesGoThroughTheLogger) {

@@ -8,20 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <csignal>
 #include <map>
-#include <thread>
 
 #include "broker.h"
 #include "kdedup/config/config.h"
-#include "kdedup/testbroker/child_process.h"
 #include "process.h"
+#include "run_until_output.h"
 
 namespace kdedup::testing {
 namespace {
-
-using namespace std::chrono_literals;
-using testbroker::ChildProcess;
 
 /// Runs kdedup on `in` with librdkafka's fetch debug lines until `out`
 /// holds `expected_out` records (or 60 s), then stops it; returns its log.
@@ -46,20 +41,8 @@ std::string run_until(TestBroker& b, const TempDir& dir, const std::string& name
                  consumer_extra +
                  "metrics:\n  address: \"\"\n"
                  "state:\n  dir: \"\"\n");
-  testbroker::ChildOptions o;
-  o.stderr_file = dir.file(name + ".log");
-  auto p = ChildProcess::spawn({KDEDUP_BINARY, "run", "--config", dir.file(name + ".yaml")}, o);
-  EXPECT_TRUE(p) << p.error().message;
-  if (!p) return "";
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto out = b.read_topic("out", 5s);
-    if (out && out->size() >= expected_out) break;
-    std::this_thread::sleep_for(200ms);
-  }
-  (*p)->signal(SIGTERM);
-  EXPECT_EQ((*p)->wait(30s), 0) << read_file(o.stderr_file);
-  return read_file(o.stderr_file);
+  return run_until_output(b, dir.file(name + ".yaml"), dir.file(name + ".log"), expected_out, {},
+                          std::chrono::seconds(60));
 }
 
 TEST(RunE2E, PrefetchDefaultReachesTheConsumer) {

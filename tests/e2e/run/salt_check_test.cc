@@ -6,23 +6,16 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <csignal>
-#include <thread>
-
 #include <fmt/format.h>
 
 #include "broker.h"
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/fingerprint.h"
-#include "kdedup/testbroker/child_process.h"
 #include "process.h"
+#include "run_until_output.h"
 
 namespace kdedup::testing {
 namespace {
-
-using namespace std::chrono_literals;
-using testbroker::ChildProcess;
 
 constexpr const char* kWeakSalt = "tiny-salt";  // 9 bytes
 
@@ -49,21 +42,8 @@ std::string run_until(TestBroker& broker, const TempDir& dir, const std::string&
                       const std::string& salt, std::size_t expected) {
   const std::string config = dir.file(name + ".yaml");
   write_file(config, config_yaml(broker.bootstrap(), salt));
-  testbroker::ChildOptions o;
-  o.stderr_file = dir.file(name + ".log");
-  auto p = ChildProcess::spawn(
-      {KDEDUP_BINARY, "run", "--config", config, "--set", "state.dir=" + dir.file("state")}, o);
-  EXPECT_TRUE(p) << p.error().message;
-  if (!p) return "";
-  const auto deadline = std::chrono::steady_clock::now() + 40s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto out = broker.read_topic("out", 5s);
-    if (out && out->size() >= expected) break;
-    std::this_thread::sleep_for(200ms);
-  }
-  (*p)->signal(SIGTERM);
-  EXPECT_EQ((*p)->wait(30s), 0) << read_file(o.stderr_file);
-  return read_file(o.stderr_file);
+  return run_until_output(broker, config, dir.file(name + ".log"), expected,
+                          {"--set", "state.dir=" + dir.file("state")});
 }
 
 TEST(RunE2E, SnapshotsStoreASlowSaltCheckAndAShortSaltIsWarnedAbout) {
