@@ -6,7 +6,6 @@
 #include <prometheus/metric_family.h>
 
 #include <chrono>
-#include <ctime>
 #include <map>
 #include <optional>
 #include <thread>
@@ -35,6 +34,13 @@ std::size_t series_count(const std::vector<prometheus::MetricFamily>& families,
     if (f.name == name) return f.metric.size();
   }
   return 0;
+}
+
+/// The wall clock in seconds, as precise as the metrics' own timestamps.
+/// (std::time() may read a coarse clock a few milliseconds behind, which put
+/// a timestamp taken just after a second's turn "in the future".)
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 double counter(const std::vector<prometheus::MetricFamily>& fs, const std::string& name,
@@ -240,7 +246,7 @@ TEST(Metrics, FilterGaugesAndTheirRemovalOnRevocation) {
   EXPECT_EQ(gauge(fs, "kdedup_filter_clock_ahead_seconds", l), 0.0);
   EXPECT_EQ(gauge(fs, "kdedup_queue_depth", l), 42);
   // Until the first snapshot the timestamp is the assignment time.
-  const double now = static_cast<double>(std::time(nullptr));
+  const double now = wall_seconds();
   EXPECT_NEAR(gauge(fs, "kdedup_snapshot_last_success_timestamp_seconds", l), now, 5);
 
   p->add_batch(BatchCounts{.in = 3});
@@ -288,7 +294,7 @@ TEST(Metrics, AggregatesPerTopicWhenPartitionSeriesAreOff) {
   // The oldest snapshot of the topic: p1 has none yet, so its assignment
   // time, which is earlier than p0's snapshot.
   EXPECT_LT(gauge(fs, "kdedup_snapshot_last_success_timestamp_seconds", orders),
-            static_cast<double>(std::time(nullptr)) + 1);
+            wall_seconds() + 1);
   EXPECT_EQ(series_count(fs, "kdedup_filter_bytes"), 2u);  // orders, payments
   EXPECT_EQ(find_sample(fs, "kdedup_records_in_total", {{"topic", "orders"}, {"partition", "0"}}),
             nullptr);
@@ -369,7 +375,7 @@ TEST(Metrics, AuditSnapshotRestoreAndRebuildCounters) {
   const auto* restore = find_sample(fs, "kdedup_restore_duration_seconds", {{"topic", "orders"}});
   ASSERT_NE(restore, nullptr);
   EXPECT_EQ(restore->histogram.sample_count, 1u);
-  const double now = static_cast<double>(std::time(nullptr));
+  const double now = wall_seconds();
   EXPECT_NEAR(gauge(fs, "kdedup_snapshot_last_success_timestamp_seconds", l), now, 5);
 }
 
