@@ -149,33 +149,31 @@ Handover IdempotentCommits::hand_over(const std::vector<PartitionId>& ids, bool 
 }
 
 void IdempotentCommits::store_offsets(const std::vector<PartitionId>& ids) {
-  std::vector<RdKafka::TopicPartition*> offsets;
-  std::vector<std::pair<Assigned*, std::int64_t>> updates;
+  std::vector<StorePosition> positions;
+  std::vector<Assigned*> updated;
   for (const auto& id : ids) {
     Assigned* a = context_.partitions.find(id);
     if (a == nullptr) continue;
     auto pos = a->tracker->committable();
     if (!pos || *pos <= a->stored) continue;
-    offsets.push_back(RdKafka::TopicPartition::create(id.topic, id.partition, *pos));
-    updates.emplace_back(a, *pos);
+    positions.push_back({&id.topic, id.partition, *pos});
+    updated.push_back(a);
   }
-  if (offsets.empty()) return;
-  RdKafka::ErrorCode err = consumer_->offsets_store(offsets);
+  if (positions.empty()) return;
+  const auto errors = store_positions(*consumer_, positions);
   std::map<std::string, std::map<PartitionId, std::int64_t>> failed;  // by reason
-  for (std::size_t i = 0; i < offsets.size(); ++i) {
-    auto* tp = offsets[i];
-    if (err == RdKafka::ERR_NO_ERROR && tp->err() == RdKafka::ERR_NO_ERROR) {
-      updates[i].first->stored = updates[i].second;
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    if (errors[i] == RdKafka::ERR_NO_ERROR) {
+      updated[i]->stored = positions[i].offset;
     } else {
-      failed[describe_kafka_error(err != RdKafka::ERR_NO_ERROR ? err : tp->err())]
-            [PartitionId{tp->topic(), tp->partition()}] = updates[i].second;
+      failed[describe_kafka_error(errors[i])]
+            [PartitionId{*positions[i].topic, positions[i].partition}] = positions[i].offset;
     }
   }
-  for (const auto& [reason, positions] : failed) {
+  for (const auto& [reason, stored] : failed) {
     spdlog::warn("cannot hand {} to the committer: {}; it will be retried",
-                 describe_positions(positions), reason);
+                 describe_positions(stored), reason);
   }
-  RdKafka::TopicPartition::destroy(offsets);
 }
 
 void IdempotentCommits::offset_commit_cb(RdKafka::ErrorCode err,

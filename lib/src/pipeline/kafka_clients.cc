@@ -91,6 +91,27 @@ Result<BuiltConsumer> build_consumer(const config::Config& config, bool statisti
   return built;
 }
 
+std::vector<RdKafka::ErrorCode> store_positions(RdKafka::KafkaConsumer& consumer,
+                                                const std::vector<StorePosition>& positions) {
+  std::vector<RdKafka::ErrorCode> errors(positions.size(), RdKafka::ERR_NO_ERROR);
+  if (positions.empty()) return errors;
+  const std::unique_ptr<rd_kafka_topic_partition_list_t,
+                        decltype(&rd_kafka_topic_partition_list_destroy)>
+      list(rd_kafka_topic_partition_list_new(static_cast<int>(positions.size())),
+           &rd_kafka_topic_partition_list_destroy);
+  for (const auto& p : positions) {
+    rd_kafka_topic_partition_list_add(list.get(), p.topic->c_str(), p.partition)->offset = p.offset;
+  }
+  const rd_kafka_resp_err_t err = rd_kafka_offsets_store(consumer.c_ptr(), list.get());
+  // The list keeps the order it was built in: element i is positions[i].
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    const rd_kafka_resp_err_t e =
+        err != RD_KAFKA_RESP_ERR_NO_ERROR ? err : list->elems[static_cast<int>(i)].err;
+    errors[i] = static_cast<RdKafka::ErrorCode>(e);
+  }
+  return errors;
+}
+
 void abandon_unsynced_consumer(std::unique_ptr<RdKafka::KafkaConsumer> consumer,
                                std::unique_ptr<RdKafka::EventCb> events) {
   if (!consumer) return;

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <librdkafka/rdkafkacpp.h>
 
@@ -34,6 +35,21 @@ namespace kdedup::pipeline {
 [[nodiscard]] Result<std::unique_ptr<RdKafka::Producer>> build_producer(
     const config::KafkaProperties& properties, RdKafka::DeliveryReportCb& reports,
     RdKafka::EventCb& events);
+
+/// One position to hand to librdkafka's committer: the next offset to read.
+struct StorePosition {
+  const std::string* topic;
+  std::int32_t partition;
+  std::int64_t offset;
+};
+
+/// Stores `positions` for the consumer's committer (one local call, no
+/// request); the error of each, in order (ERR_NO_ERROR = stored).
+/// Through librdkafka's C API: its C++ offsets_store() matches each result
+/// back to its input by a linear search with a dynamic_cast and a strcmp per
+/// candidate, quadratic in the partitions stored at once.
+[[nodiscard]] std::vector<RdKafka::ErrorCode> store_positions(
+    RdKafka::KafkaConsumer& consumer, const std::vector<StorePosition>& positions);
 
 /// What the consumer calls back; each must outlive the consumer.
 struct ConsumerCallbacks {

@@ -483,29 +483,27 @@ void Repartitioner::Impl::wait_delivered(const std::vector<PartitionId>& ids,
 }
 
 void Repartitioner::Impl::store_offsets(const std::vector<PartitionId>& ids) {
-  std::vector<RdKafka::TopicPartition*> offsets;
+  std::vector<StorePosition> positions;
   std::vector<Part*> updated;
   for (const auto& id : ids) {
     auto it = parts.find(id);
     if (it == parts.end()) continue;
     auto pos = it->second.tracker->committable();
     if (!pos || *pos <= it->second.stored) continue;
-    offsets.push_back(RdKafka::TopicPartition::create(id.topic, id.partition, *pos));
+    positions.push_back({&id.topic, id.partition, *pos});
     updated.push_back(&it->second);
   }
-  if (offsets.empty()) return;
-  const RdKafka::ErrorCode err = consumer->offsets_store(offsets);
-  for (std::size_t i = 0; i < offsets.size(); ++i) {
-    const RdKafka::ErrorCode e = err != RdKafka::ERR_NO_ERROR ? err : offsets[i]->err();
-    if (e == RdKafka::ERR_NO_ERROR) {
-      updated[i]->stored = offsets[i]->offset();
+  if (positions.empty()) return;
+  const auto errors = store_positions(*consumer, positions);
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    if (errors[i] == RdKafka::ERR_NO_ERROR) {
+      updated[i]->stored = positions[i].offset;
     } else {
       spdlog::warn("repartition: cannot hand {}[{}]@{} to the committer: {}; it will be retried",
-                   offsets[i]->topic(), offsets[i]->partition(), offsets[i]->offset(),
-                   describe_kafka_error(e));
+                   *positions[i].topic, positions[i].partition, positions[i].offset,
+                   describe_kafka_error(errors[i]));
     }
   }
-  RdKafka::TopicPartition::destroy(offsets);
 }
 
 void Repartitioner::Impl::offset_commit_cb(RdKafka::ErrorCode err,
