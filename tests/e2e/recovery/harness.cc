@@ -31,7 +31,7 @@ std::string run_config_yaml(const std::string& bootstrap, const RunSettings& s) 
   if (s.capacity) y << "  capacity: " << *s.capacity << "\n";
   if (s.min_bytes) y << "  min_bytes: " << *s.min_bytes << "\n";
   if (s.confirm) y << "  confirm_store: true\n";
-  y << "threads: 2\n"
+  y << "threads: " << s.threads << "\n"
     << "batch_size: 64\n"
     << "on_invalid: dlq\n"
     << "dlq_topic: dlq\n"

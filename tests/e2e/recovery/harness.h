@@ -45,6 +45,7 @@ struct RunSettings {
   /// exact oracle (no false positive allowed), whatever the filter.
   bool confirm = false;
   std::string commit_interval = "200ms";
+  int threads = 2;  ///< worker threads
   int session_timeout_ms = 4000;
   std::map<std::string, std::string> consumer_extra;  ///< more consumer properties
   std::string log_level = "info";
