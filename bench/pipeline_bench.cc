@@ -15,7 +15,8 @@
 //   --compare cost: the physical limit and what kdedup adds to it: a raw
 //     librdkafka copy (bench/raw_copy.cc: consume -> produce with the same
 //     client settings and batch size, auto commit, nothing else), passthrough,
-//     dedup with the timer filter and with the exact filter. Targets: CPU per
+//     dedup with the timer filter and with the exact filter; beside CPU, the
+//     context switches of the instance's threads per 1,000 records. Targets: CPU per
 //     record of dedup (timer) <= 1.3x the raw copy's, passthrough <= 1.2x.
 //     --baseline-binary PATH adds passthrough and dedup (timer) of another
 //     kdedup binary (a build from before a change) to the same rounds; given
@@ -258,6 +259,28 @@ double cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+/// Context switches (voluntary + involuntary) every live thread of a
+/// process has made so far, from /proc/PID/task/*/status: how often its
+/// threads hand work to each other and wait. Threads that ended are not
+/// counted; negative when unreadable.
+double context_switches(pid_t pid) {
+  std::error_code ec;
+  std::filesystem::directory_iterator tasks("/proc/" + std::to_string(pid) + "/task", ec);
+  if (ec) return -1;
+  double sum = 0;
+  for (const auto& task : tasks) {
+    std::ifstream in(task.path() / "status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+          line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+        sum += std::stod(line.substr(line.find(':') + 1));
+      }
+    }
+  }
+  return sum;
+}
+
 /// Sums of the instance's metric samples that matter while snapshotting.
 struct SnapshotFigures {
   double snapshots = 0, failures = 0, bytes = 0, write_seconds = 0, busy_seconds = 0;
@@ -332,6 +355,7 @@ kdedup::Result<SnapshotFigures> snapshot_figures(int port) {
 struct Measurement {
   double records_per_s = 0;
   double cpu_seconds = -1;  ///< of the measured instance(s) over the timed part
+  double switches = -1;     ///< their threads' context switches over the timed part
   double seconds = 0;
   double produce_per_s = 0;  ///< the producer's own rate in the timed window
   std::int64_t output = 0;
@@ -459,8 +483,14 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
     for (const pid_t pid : pids) sum += cpu_seconds(pid);
     return sum;
   };
+  auto instances_switches = [&] {
+    double sum = 0;
+    for (const pid_t pid : pids) sum += context_switches(pid);
+    return sum;
+  };
   Backlog backlog(pids, opt.backlog);
   double cpu0 = instances_cpu();
+  double switches0 = instances_switches();
   auto t0 = Clock::now();
   // Producing on this thread while the instance consumes (or, --backlog,
   // while it is stopped); the clock stops when the group committed everything.
@@ -468,6 +498,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (backlog.stopped()) {
     cpu0 = instances_cpu();
+    switches0 = instances_switches();
     t0 = Clock::now();
     backlog.resume();
   }
@@ -491,6 +522,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
   m.cpu_seconds = instances_cpu() - cpu0;
+  m.switches = instances_switches() - switches0;
   if (metrics_port > 0) {
     auto f = snapshot_figures(metrics_port);
     if (!f) return tl::unexpected(f.error());
@@ -864,10 +896,11 @@ int main(int argc, char** argv) {
         return 1;
       }
       std::printf(
-          "  round %d %-22s %10.0f records/s  %6.2f CPU s per million  (%.2f s, %lld out; "
-          "producer %.0f/s)\n",
+          "  round %d %-22s %10.0f records/s  %6.2f CPU s per million  %6.1f switches per "
+          "1,000  (%.2f s, %lld out; producer %.0f/s)\n",
           round + 1, mode.name.c_str(), m->records_per_s,
-          m->cpu_seconds * 1e6 / static_cast<double>(opt.records), m->seconds,
+          m->cpu_seconds * 1e6 / static_cast<double>(opt.records),
+          m->switches * 1e3 / static_cast<double>(opt.records), m->seconds,
           static_cast<long long>(m->output), m->produce_per_s);
       if (m->snapshots) print_snapshot_figures(*m->snapshots, mode);
       std::fflush(stdout);
@@ -878,22 +911,24 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::vector<double> rate(n), cpu(n);
+  std::vector<double> rate(n), cpu(n), switches(n);
   for (std::size_t k = 0; k < n; ++k) {
-    std::vector<double> r, c;
+    std::vector<double> r, c, w;
     for (const auto& m : runs[k]) {
       r.push_back(m.records_per_s);
       c.push_back(m.cpu_seconds * 1e6 / static_cast<double>(opt.records));
+      w.push_back(m.switches * 1e3 / static_cast<double>(opt.records));
     }
     rate[k] = median(r);
     cpu[k] = median(c);
+    switches[k] = median(w);
   }
   std::printf("  medians of %d rounds; ratios against %s\n", opt.repeat, cmp.modes[0].name.c_str());
-  std::printf("  %-24s %12s %10s %14s %10s\n", "mode", "records/s", "ratio", "CPU s/million",
-              "ratio");
+  std::printf("  %-24s %12s %10s %14s %10s %16s\n", "mode", "records/s", "ratio", "CPU s/million",
+              "ratio", "switches/1,000");
   for (std::size_t k = 0; k < n; ++k) {
-    std::printf("  %-24s %12.0f %10.3f %14.2f %10.3f\n", cmp.modes[k].name.c_str(), rate[k],
-                rate[k] / rate[0], cpu[k], cpu[k] / cpu[0]);
+    std::printf("  %-24s %12.0f %10.3f %14.2f %10.3f %16.1f\n", cmp.modes[k].name.c_str(), rate[k],
+                rate[k] / rate[0], cpu[k], cpu[k] / cpu[0], switches[k]);
   }
   if (cmp.target > 0) {
     std::printf("  %-26s %10.3f  (target >= %.1f)\n",
