@@ -25,14 +25,21 @@ using namespace std::chrono_literals;
 constexpr int kPartitions = 1024;
 constexpr std::size_t kLongestLine = 1024;
 
-/// The longest line of `log` and its length.
-std::pair<std::size_t, std::string> longest_line(const std::string& log) {
+struct LogShape {
+  std::size_t lines = 0;
+  std::string longest;
+};
+
+/// How many lines `log` has, and its longest.
+LogShape log_shape(const std::string& log) {
   std::istringstream in(log);
-  std::string line, longest;
+  LogShape out;
+  std::string line;
   while (std::getline(in, line)) {
-    if (line.size() > longest.size()) longest = line;
+    ++out.lines;
+    if (line.size() > out.longest.size()) out.longest = line;
   }
-  return {longest.size(), longest};
+  return out;
 }
 
 /// Waits until `instance` reports `partitions` assigned partitions (the
@@ -134,9 +141,10 @@ TEST(RecoveryE2E, AThousandPartitionsOnOneInstanceMoveHalfAndBackAndSurviveAKill
   EXPECT_EQ(a.stop(), 0) << a.log_tail();
 
   for (const Instance* i : {&a, &bi}) {
-    const auto [length, line] = longest_line(i->log());
-    std::cout << i->name() << "'s longest log line: " << length << " bytes" << std::endl;
-    EXPECT_LE(length, kLongestLine) << i->name() << ": " << line;
+    const LogShape shape = log_shape(i->log());
+    std::cout << i->name() << "'s log: " << shape.lines << " lines, the longest "
+              << shape.longest.size() << " bytes" << std::endl;
+    EXPECT_LE(shape.longest.size(), kLongestLine) << i->name() << ": " << shape.longest;
   }
   auto report = verify_topics(b, s);
   ASSERT_TRUE(report) << report.error().message;
