@@ -30,6 +30,22 @@ double ms_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+/// The plan's log line: its explanation, and for a rebuild what the
+/// output held.
+PlanLine plan_line(const RecoveryPlan& plan, std::size_t delivered, std::size_t learned) {
+  PlanLine line;
+  line.warn = plan.snapshot_refusal && *plan.snapshot_refusal != SnapshotRefusal::kMissing;
+  line.text = plan.explanation;
+  if (plan.reason == RecoveryReason::kRebuildFromWindow) {
+    line.text += fmt::format("; {} delivered records found in the output", delivered);
+    if (learned != 0) {
+      line.text +=
+          fmt::format(", {} of them learned from the output itself (their input is gone)", learned);
+    }
+  }
+  return line;
+}
+
 }  // namespace
 
 ReconcileOptions RecoverySetup::reader_options() const {
@@ -222,7 +238,8 @@ Status Recovery::read_delivered() {
 Result<std::int64_t> Recovery::start_partition(const PartitionId& id) {
   auto plan = plan_recovery(inputs_for(id));
   if (!plan) return tl::unexpected(plan.error());
-  auto slice = build_slice(id, *plan);
+  PlanLine line;
+  auto slice = build_slice(id, *plan, line);
   if (!slice) return tl::unexpected(slice.error());
   Assigned a = make_assigned(id, **slice, *plan);
   const std::optional<std::int64_t>& committed = committed_[id];
@@ -230,7 +247,11 @@ Result<std::int64_t> Recovery::start_partition(const PartitionId& id) {
   if (setup_.snapshotter != nullptr) setup_.snapshotter->reset(id, committed);
   a.worker = setup_.workers.adopt(std::move(*slice));
   Assigned& entry = setup_.partitions.insert(id, std::move(a));
-  if (!entry.restoring) finish_recovery(id, entry, setup_.hooks);
+  if (entry.restoring) {
+    spdlog::log(line.warn ? spdlog::level::warn : spdlog::level::info, "{}", line.text);
+  } else {
+    finish_recovery(id, entry, setup_.hooks, &line);
+  }
   return plan->fetch_from.value_or(RdKafka::Topic::OFFSET_INVALID);
 }
 
@@ -253,7 +274,7 @@ RecoveryInputs Recovery::inputs_for(const PartitionId& id) {
 /// The partition's Slice: the restored filter or an empty one (which
 /// learns what only the output still knows), with the plan's ReplayRule.
 Result<std::unique_ptr<Slice>> Recovery::build_slice(const PartitionId& id,
-                                                     const RecoveryPlan& plan) {
+                                                     const RecoveryPlan& plan, PlanLine& line) {
   SliceStart start;
   if (plan_restores(plan)) {
     start.filter = std::move(loaded_[id].filter);
@@ -273,7 +294,7 @@ Result<std::unique_ptr<Slice>> Recovery::build_slice(const PartitionId& id,
       config.on_duplicate == config::OnDuplicate::kRefresh);
   const std::size_t delivered = rule.delivered();
   (*slice)->set_replay(std::move(rule));
-  log_plan(plan, delivered, learned);
+  line = plan_line(plan, delivered, learned);
   return slice;
 }
 
@@ -296,20 +317,6 @@ std::size_t Recovery::learn_from_output(const PartitionId& id, Slice& slice) {
   const std::vector<std::uint8_t> learn(fps.size(), 1);
   slice.decide(fps, ticks, out, learn);
   return fps.size();
-}
-
-void Recovery::log_plan(const RecoveryPlan& plan, std::size_t delivered,
-                        std::size_t learned) const {
-  const bool unusable =
-      plan.snapshot_refusal && *plan.snapshot_refusal != SnapshotRefusal::kMissing;
-  spdlog::log(unusable ? spdlog::level::warn : spdlog::level::info, "{}{}", plan.explanation,
-              plan.reason == RecoveryReason::kRebuildFromWindow
-                  ? fmt::format("; {} delivered records found in the output{}", delivered,
-                                learned == 0 ? std::string()
-                                             : fmt::format(", {} of them learned from the output "
-                                                           "itself (their input is gone)",
-                                                           learned))
-                  : std::string());
 }
 
 Assigned Recovery::make_assigned(const PartitionId& id, Slice& slice, const RecoveryPlan& plan) {
@@ -347,14 +354,21 @@ void Recovery::log_summary() const {
                         tail_.extended));
 }
 
-void finish_recovery(const PartitionId& id, Assigned& a, const SliceHooks& hooks) {
+void finish_recovery(const PartitionId& id, Assigned& a, const SliceHooks& hooks,
+                     const PlanLine* plan) {
   a.restoring = false;
   a.counters->restoring.store(false, std::memory_order_relaxed);
   a.outcome.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - a.assigned_at).count();
   a.outcome.replayed = a.counters->replayed.load(std::memory_order_relaxed);
-  spdlog::info("{}: recovery done ({}) in {:.2f} s, {} records replayed in rebuild mode", id.str(),
-               to_string(a.outcome.reason), a.outcome.seconds, a.outcome.replayed);
+  const std::string done =
+      fmt::format("recovery done ({}) in {:.2f} s, {} records replayed in rebuild mode",
+                  to_string(a.outcome.reason), a.outcome.seconds, a.outcome.replayed);
+  if (plan != nullptr) {
+    spdlog::log(plan->warn ? spdlog::level::warn : spdlog::level::info, "{}; {}", plan->text, done);
+  } else {
+    spdlog::info("{}: {}", id.str(), done);
+  }
   if (hooks.on_recovered) hooks.on_recovered(id, a.outcome);
 }
 

@@ -70,6 +70,13 @@ struct RecoverySetup {
 /// consumer's reset policy).
 using FetchPositions = std::map<PartitionId, std::int64_t>;
 
+/// A partition's recovery plan as its log line says it, and the line's
+/// level (a warning when a snapshot was refused).
+struct PlanLine {
+  std::string text;
+  bool warn = false;
+};
+
 /// One recovery of a set of partitions; run() once.
 class Recovery {
  public:
@@ -105,9 +112,9 @@ class Recovery {
   [[nodiscard]] OutputReads output_reads() const;
   [[nodiscard]] RecoveryInputs inputs_for(const PartitionId& id);
   [[nodiscard]] Result<std::unique_ptr<Slice>> build_slice(const PartitionId& id,
-                                                           const RecoveryPlan& plan);
+                                                           const RecoveryPlan& plan,
+                                                           PlanLine& line);
   [[nodiscard]] std::size_t learn_from_output(const PartitionId& id, Slice& slice);
-  void log_plan(const RecoveryPlan& plan, std::size_t delivered, std::size_t learned) const;
   [[nodiscard]] Assigned make_assigned(const PartitionId& id, Slice& slice,
                                        const RecoveryPlan& plan);
 
@@ -130,8 +137,11 @@ class Recovery {
 };
 
 /// A restoring partition's replay reached its end: it is ready. Logs the
-/// outcome and calls SliceHooks::on_recovered.
-void finish_recovery(const PartitionId& id, Assigned& a, const SliceHooks& hooks);
+/// outcome and calls SliceHooks::on_recovered. `plan`: a partition with
+/// nothing to replay is ready at once, and its plan and outcome share one
+/// line (one line per partition, not two, at a thousand partitions).
+void finish_recovery(const PartitionId& id, Assigned& a, const SliceHooks& hooks,
+                     const PlanLine* plan = nullptr);
 
 /// Finishes the recovery of every restoring partition whose worker
 /// processed up to the end of its replay, or whose consumer position

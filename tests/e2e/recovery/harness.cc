@@ -385,7 +385,7 @@ std::optional<std::string> line_with_all(const std::string& log,
 
 RecoveryLines recovery_lines(const std::string& log) {
   RecoveryLines out;
-  const std::string marker = ": recovery done (";
+  const std::string marker = "recovery done (";
   for (auto at = log.find(marker); at != std::string::npos; at = log.find(marker, at + 1)) {
     const auto begin = at + marker.size();
     const auto end = log.find(')', begin);

@@ -7,8 +7,9 @@
 // whole output against the exact oracle of the whole input (nothing lost,
 // nothing emitted twice, false positives within the fpp), and the promises
 // made for many partitions hold at that size: ready within 30 s of the
-// start, the two instances' assignments adding up to 1,024, and no log
-// line over 1 KiB (lines that name partitions summarise them).
+// start, the two instances' assignments adding up to 1,024, one log line
+// per fresh partition, and no log line over 1 KiB (lines that name
+// partitions summarise them).
 
 #include <gtest/gtest.h>
 
@@ -81,6 +82,19 @@ TEST(RecoveryE2E, AThousandPartitionsOnOneInstanceMoveHalfAndBackAndSurviveAKill
             << std::endl;
   EXPECT_LE(ready_s, 30.0) << "1,024 partitions must be ready within 30 s";
   EXPECT_TRUE(wait_assigned(a, kPartitions, 10s)) << a.log_tail();
+  // A partition with nothing to replay is ready at once: one line says its
+  // plan and its outcome.
+  {
+    std::istringstream in(a.run_log());
+    std::size_t fresh = 0, lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      if (line.find("recovery done (fresh_partition)") == std::string::npos) continue;
+      ++fresh;
+      EXPECT_NE(line.find("no committed offset"), std::string::npos) << line;
+    }
+    EXPECT_EQ(fresh, static_cast<std::size_t>(kPartitions));
+    EXPECT_LT(lines, static_cast<std::size_t>(kPartitions) + 100) << "one line per partition";
+  }
 
   // ~4 records per partition and second; identities repeat about three
   // times each and new ones keep arriving (drift).
