@@ -75,10 +75,17 @@
 // --baseline-binary PATH (repeatable) runs the same against
 // another kdedup binary (e.g. a build from before this change) first, so
 // both lines come from one run.
+// --event-span MS (the --compare modes): the event time the click stream's
+// timestamps span, 300000 (5 minutes) by default. A run reads them in a few
+// seconds, so event time runs far ahead of the wall clock and every
+// partition's timer filter crosses many ticks (each one a share of its
+// sweep); a span near the run's own length measures a stream that keeps up
+// with real time. The duplicates per window change with it (the output
+// counts say how).
 //
 //   pipeline_bench [--compare filter|snapshots|cost|confirm|repartition] [--records N]
 //                  [--partitions P]
-//                  [--instances I] [--repeat R] [--backlog]
+//                  [--instances I] [--repeat R] [--backlog] [--event-span MS]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
 //   pipeline_bench --idle-partitions P [--records N] [--backlog] [--baseline-binary PATH]
 
@@ -157,6 +164,8 @@ struct Options {
   std::vector<std::string> baseline_binaries;
   int threads = 0;       ///< > 0: threads of the instance (--idle-partitions)
   bool backlog = false;  ///< the timed records produced first, then consumed
+  /// Event time the click stream's timestamps span (--event-span).
+  std::int64_t event_span_ms = 300'000;
 };
 
 /// One side of a comparison: a name and the --set overrides that make it.
@@ -458,7 +467,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   tb::ClickRunOptions co;
   co.records = opt.records + kWarmUp;
   co.seed = 42;  // every mode sees the same stream
-  co.span_ms = 300'000;
+  co.span_ms = opt.event_span_ms;
   co.unkeyed = mode.random_partitions;
   co.producer_properties = {{"linger.ms", "20"}};
   auto started = tb::ClickRun::start(r, co);
@@ -800,7 +809,7 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: pipeline_bench [--compare filter|snapshots|cost|confirm|repartition | --repartition] "
       "[--records N] [--partitions P] "
-      "[--instances I] [--repeat R] [--backlog]\n"
+      "[--instances I] [--repeat R] [--backlog] [--event-span MS]\n"
       "       pipeline_bench --idle-partitions P [--threads T] [--records N] [--backlog] "
       "[--baseline-binary PATH]\n";
   for (int i = 1; i < argc; i += 2) {
@@ -842,6 +851,15 @@ int main(int argc, char** argv) {
       opt.threads = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--baseline-binary")) {
       opt.baseline_binaries.emplace_back(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--event-span")) {
+      char* end = nullptr;
+      const long long ms = std::strtoll(argv[i + 1], &end, 10);
+      if (end == argv[i + 1] || *end != '\0' || ms < 1) {
+        std::fprintf(stderr, "--event-span: expected milliseconds (at least 1), got '%s'\n%s",
+                     argv[i + 1], usage);
+        return 2;
+      }
+      opt.event_span_ms = ms;
     } else {
       std::fprintf(stderr, "unknown option %s\n%s", argv[i], usage);
       return 2;
