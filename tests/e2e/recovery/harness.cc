@@ -32,7 +32,7 @@ std::string run_config_yaml(const std::string& bootstrap, const RunSettings& s) 
   if (s.min_bytes) y << "  min_bytes: " << *s.min_bytes << "\n";
   if (s.confirm) y << "  confirm_store: true\n";
   y << "threads: " << s.threads << "\n"
-    << "batch_size: 64\n"
+    << "batch_size: " << s.batch_size << "\n"
     << "on_invalid: dlq\n"
     << "dlq_topic: dlq\n"
     << "commit_interval: " << s.commit_interval << "\n"

@@ -45,7 +45,8 @@ struct RunSettings {
   /// exact oracle (no false positive allowed), whatever the filter.
   bool confirm = false;
   std::string commit_interval = "200ms";
-  int threads = 2;  ///< worker threads
+  int threads = 2;                ///< worker threads
+  std::uint32_t batch_size = 64;  ///< records per worker batch, at most
   int session_timeout_ms = 4000;
   std::map<std::string, std::string> consumer_extra;  ///< more consumer properties
   std::string log_level = "info";
