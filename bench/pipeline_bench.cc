@@ -487,27 +487,23 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   }
   std::vector<pid_t> pids;
   for (int i = 0; i < opt.instances; ++i) pids.push_back(r.instance_pid(i));
-  auto instances_cpu = [&] {
+  // A per-process figure (cpu_seconds, context_switches) summed over them.
+  auto instances = [&](double (*figure)(pid_t)) {
     double sum = 0;
-    for (const pid_t pid : pids) sum += cpu_seconds(pid);
-    return sum;
-  };
-  auto instances_switches = [&] {
-    double sum = 0;
-    for (const pid_t pid : pids) sum += context_switches(pid);
+    for (const pid_t pid : pids) sum += figure(pid);
     return sum;
   };
   Backlog backlog(pids, opt.backlog);
-  double cpu0 = instances_cpu();
-  double switches0 = instances_switches();
+  double cpu0 = instances(cpu_seconds);
+  double switches0 = instances(context_switches);
   auto t0 = Clock::now();
   // Producing on this thread while the instance consumes (or, --backlog,
   // while it is stopped); the clock stops when the group committed everything.
   if (auto ok = run.produce(opt.records); !ok) return tl::unexpected(ok.error());
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (backlog.stopped()) {
-    cpu0 = instances_cpu();
-    switches0 = instances_switches();
+    cpu0 = instances(cpu_seconds);
+    switches0 = instances(context_switches);
     t0 = Clock::now();
     backlog.resume();
   }
@@ -530,8 +526,8 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
-  m.cpu_seconds = instances_cpu() - cpu0;
-  m.switches = instances_switches() - switches0;
+  m.cpu_seconds = instances(cpu_seconds) - cpu0;
+  m.switches = instances(context_switches) - switches0;
   if (metrics_port > 0) {
     auto f = snapshot_figures(metrics_port);
     if (!f) return tl::unexpected(f.error());

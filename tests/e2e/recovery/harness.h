@@ -205,10 +205,11 @@ struct Inspection {
 };
 Inspection inspect_snapshots(const std::string& state_dir, bool verify);
 
-/// What the "P: recovery done (REASON) in S s, N records replayed" lines
-/// of a log say: partitions per reason word (restored, rebuild_from_window,
-/// no_history, fresh_partition) and records replayed. Informational: the
-/// tests assert on metrics, this is printed.
+/// What the "recovery done (REASON) in S s, N records replayed" parts of a
+/// log's lines say (alone after "P: ", or after the plan of a partition
+/// with nothing to replay): partitions per reason word (restored, rebuild_from_window,
+/// no_history, fresh_partition) and records replayed. Printed by the
+/// tests; most assert on metrics instead.
 struct RecoveryLines {
   std::map<std::string, int> by_reason;
   std::uint64_t replayed = 0;
