@@ -583,7 +583,12 @@ struct ScaleFigures {
   double idle_cpu = 0;       ///< share of one core used while idle (after ready)
   double records_per_s = 0;  ///< produce start to everything committed
   double cpu_per_million = 0;
-  double rebalance_s = 0;  ///< a second instance started to both holding a share
+  double rebalance_s = 0;        ///< a second instance started to both holding a share
+  double rebalance_ready_s = 0;  ///< to the new instance's partitions all recovered
+  /// The same rebalance as the new instance's log tells it (RebalanceLog).
+  double rebalance_protocol_s = 0;
+  int rebalance_rounds = 0;
+  double rebalance_recovery_s = 0;
   std::size_t longest_log_line = 0;
   // One /metrics scrape once loaded: the instance's CPU for it, its size.
   double scrape_cpu_ms = 0;
@@ -625,24 +630,109 @@ std::size_t longest_line(const std::string& path) {
   return longest;
 }
 
-/// Starts a second instance and waits until both hold a share of the
-/// partitions and together all of them: the rebalance's duration.
-kdedup::Result<double> rebalance_seconds(tb::PipelineRig& r, const Options& opt, int first_port) {
+/// A rebalance as the log of the instance that joined tells it: the group
+/// protocol (its join to the arrival of its first partitions, after
+/// `rounds` assignments, counting the empty ones of a cooperative
+/// rebalance) and its recovery (their arrival to the last of their
+/// "recovery done" lines; `recovered` of `assigned` partitions have one).
+/// The "assigned" line follows the recovery plan, which says how long it
+/// took ("recovery of K partition(s) planned in N ms"): the partitions
+/// arrived N ms before it.
+struct RebalanceLog {
+  double protocol_s = 0;
+  int rounds = 0;
+  double recovery_s = 0;
+  int assigned = 0;
+  int recovered = 0;
+};
+
+/// Seconds since midnight of a log line's timestamp
+/// ("2026-12-01T21:22:35.086 info  ..."), or nullopt for other lines.
+std::optional<double> log_line_seconds(const std::string& line) {
+  int h = 0, m = 0;
+  double s = 0;
+  if (line.size() < 23 || line[10] != 'T' ||
+      std::sscanf(line.c_str() + 11, "%2d:%2d:%lf", &h, &m, &s) != 3) {
+    return std::nullopt;
+  }
+  return h * 3600.0 + m * 60.0 + s;
+}
+
+RebalanceLog read_rebalance_log(const std::string& path) {
+  // Durations between two lines of one log (a run that crosses midnight
+  // wraps once).
+  auto between = [](double from, double to) { return to >= from ? to - from : to + 86400 - from; };
+  RebalanceLog out;
+  std::optional<double> joined, arrived, last_done;
+  double planning_s = 0;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const std::optional<double> t = log_line_seconds(line);
+    if (!t) continue;
+    if (!joined && line.find("joined consumer group") != std::string::npos) {
+      joined = t;
+    } else if (const auto plan = line.find(" planned in "); !arrived && plan != std::string::npos) {
+      planning_s = std::atof(line.c_str() + plan + 12) / 1e3;
+    } else if (const auto at = line.find(" assigned ");
+               !arrived && at != std::string::npos &&
+               line.find(" partition(s)", at) != std::string::npos) {
+      ++out.rounds;
+      out.assigned = std::atoi(line.c_str() + at + 10);
+      if (out.assigned > 0) arrived = *t - planning_s;
+      planning_s = 0;
+    } else if (line.find("recovery done (") != std::string::npos) {
+      ++out.recovered;
+      last_done = t;
+    }
+  }
+  if (joined && arrived) out.protocol_s = between(*joined, *arrived);
+  if (arrived && last_done) out.recovery_s = between(*arrived, *last_done);
+  return out;
+}
+
+struct RebalanceFigures {
+  double seconds = 0;        ///< started to both holding a share of all partitions
+  double ready_seconds = 0;  ///< started to the new instance's last "recovery done"
+  RebalanceLog log;          ///< the new instance's account of it
+};
+
+/// Starts a second instance (logging at info) and waits until both hold a
+/// share of the partitions and together all of them: the rebalance's
+/// duration. Then until every partition it was given has recovered, to
+/// split that duration by the new instance's log.
+kdedup::Result<RebalanceFigures> rebalance_seconds(tb::PipelineRig& r, const Options& opt,
+                                                   int first_port) {
   auto port = tb::free_loopback_port();
   if (!port) return tl::unexpected(port.error());
   const auto t0 = Clock::now();
-  auto added = r.add_instance({fmt::format("metrics.address=127.0.0.1:{}", *port)});
+  auto added =
+      r.add_instance({fmt::format("metrics.address=127.0.0.1:{}", *port), "log_level=info"});
   if (!added) return tl::unexpected(added.error());
   const auto deadline = t0 + std::chrono::seconds(300);
+  RebalanceFigures out;
   for (;;) {
     if (auto ok = r.check_instances(); !ok) return tl::unexpected(ok.error());
-    auto a = memory_figures(r.instance_pid(0), first_port);
-    auto b = memory_figures(r.instance_pid(*added), *port);
-    if (a && b && a->assigned > 0 && b->assigned > 0 &&
-        a->assigned + b->assigned == opt.idle_partitions) {
-      return std::chrono::duration<double>(Clock::now() - t0).count();
+    if (out.seconds == 0) {
+      auto a = memory_figures(r.instance_pid(0), first_port);
+      auto b = memory_figures(r.instance_pid(*added), *port);
+      if (a && b && a->assigned > 0 && b->assigned > 0 &&
+          a->assigned + b->assigned == opt.idle_partitions) {
+        out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      }
     }
-    if (Clock::now() > deadline) return kdedup::fail("the rebalance did not settle in time");
+    if (out.seconds > 0) {
+      out.log = read_rebalance_log(r.instance_log(*added));
+      if (out.log.assigned > 0 && out.log.recovered >= out.log.assigned) {
+        out.ready_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        return out;
+      }
+    }
+    if (Clock::now() > deadline) {
+      return kdedup::fail(out.seconds == 0 ? "the rebalance did not settle in time"
+                                           : "the new instance did not recover its partitions "
+                                             "in time; log " +
+                                                 r.instance_log(*added));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -734,7 +824,11 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   producer->reset();
   auto moved = rebalance_seconds(r, opt, *port);
   if (!moved) return tl::unexpected(moved.error());
-  run.scale.rebalance_s = *moved;
+  run.scale.rebalance_s = moved->seconds;
+  run.scale.rebalance_ready_s = moved->ready_seconds;
+  run.scale.rebalance_protocol_s = moved->log.protocol_s;
+  run.scale.rebalance_rounds = moved->log.rounds;
+  run.scale.rebalance_recovery_s = moved->log.recovery_s;
   if (auto ok = r.stop_instances(); !ok) {
     std::fprintf(stderr, "note: %s\n", ok.error().message.c_str());
   }
@@ -782,6 +876,17 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
                 binaries[b].first.c_str(), f.ready_s, f.idle_cpu * 100, f.records_per_s,
                 f.cpu_per_million, f.rebalance_s, f.longest_log_line, f.scrape_cpu_ms, f.scrape_kib,
                 f.scrape_series);
+  }
+  std::printf(
+      "\nthe rebalance of half as the new instance's log tells it: the group protocol (its "
+      "join to the arrival of its partitions) and their recovery (to the last \"recovery "
+      "done\")\n\n| binary | rebalance of half s | to ready s | group protocol s | assignment "
+      "rounds | recovery s |\n|---|---|---|---|---|---|\n");
+  for (std::size_t b = 0; b < binaries.size(); ++b) {
+    const ScaleFigures& f = runs[b];
+    std::printf("| %s | %.1f | %.1f | %.1f | %d | %.1f |\n", binaries[b].first.c_str(),
+                f.rebalance_s, f.rebalance_ready_s, f.rebalance_protocol_s, f.rebalance_rounds,
+                f.rebalance_recovery_s);
   }
   return 0;
 }

@@ -52,6 +52,9 @@ int remaining_ms(Clock::time_point deadline) {
   return static_cast<int>(std::max<std::int64_t>(0, left.count()));
 }
 
+/// fetch.wait.max.ms of the recovery reads (make_consumer()).
+constexpr int kRecoveryFetchWaitMs = 10;
+
 Result<std::unique_ptr<RdKafka::Consumer>> make_consumer(const ReconcileOptions& options) {
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   std::string err;
@@ -61,6 +64,14 @@ Result<std::unique_ptr<RdKafka::Consumer>> make_consumer(const ReconcileOptions&
   props.erase("group.id");
   props.erase("group.instance.id");
   props["enable.partition.eof"] = "true";
+  // Its reads come in rounds (the record before each committed offset, a
+  // search by time, the output's tails), each started where the last one
+  // stopped. A fetch that reached the end of a partition waits there for new
+  // records up to fetch.wait.max.ms (librdkafka's default: 500 ms), and a
+  // broker connection carries one fetch at a time: the next round's fetch
+  // waited behind it, half a second a round. Recovery reads what is stored
+  // and waits for nothing new.
+  props["fetch.wait.max.ms"] = std::to_string(kRecoveryFetchWaitMs);
   props["enable.auto.commit"] = "false";
   props["enable.auto.offset.store"] = "false";
   static ClientLog log("recovery consumer");  // its log lines into kdedup's log
@@ -111,17 +122,22 @@ struct Started {
   ~Started() { consumer->stop(topic, partition); }
 };
 
-/// Offset and timestamp (<= 0: none) of the first record at or after an
-/// offset; none at the end of the partition.
-using FirstRecord = std::optional<std::pair<std::int64_t, std::int64_t>>;
+/// Offset and timestamp (<= 0: none) of one record.
+using Stamped = std::pair<std::int64_t, std::int64_t>;
 
-/// The first record at or after `at[p]` of every partition p, read together
-/// through one queue (one round trip for all, not one each). Fails when
-/// nothing arrives for `step`.
-Result<std::map<std::int32_t, FirstRecord>> read_first_records(
+/// Offset and timestamp of the first record at or after an offset; none at
+/// the end of the partition.
+using FirstRecord = std::optional<Stamped>;
+
+/// The records at or after `at[p]` of every partition p that arrived with
+/// its first one (a fetch brings a whole batch: one or more records, in
+/// offset order; none at the end of the partition), read together through
+/// one queue (one round trip for all, not one each). Fails when nothing
+/// arrives for `step`.
+Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
     RdKafka::Consumer& consumer, RdKafka::Topic& topic,
     const std::map<std::int32_t, std::int64_t>& at, Clock::duration step) {
-  std::map<std::int32_t, FirstRecord> found;
+  std::map<std::int32_t, std::vector<Stamped>> found;
   std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
   std::vector<std::unique_ptr<Started>> started;
   for (const auto& [p, offset] : at) {
@@ -132,6 +148,24 @@ Result<std::map<std::int32_t, FirstRecord>> read_first_records(
     }
     started.push_back(std::unique_ptr<Started>(new Started{&consumer, &topic, p}));
   }
+  // Takes one message; false when it is an error to report.
+  auto take = [&](RdKafka::Message& m) {
+    const std::int32_t p = m.partition();
+    if (!at.count(p)) return true;
+    const bool first = !found.count(p);
+    if (m.err() == RdKafka::ERR__PARTITION_EOF) {
+      if (first) found[p];  // nothing stored from there on
+      return true;
+    }
+    if (m.err() != RdKafka::ERR_NO_ERROR) return !first;  // after a record: the run ends there
+    std::vector<Stamped>& run = found[p];
+    if (!first && (run.empty() || m.offset() <= run.back().first)) return true;
+    const auto ts = m.timestamp();
+    run.emplace_back(m.offset(), ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE
+                                     ? 0
+                                     : ts.timestamp);
+    return true;
+  };
   auto stalled_at = Clock::now() + step;
   while (found.size() < at.size()) {
     const int wait = remaining_ms(stalled_at);
@@ -145,22 +179,32 @@ Result<std::map<std::int32_t, FirstRecord>> read_first_records(
     }
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), std::min(wait, 100)));
     if (!m || m->err() == RdKafka::ERR__TIMED_OUT) continue;
-    const std::int32_t p = m->partition();
-    if (!at.count(p) || found.count(p)) continue;  // later records of an answered partition
-    if (m->err() == RdKafka::ERR__PARTITION_EOF) {
-      found[p] = std::nullopt;
-    } else if (m->err() != RdKafka::ERR_NO_ERROR) {
-      return fail(fmt::format("reading {}[{}] at offset {}: {}", topic.name(), p, at.at(p),
-                              describe_kafka_error(m->err())));
-    } else {
-      const auto ts = m->timestamp();
-      const std::int64_t t =
-          ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE ? 0 : ts.timestamp;
-      found[p] = std::make_pair(m->offset(), t);
+    if (!take(*m)) {
+      return fail(fmt::format("reading {}[{}] at offset {}: {}", topic.name(), m->partition(),
+                              at.at(m->partition()), describe_kafka_error(m->err())));
     }
     stalled_at = Clock::now() + step;
   }
+  // What else has already arrived: the rest of the fetched batches.
+  for (;;) {
+    std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), 0));
+    if (!m || m->err() == RdKafka::ERR__TIMED_OUT) break;
+    (void)take(*m);
+  }
   return found;
+}
+
+/// The first record at or after `at[p]` of every partition p (read_runs()).
+Result<std::map<std::int32_t, FirstRecord>> read_first_records(
+    RdKafka::Consumer& consumer, RdKafka::Topic& topic,
+    const std::map<std::int32_t, std::int64_t>& at, Clock::duration step) {
+  auto runs = read_runs(consumer, topic, at, step);
+  if (!runs) return tl::unexpected(runs.error());
+  std::map<std::int32_t, FirstRecord> first;
+  for (const auto& [p, run] : *runs) {
+    first[p] = run.empty() ? FirstRecord() : FirstRecord(run.front());
+  }
+  return first;
 }
 
 /// One partition of offsets_at_or_after(): the record at `last` has a
@@ -175,8 +219,10 @@ struct TimeQuery {
 /// timestamp is >= its target, by bisection (timestamps taken as
 /// non-decreasing; the record at `last` qualifies). Every round reads the
 /// middle record of each unfinished partition together through one queue,
-/// so hundreds of partitions take about log2(last - low) rounds, not that
-/// many reads each one after the other. A round fails when nothing arrives
+/// so hundreds of partitions take at most about log2(last - low) rounds,
+/// not that many reads each one after the other; and it judges every
+/// record the fetch brought with it (a batch), which ends the search when
+/// the target time falls inside one. A round fails when nothing arrives
 /// for `step`.
 Result<std::map<std::int32_t, std::int64_t>> search_offsets_for_time(
     RdKafka::Consumer& consumer, RdKafka::Topic& topic,
@@ -195,14 +241,22 @@ Result<std::map<std::int32_t, std::int64_t>> search_offsets_for_time(
       if (r.lo < r.hi) mids[p] = r.lo + (r.hi - r.lo) / 2;
     }
     if (mids.empty()) break;
-    auto read = read_first_records(consumer, topic, mids, step);
+    auto read = read_runs(consumer, topic, mids, step);
     if (!read) return tl::unexpected(read.error());
-    for (const auto& [p, first] : *read) {
+    for (const auto& [p, run] : *read) {
       Range& r = ranges[p];
-      if (!first || first->first >= r.hi || first->second >= queries.at(p).target_ms) {
+      const std::int64_t target = queries.at(p).target_ms;
+      // The first record of the run at or after hi, or at or after the
+      // target time: the answer is at or before it.
+      const auto stop = std::find_if(run.begin(), run.end(), [&](const Stamped& x) {
+        return x.first >= r.hi || x.second >= target;
+      });
+      if (stop == run.begin()) {
         r.hi = mids.at(p);  // the answer is at or before mid
+      } else if (stop != run.end()) {
+        r.lo = r.hi = std::prev(stop)->first + 1;  // the record before it does not qualify
       } else {
-        r.lo = first->first + 1;
+        r.lo = run.back().first + 1;
       }
     }
   }

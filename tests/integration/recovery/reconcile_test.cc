@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -252,6 +253,48 @@ TEST_F(ReconcileTest, ASlowReadLongerThanTheTimeoutFinishesWhileRecordsArrive) {
   EXPECT_EQ(report->records_read, 3000u);
   EXPECT_EQ(report->highest({"in", 0}), 2999);
   EXPECT_GT(took, 1s) << "the read must outlast the timeout for this test to mean anything";
+}
+
+// The test broker answers no offsets-for-times query, so the window start
+// is searched by reading records: every target time (before the first
+// record, inside a produce batch, on a run of equal timestamps, between two
+// records, at a batch's edges, at the committed record itself) must give the
+// first offset whose timestamp reaches it, as a scan of the partition does.
+TEST_F(ReconcileTest, FindsTheFirstOffsetAtOrAfterATimeWithoutATimeIndex) {
+  ASSERT_TRUE(broker_->create_topic("in", 1));
+  std::vector<std::int64_t> stamps;
+  for (const std::int64_t batch : {100, 57, 1, 300}) {  // one record batch each
+    std::vector<TestRecord> records;
+    for (std::int64_t i = 0; i < batch; ++i) {
+      TestRecord r;
+      r.key = "k";
+      r.value = "v";
+      r.partition = 0;
+      // Non-decreasing, in runs of three equal timestamps.
+      r.timestamp_ms = 1'000'000 + static_cast<std::int64_t>(stamps.size()) / 3 * 10;
+      stamps.push_back(r.timestamp_ms);
+      records.push_back(std::move(r));
+    }
+    ASSERT_TRUE(broker_->produce("in", records));
+  }
+  const auto committed = static_cast<std::int64_t>(stamps.size());  // C: every record processed
+  const std::int64_t newest = stamps.back();
+  const PartitionId id{"in", 0};
+  std::vector<std::int64_t> targets = {stamps.front() - 1000, stamps.front(), newest};
+  for (const std::int64_t o : {1, 2, 3, 50, 99, 100, 101, 156, 157, 158, 300, 456}) {
+    targets.push_back(stamps[static_cast<std::size_t>(o)]);      // on a record's time
+    targets.push_back(stamps[static_cast<std::size_t>(o)] - 5);  // between two records
+  }
+  for (const std::int64_t target : targets) {
+    const auto expected = static_cast<std::int64_t>(
+        std::lower_bound(stamps.begin(), stamps.end(), target) - stamps.begin());
+    auto points = find_commit_points(options_, {{id, committed}}, {id}, newest - target);
+    ASSERT_TRUE(points) << points.error().message;
+    ASSERT_EQ(points->count(id), 1u);
+    EXPECT_EQ(points->at(id).timestamp_ms, newest);
+    ASSERT_TRUE(points->at(id).window_offset) << "target " << target;
+    EXPECT_EQ(*points->at(id).window_offset, expected) << "target " << target;
+  }
 }
 
 }  // namespace
