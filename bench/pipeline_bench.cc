@@ -865,29 +865,30 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
     std::fflush(stdout);
     runs.push_back(m->scale);
   }
-  std::printf(
-      "\n| binary | start to all assigned s | idle CPU %% of a core | records/s | CPU s per "
-      "million | rebalance of "
-      "half s | longest log line | one /metrics scrape: CPU ms, KiB, samples "
-      "|\n|---|---|---|---|---|---|---|---|\n");
-  for (std::size_t b = 0; b < binaries.size(); ++b) {
-    const ScaleFigures& f = runs[b];
-    std::printf("| %s | %.1f | %.1f | %.0f | %.2f | %.1f | %zu | %.0f, %.0f, %zu |\n",
-                binaries[b].first.c_str(), f.ready_s, f.idle_cpu * 100, f.records_per_s,
-                f.cpu_per_million, f.rebalance_s, f.longest_log_line, f.scrape_cpu_ms, f.scrape_kib,
-                f.scrape_series);
-  }
-  std::printf(
+  // One table per aspect, a row per binary.
+  auto table = [&](const char* head, auto row) {
+    std::printf("%s", head);
+    for (std::size_t b = 0; b < binaries.size(); ++b) row(binaries[b].first.c_str(), runs[b]);
+  };
+  table(
+      "\n| binary | start to all assigned s | idle CPU % of a core | records/s | CPU s per "
+      "million | rebalance of half s | longest log line | one /metrics scrape: CPU ms, KiB, "
+      "samples |\n|---|---|---|---|---|---|---|---|\n",
+      [](const char* name, const ScaleFigures& f) {
+        std::printf("| %s | %.1f | %.1f | %.0f | %.2f | %.1f | %zu | %.0f, %.0f, %zu |\n", name,
+                    f.ready_s, f.idle_cpu * 100, f.records_per_s, f.cpu_per_million, f.rebalance_s,
+                    f.longest_log_line, f.scrape_cpu_ms, f.scrape_kib, f.scrape_series);
+      });
+  table(
       "\nthe rebalance of half as the new instance's log tells it: the group protocol (its "
       "join to the arrival of its partitions) and their recovery (to the last \"recovery "
       "done\")\n\n| binary | rebalance of half s | to ready s | group protocol s | assignment "
-      "rounds | recovery s |\n|---|---|---|---|---|---|\n");
-  for (std::size_t b = 0; b < binaries.size(); ++b) {
-    const ScaleFigures& f = runs[b];
-    std::printf("| %s | %.1f | %.1f | %.1f | %d | %.1f |\n", binaries[b].first.c_str(),
-                f.rebalance_s, f.rebalance_ready_s, f.rebalance_protocol_s, f.rebalance_rounds,
-                f.rebalance_recovery_s);
-  }
+      "rounds | recovery s |\n|---|---|---|---|---|---|\n",
+      [](const char* name, const ScaleFigures& f) {
+        std::printf("| %s | %.1f | %.1f | %.1f | %d | %.1f |\n", name, f.rebalance_s,
+                    f.rebalance_ready_s, f.rebalance_protocol_s, f.rebalance_rounds,
+                    f.rebalance_recovery_s);
+      });
   return 0;
 }
 
