@@ -129,11 +129,16 @@ using Stamped = std::pair<std::int64_t, std::int64_t>;
 /// the end of the partition.
 using FirstRecord = std::optional<Stamped>;
 
+/// Records of one partition read_runs() keeps at most: a produce batch or
+/// a few (the consumer keeps fetching while the queue is drained, and a
+/// large partition must not be read whole into memory by a search).
+constexpr std::size_t kMaxRunRecords = 4096;
+
 /// The records at or after `at[p]` of every partition p that arrived with
 /// its first one (a fetch brings a whole batch: one or more records, in
-/// offset order; none at the end of the partition), read together through
-/// one queue (one round trip for all, not one each). Fails when nothing
-/// arrives for `step`.
+/// offset order, up to kMaxRunRecords; none at the end of the partition),
+/// read together through one queue (one round trip for all, not one each).
+/// Fails when nothing arrives for `step`.
 Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
     RdKafka::Consumer& consumer, RdKafka::Topic& topic,
     const std::map<std::int32_t, std::int64_t>& at, Clock::duration step) {
@@ -159,7 +164,9 @@ Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
     }
     if (m.err() != RdKafka::ERR_NO_ERROR) return !first;  // after a record: the run ends there
     std::vector<Stamped>& run = found[p];
-    if (!first && (run.empty() || m.offset() <= run.back().first)) return true;
+    if (!first && (run.empty() || run.size() >= kMaxRunRecords || m.offset() <= run.back().first)) {
+      return true;
+    }
     const auto ts = m.timestamp();
     run.emplace_back(m.offset(), ts.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_NOT_AVAILABLE
                                      ? 0
@@ -186,7 +193,7 @@ Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
     stalled_at = Clock::now() + step;
   }
   // What else has already arrived: the rest of the fetched batches.
-  for (;;) {
+  for (std::size_t n = 0; n < at.size() * kMaxRunRecords; ++n) {
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), 0));
     if (!m || m->err() == RdKafka::ERR__TIMED_OUT) break;
     (void)take(*m);

@@ -297,5 +297,34 @@ TEST_F(ReconcileTest, FindsTheFirstOffsetAtOrAfterATimeWithoutATimeIndex) {
   }
 }
 
+// A search round keeps at most a few thousand records of what its fetch
+// brought (a large partition is not read whole into memory): past that it
+// narrows by bisection, and still finds the first offset at or after each
+// time in a partition of one 20,000-record batch.
+TEST_F(ReconcileTest, FindsTheFirstOffsetAtOrAfterATimeInAPartitionLargerThanARound) {
+  ASSERT_TRUE(broker_->create_topic("big", 1));
+  std::vector<TestRecord> records;
+  for (std::int64_t o = 0; o < 20'000; ++o) {
+    TestRecord r;
+    r.key = "k";
+    r.value = "v";
+    r.partition = 0;
+    r.timestamp_ms = 2'000'000 + o * 2;
+    records.push_back(std::move(r));
+  }
+  ASSERT_TRUE(broker_->produce("big", records));
+  const std::int64_t newest = 2'000'000 + 19'999 * 2;
+  const PartitionId id{"big", 0};
+  for (const std::int64_t o : {0, 1, 4095, 4096, 4097, 10'000, 15'001, 19'998, 19'999}) {
+    for (const std::int64_t early : {0, 1}) {  // on a record's time, and just before it
+      const std::int64_t target = 2'000'000 + o * 2 - early;
+      auto points = find_commit_points(options_, {{id, 20'000}}, {id}, newest - target);
+      ASSERT_TRUE(points) << points.error().message;
+      ASSERT_TRUE(points->at(id).window_offset) << "target " << target;
+      EXPECT_EQ(*points->at(id).window_offset, o) << "target " << target;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kdedup::pipeline
