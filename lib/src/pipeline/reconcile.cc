@@ -129,19 +129,20 @@ using Stamped = std::pair<std::int64_t, std::int64_t>;
 /// the end of the partition.
 using FirstRecord = std::optional<Stamped>;
 
-/// Records of one partition read_runs() keeps at most: a produce batch or
-/// a few (the consumer keeps fetching while the queue is drained, and a
-/// large partition must not be read whole into memory by a search).
+/// Records of one partition a round of the search by time keeps at most
+/// (read_runs()): a produce batch or a few (the consumer keeps fetching
+/// while the queue is drained, and a large partition must not be read
+/// whole into memory by a search).
 constexpr std::size_t kMaxRunRecords = 4096;
 
 /// The records at or after `at[p]` of every partition p that arrived with
 /// its first one (a fetch brings a whole batch: one or more records, in
-/// offset order, up to kMaxRunRecords; none at the end of the partition),
-/// read together through one queue (one round trip for all, not one each).
-/// Fails when nothing arrives for `step`.
+/// offset order, up to `most`; none at the end of the partition), read
+/// together through one queue (one round trip for all, not one each). Fails
+/// when nothing arrives for `step`.
 Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
     RdKafka::Consumer& consumer, RdKafka::Topic& topic,
-    const std::map<std::int32_t, std::int64_t>& at, Clock::duration step) {
+    const std::map<std::int32_t, std::int64_t>& at, Clock::duration step, std::size_t most) {
   std::map<std::int32_t, std::vector<Stamped>> found;
   std::unique_ptr<RdKafka::Queue> queue(RdKafka::Queue::create(&consumer));
   std::vector<std::unique_ptr<Started>> started;
@@ -164,7 +165,7 @@ Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
     }
     if (m.err() != RdKafka::ERR_NO_ERROR) return !first;  // after a record: the run ends there
     std::vector<Stamped>& run = found[p];
-    if (!first && (run.empty() || run.size() >= kMaxRunRecords || m.offset() <= run.back().first)) {
+    if (!first && (run.empty() || run.size() >= most || m.offset() <= run.back().first)) {
       return true;
     }
     const auto ts = m.timestamp();
@@ -192,8 +193,9 @@ Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
     }
     stalled_at = Clock::now() + step;
   }
-  // What else has already arrived: the rest of the fetched batches.
-  for (std::size_t n = 0; n < at.size() * kMaxRunRecords; ++n) {
+  // What else has already arrived: the rest of the fetched batches, up to
+  // `most` records a partition in all (none when one is all a caller wants).
+  for (std::size_t n = 0; n + at.size() < at.size() * most; ++n) {
     std::unique_ptr<RdKafka::Message> m(consumer.consume(queue.get(), 0));
     if (!m || m->err() == RdKafka::ERR__TIMED_OUT) break;
     (void)take(*m);
@@ -205,7 +207,7 @@ Result<std::map<std::int32_t, std::vector<Stamped>>> read_runs(
 Result<std::map<std::int32_t, FirstRecord>> read_first_records(
     RdKafka::Consumer& consumer, RdKafka::Topic& topic,
     const std::map<std::int32_t, std::int64_t>& at, Clock::duration step) {
-  auto runs = read_runs(consumer, topic, at, step);
+  auto runs = read_runs(consumer, topic, at, step, 1);
   if (!runs) return tl::unexpected(runs.error());
   std::map<std::int32_t, FirstRecord> first;
   for (const auto& [p, run] : *runs) {
@@ -248,7 +250,7 @@ Result<std::map<std::int32_t, std::int64_t>> search_offsets_for_time(
       if (r.lo < r.hi) mids[p] = r.lo + (r.hi - r.lo) / 2;
     }
     if (mids.empty()) break;
-    auto read = read_runs(consumer, topic, mids, step);
+    auto read = read_runs(consumer, topic, mids, step, kMaxRunRecords);
     if (!read) return tl::unexpected(read.error());
     for (const auto& [p, run] : *read) {
       Range& r = ranges[p];
