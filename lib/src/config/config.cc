@@ -502,10 +502,17 @@ KafkaProperties consumer_properties(const Config& config) {
   // later. With its default of 100,000 an instance working through a
   // backlog emptied the queue in a fraction of that second and waited out
   // the rest (docs/performance.md, "A backlog and the consumer's
-  // prefetch"). The byte bound, queued.max.messages.kbytes, stays
-  // librdkafka's 64 MiB.
+  // prefetch"). The byte bound, queued.max.messages.kbytes, is
+  // librdkafka's 64 MiB for the instance: with `delivery: idempotent`
+  // each worker reads a queue of its own, bound by itself, so each gets
+  // its share.
   KafkaProperties out{{"partition.assignment.strategy", "cooperative-sticky"},
                       {"queued.min.messages", std::to_string(kDefaultPrefetchRecords)}};
+  if (config.delivery != Delivery::kTransactional) {
+    const auto workers = static_cast<int>(std::max<std::uint32_t>(1, config.threads));
+    out["queued.max.messages.kbytes"] =
+        std::to_string(std::max(1, kDefaultPrefetchKbytes / workers));
+  }
   for (const auto& [k, v] : config.kafka) out[k] = v;
   for (const auto& [k, v] : config.consumer) out[k] = v;
   out["group.id"] = config.group_id;

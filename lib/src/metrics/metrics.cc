@@ -561,6 +561,23 @@ struct GaugeAggregate {
   double last_snapshot = std::numeric_limits<double>::infinity();
 };
 
+using SeriesKey = std::pair<std::string, std::int32_t>;
+
+// The consumer's statistics into the series: its lags, and the records it
+// fetched that no worker took yet (each worker reads its own queue) into
+// the queue depth of the partitions this member holds.
+void add_statistics(const std::vector<PartitionLag>& lags, bool per_partition,
+                    std::map<SeriesKey, GaugeAggregate>& series,
+                    std::map<SeriesKey, std::int64_t>& lag_series) {
+  for (const PartitionLag& l : lags) {
+    const SeriesKey key{l.topic, per_partition ? l.partition : -1};
+    if (l.consumer_lag >= 0) lag_series[key] += l.consumer_lag;
+    if (auto it = series.find(key); it != series.end()) {
+      it->second.queue_depth += static_cast<std::uint64_t>(l.unread);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
@@ -572,8 +589,8 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
     return l;
   };
 
-  std::map<std::pair<std::string, std::int32_t>, GaugeAggregate> series;
-  std::map<std::pair<std::string, std::int32_t>, std::int64_t> lag_series;
+  std::map<SeriesKey, GaugeAggregate> series;
+  std::map<SeriesKey, std::int64_t> lag_series;
   std::vector<double> loads;
   {
     std::lock_guard lock(mu_);
@@ -591,9 +608,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
       a.confirm_bytes += g->confirm_bytes.load(r);
       a.last_snapshot = std::min(a.last_snapshot, g->last_snapshot.load(r));
     }
-    for (const PartitionLag& l : lags_) {
-      lag_series[{l.topic, per_partition ? l.partition : -1}] += l.consumer_lag;
-    }
+    add_statistics(lags_, per_partition, series, lag_series);
 
     // Load fairness over this instance's slices (seed 000 §7): the records
     // each slice received during the last completed interval. Until the
@@ -629,7 +644,8 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
   auto clock_ahead = gauge_family("kdedup_filter_clock_ahead_seconds",
                                   "The partition's window clock minus wall clock; 0 when the "
                                   "clock trails (max over partitions when aggregated).");
-  auto queue = gauge_family("kdedup_queue_depth", "Records waiting in the partition's queue.");
+  auto queue = gauge_family("kdedup_queue_depth",
+                            "Records fetched for the partition that its worker has not processed.");
   auto confirm_bytes = gauge_family("kdedup_confirm_store_bytes",
                                     "Confirmed mode: approximate bytes of the partition's "
                                     "entries in the confirm store on disk (sum when "

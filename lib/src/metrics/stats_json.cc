@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
+
 namespace kdedup::metrics {
 namespace {
 
@@ -62,13 +64,18 @@ Status read_topics(object root, ClientStatistics& out) {
       if (part_value.get_object().get(part) != simdjson::SUCCESS) {
         return type_error(ppath.substr(0, ppath.size() - 1), "an object");
       }
-      std::int64_t id = -1, lag = -1;
+      std::int64_t id = -1, lag = -1, next = -1, app = -1;
       if (auto s = read_int(part, "partition", ppath, id); !s) return s;
       if (auto s = read_int(part, "consumer_lag", ppath, lag); !s) return s;
+      if (auto s = read_int(part, "next_offset", ppath, next); !s) return s;
+      if (auto s = read_int(part, "app_offset", ppath, app); !s) return s;
+      // Logical offsets (negative) mean unknown.
+      const std::int64_t unread = next >= 0 && app >= 0 && next > app ? next - app : 0;
       // -1 is librdkafka's internal unassigned (UA) partition; a lag of -1
       // means unknown (not consumed by this client, or nothing committed).
-      if (id < 0 || id > INT32_MAX || lag < 0) continue;
-      out.lags.push_back(PartitionLag{std::string(topic_name), static_cast<std::int32_t>(id), lag});
+      if (id < 0 || id > INT32_MAX || (lag < 0 && unread == 0)) continue;
+      out.lags.push_back(PartitionLag{std::string(topic_name), static_cast<std::int32_t>(id),
+                                      std::max<std::int64_t>(lag, -1), unread});
     }
   }
   return {};

@@ -6,9 +6,13 @@
 // - an offset is registered with its OffsetTracker before any of its outputs
 //   is produced, so no delivery report can overtake the registration
 //   (PartitionProcessor);
-// - a revoked partition is released only after its queued records were
-//   processed, their outputs delivered and the position committed
-//   (rebalance.h, CommitProtocol::hand_over);
+// - a revoked partition is closed first (its worker processes no record of
+//   it after what it was handed), then released once what was processed
+//   was delivered and the position committed (rebalance.h,
+//   CommitProtocol::hand_over);
+// - a partition's queue forwards to a worker's inbox only once that worker
+//   holds its Slice (Rebalance::assign), and no longer once the partition
+//   is revoked or the pipeline shuts down;
 // - a recovering partition's records before its ReplayRule's end are
 //   decided but never produced, and the position handed to the committer
 //   never goes below the committed offset it started from
@@ -236,6 +240,7 @@ Status Pipeline::Impl::build_workers() {
   if (auto s = workers.build(*worker_context, config.threads, config.identity.extractor); !s) {
     return s;
   }
+  if (config.delivery != config::Delivery::kTransactional) workers.open_inboxes(*consumer);
   // The consumer thread's extractor: recovery learns identities from output
   // records whose input was deleted by retention.
   if (auto e = identity::IdentityExtractor::create(config.identity.extractor)) {
@@ -398,7 +403,11 @@ Status Pipeline::Impl::shut_down() {
   const bool graceful = !fatal.raised();
   spdlog::info(graceful ? "shutting down: finishing in-flight records"
                         : "stopping after a fatal error; committing what was delivered");
+  // The workers finish what they were handed and take no more records.
+  const auto ids = partitions.ids();
+  for (const auto& id : ids) forward_partition(*consumer, id, nullptr);
   workers.flush();
+  workers.close(partitions.by_worker(ids));
   workers.barrier_all();
   const auto deadline =
       Clock::now() + (graceful ? config.shutdown_timeout : std::chrono::milliseconds(5'000));

@@ -17,6 +17,15 @@
 
 namespace kdedup::pipeline {
 
+void forward_partition(RdKafka::KafkaConsumer& consumer, const PartitionId& id,
+                       rd_kafka_queue_t* to) {
+  rd_kafka_queue_t* q =
+      rd_kafka_queue_get_partition(consumer.c_ptr(), id.topic.c_str(), id.partition);
+  if (q == nullptr) return;
+  rd_kafka_queue_forward(q, to);
+  rd_kafka_queue_destroy(q);
+}
+
 void Rebalance::rebalance_cb(RdKafka::KafkaConsumer* consumer, RdKafka::ErrorCode err,
                              std::vector<RdKafka::TopicPartition*>& partitions) {
   count_.fetch_add(1, std::memory_order_relaxed);
@@ -62,6 +71,17 @@ void Rebalance::assign(RdKafka::KafkaConsumer& consumer,
       }
     }
   }
+  if (!ids.empty() && workers_.inbox(0) != nullptr) {
+    // Each worker reads its partitions' records from its inbox: the slices
+    // are adopted first, then the partitions' queues forward there.
+    workers_.flush();
+    workers_.barrier_all();
+    for (const auto& id : ids) {
+      if (const Assigned* a = partitions_.find(id); a != nullptr) {
+        forward_partition(consumer, id, workers_.inbox(a->worker));
+      }
+    }
+  }
   if (consumer.rebalance_protocol() == "COOPERATIVE") {
     // Handing librdkafka a partition it already has would be an error
     // (_CONFLICT); the eager assign() below replaces the whole set instead.
@@ -84,9 +104,16 @@ void Rebalance::revoke(RdKafka::KafkaConsumer& consumer,
     PartitionId id{tp->topic(), tp->partition()};
     if (partitions_.contains(id)) ids.push_back(std::move(id));
   }
+  // No more records of these partitions reach the workers' inboxes; those
+  // already there are not processed (kClose below): not committed, the
+  // next owner reads them.
+  if (workers_.inbox(0) != nullptr) {
+    for (const auto& id : ids) forward_partition(consumer, id, nullptr);
+  }
   const auto by_worker = partitions_.by_worker(ids);
-  // 1. The workers finish the queued records of these partitions.
-  for (const auto& [w, list] : by_worker) workers_.barrier(w);
+  // 1. The workers finish the records they were handed and take no more
+  //    of these partitions.
+  workers_.close(by_worker);
   // 2. The protocol commits what they delivered (not when lost: another
   //    member owns them and a commit would be refused).
   const Handover handover = protocol_.hand_over(ids, lost);

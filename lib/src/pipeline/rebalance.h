@@ -18,7 +18,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafkacpp.h>
+
+#include "kdedup/pipeline/slice.h"
 
 namespace kdedup::pipeline {
 
@@ -27,6 +30,11 @@ class CommitProtocol;
 class FatalError;
 class WorkerPool;
 struct RecoverySetup;
+
+/// Forwards partition `id`'s librdkafka queue to `to` (null: stops
+/// forwarding; its records stay in the partition's queue).
+void forward_partition(RdKafka::KafkaConsumer& consumer, const PartitionId& id,
+                       rd_kafka_queue_t* to);
 
 class Rebalance final : public RdKafka::RebalanceCb {
  public:

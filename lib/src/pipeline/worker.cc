@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "fatal_error.h"
+#include "kafka_clients.h"
+#include "kafka_errors.h"
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/state/snapshot.h"
 
@@ -102,6 +104,68 @@ void Worker::barrier(Work::Kind kind, std::vector<PartitionId> partitions,
   fut.wait();
 }
 
+void Worker::open_inbox(RdKafka::KafkaConsumer& consumer) {
+  consumer_ = &consumer;
+  inbox_ = rd_kafka_queue_new(consumer.c_ptr());
+  inbox_batch_.resize(std::max<std::size_t>(1, context_.config.batch_size));
+  rd_kafka_queue_cb_event_enable(inbox_, &Worker::on_inbox_event, this);
+}
+
+void Worker::close_inbox() noexcept {
+  if (inbox_ == nullptr) return;
+  rd_kafka_queue_cb_event_enable(inbox_, nullptr, nullptr);
+  // Records still there are not processed: not committed, read again.
+  for (;;) {
+    const ssize_t n =
+        rd_kafka_consume_batch_queue(inbox_, 0, inbox_batch_.data(), inbox_batch_.size());
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; ++i) rd_kafka_message_destroy(inbox_batch_[i]);
+  }
+  rd_kafka_queue_destroy(inbox_);
+  inbox_ = nullptr;
+}
+
+void Worker::on_inbox_event(rd_kafka_t* /*rk*/, void* opaque) {
+  auto* self = static_cast<Worker*>(opaque);
+  {
+    std::lock_guard lock(self->mu_);
+    self->inbox_ready_ = true;
+  }
+  self->cv_.notify_one();
+}
+
+bool Worker::take_inbox(Work& work) {
+  if (inbox_ == nullptr) return false;
+  const ssize_t n =
+      rd_kafka_consume_batch_queue(inbox_, 0, inbox_batch_.data(), inbox_batch_.size());
+  if (n < 0) {
+    context_.fatal.set("consumer: " + describe_kafka_error(
+                                          static_cast<RdKafka::ErrorCode>(rd_kafka_last_error())));
+    return false;
+  }
+  if (n == 0) return false;
+  if (static_cast<std::size_t>(n) == inbox_batch_.size()) {
+    std::lock_guard lock(mu_);
+    inbox_ready_ = true;  // more may wait
+  }
+  work.kind = Work::Kind::kRecords;
+  work.from_inbox = true;
+  work.records.reserve(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+    MessagePtr m(inbox_batch_[i]);
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      work.records.push_back(std::move(m));
+      continue;
+    }
+    // A partition's error (the consumer's own come through its queue).
+    const char* topic = m->rkt != nullptr ? rd_kafka_topic_name(m->rkt) : "";
+    static_cast<void>(classify_consumed(static_cast<RdKafka::ErrorCode>(m->err), topic, *consumer_,
+                                        context_.fatal, "consumer"));
+  }
+  queued_records_.fetch_add(work.records.size(), std::memory_order_relaxed);
+  return true;
+}
+
 void Worker::loop() {
   for (;;) {
     Work work;
@@ -114,7 +178,7 @@ void Worker::loop() {
     switch (work.kind) {
       case Work::Kind::kRecords: {
         auto started = Clock::now();
-        if (!failed_) process(work.records);
+        if (!failed_) process(work.records, work.from_inbox);
         queued_records_.fetch_sub(work.records.size(), std::memory_order_relaxed);
         busy_nanos_.fetch_add(static_cast<std::uint64_t>((Clock::now() - started).count()),
                               std::memory_order_relaxed);
@@ -125,6 +189,10 @@ void Worker::loop() {
         slices_[id] = std::move(work.slice);
         break;
       }
+      case Work::Kind::kClose:
+        close(work);
+        work.done->set_value();
+        break;
       case Work::Kind::kRelease:
       case Work::Kind::kDrop:
         release(work);
@@ -132,6 +200,7 @@ void Worker::loop() {
         break;
       case Work::Kind::kCapture:
         for (auto& [id, slice] : slices_) capture(*slice);
+        for (auto& [id, slice] : closed_) capture(*slice);
         work.done->set_value();
         break;
       case Work::Kind::kBarrier:
@@ -150,10 +219,17 @@ bool Worker::next(Work& work) {
   // without new records (a partition that went quiet after a burst).
   constexpr auto kIdleCheck = std::chrono::milliseconds(250);
   std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, kIdleCheck, [&] { return !queue_.empty(); })) return false;
-  work = std::move(queue_.front());
-  queue_.pop_front();
-  return true;
+  if (!cv_.wait_for(lock, kIdleCheck, [&] { return !queue_.empty() || inbox_ready_; })) {
+    return false;
+  }
+  if (!queue_.empty()) {
+    work = std::move(queue_.front());
+    queue_.pop_front();
+    return true;
+  }
+  inbox_ready_ = false;
+  lock.unlock();
+  return take_inbox(work);
 }
 
 void Worker::capture_due_idle() {
@@ -190,10 +266,24 @@ void Worker::settle_budget(std::int64_t wall_ms) {
   budget_level_.follow(*context_.memory, static_cast<std::uint64_t>(wall_ms), window_ms);
 }
 
+void Worker::close(const Work& work) {
+  for (const auto& id : work.partitions) {
+    if (auto it = slices_.find(id); it != slices_.end()) {
+      closed_[id] = std::move(it->second);
+      slices_.erase(it);
+    }
+  }
+}
+
 void Worker::release(Work& work) {
   for (const auto& id : work.partitions) {
-    auto it = slices_.find(id);
-    if (it == slices_.end()) continue;
+    auto* owner = &closed_;
+    auto it = closed_.find(id);
+    if (it == closed_.end()) {
+      owner = &slices_;
+      it = slices_.find(id);
+      if (it == slices_.end()) continue;
+    }
     if (work.kind == Work::Kind::kRelease) {
       // The final snapshot, at the final stored position: librdkafka
       // commits it once the rebalance callback returned, and the commit
@@ -203,13 +293,13 @@ void Worker::release(Work& work) {
       }
       if (context_.hooks.on_release) context_.hooks.on_release(*it->second);
     }
-    slices_.erase(it);
+    owner->erase(it);
   }
 }
 
 /// Processes one batch: records are grouped by partition (keeping each
 /// partition's order) and each group goes through its Slice.
-void Worker::process(std::vector<MessagePtr>& records) {
+void Worker::process(std::vector<MessagePtr>& records, bool from_inbox) {
   std::size_t begin = 0;
   while (begin < records.size()) {
     // Consecutive records of one partition form a group; the consumer hands
@@ -224,14 +314,16 @@ void Worker::process(std::vector<MessagePtr>& records) {
     PartitionId id{rd_kafka_topic_name(head->rkt), head->partition};
     auto it = slices_.find(id);
     if (it == slices_.end()) {
-      // Revoked between fetch and processing: not committed, so the new
-      // owner reads it again.
+      // Closed or revoked between fetch and processing: not committed, so
+      // the new owner reads it again.
       spdlog::debug("worker {}: skipping {} records of unowned partition {}", index_, end - begin,
                     id.str());
     } else {
       process_partition(*it->second, std::span(records).subspan(begin, end - begin));
-      it->second->counters()->queued.fetch_sub(static_cast<std::int64_t>(end - begin),
-                                               std::memory_order_relaxed);
+      if (!from_inbox) {
+        it->second->counters()->queued.fetch_sub(static_cast<std::int64_t>(end - begin),
+                                                 std::memory_order_relaxed);
+      }
       if (failed_) return;
       maybe_capture(*it->second, end - begin);
     }
@@ -363,6 +455,11 @@ void WorkerPool::stop() {
     w->push(std::move(stop));
   }
   for (auto& w : workers_) w->join();
+  for (auto& w : workers_) w->close_inbox();
+}
+
+void WorkerPool::open_inboxes(RdKafka::KafkaConsumer& consumer) {
+  for (auto& w : workers_) w->open_inbox(consumer);
 }
 
 std::size_t WorkerPool::queued_records() const {
@@ -390,6 +487,10 @@ void WorkerPool::flush() {
   for (std::uint32_t i = 0; i < pending_.size(); ++i) {
     if (!pending_[i].empty()) push_batch(i);
   }
+}
+
+void WorkerPool::close(const std::map<std::uint32_t, std::vector<PartitionId>>& by_worker) {
+  for (const auto& [w, list] : by_worker) workers_[w]->barrier(Work::Kind::kClose, list);
 }
 
 void WorkerPool::barrier_all(Work::Kind kind) {

@@ -1,11 +1,14 @@
 #pragma once
 // The worker threads of `kdedup run`. A Worker owns the Slices of its
-// partitions exclusively (no locks on the hot path) and processes its queue
-// strictly in order: batches of records (identity -> fingerprint -> filter
-// -> produce, through the PartitionProcessor), slices adopted on assignment
-// and released on revocation, barriers, snapshot captures. The WorkerPool is
-// the consumer thread's side: it batches fetched records per worker and
-// pushes the work.
+// partitions exclusively (no locks on the hot path) and processes its work
+// queue strictly in order: batches of records (identity -> fingerprint ->
+// filter -> produce, through the PartitionProcessor), slices adopted on
+// assignment, closed and released on revocation, barriers, snapshot
+// captures. Between two work items it takes what its inbox holds: the
+// librdkafka queue its partitions' queues forward to (`delivery:
+// idempotent`), read directly, without a hand-over through the consumer
+// thread. The WorkerPool is the consumer thread's side: it batches the
+// records it fetched itself per worker and pushes the work.
 
 #include <atomic>
 #include <chrono>
@@ -42,13 +45,27 @@ class Snapshotter;
 struct Work {
   // kDrop: like kRelease but without on_release or capture: the slice holds
   // state that was never committed (delivery: transactional rollback).
-  enum class Kind : std::uint8_t { kRecords, kAdopt, kBarrier, kRelease, kDrop, kCapture, kStop };
+  // kClose: the partitions' records are not processed from then on (their
+  // slices wait for kRelease / kDrop).
+  enum class Kind : std::uint8_t {
+    kRecords,
+    kAdopt,
+    kBarrier,
+    kClose,
+    kRelease,
+    kDrop,
+    kCapture,
+    kStop
+  };
   Kind kind = Kind::kRecords;
   std::vector<MessagePtr> records;
+  // kRecords: taken from the worker's inbox, not counted in the partitions'
+  // queue depth.
+  bool from_inbox = false;
   std::unique_ptr<Slice> slice;              // kAdopt
-  std::vector<PartitionId> partitions;       // kRelease, kDrop
+  std::vector<PartitionId> partitions;       // kClose, kRelease, kDrop
   std::vector<PartitionId> capture;          // kRelease: snapshot these first
-  std::shared_ptr<std::promise<void>> done;  // kBarrier, kRelease, kDrop, kCapture
+  std::shared_ptr<std::promise<void>> done;  // kBarrier, kClose, kRelease, kDrop, kCapture
 };
 
 /// What the workers share: read-only after the Pipeline was created, or
@@ -91,8 +108,19 @@ class Worker {
     return busy_nanos_.load(std::memory_order_relaxed);
   }
 
+  /// Setup, before start(): the librdkafka queue this worker reads its
+  /// partitions' records from (their queues forward to it).
+  void open_inbox(RdKafka::KafkaConsumer& consumer);
+  [[nodiscard]] rd_kafka_queue_t* inbox() const noexcept { return inbox_; }
+  /// After join(): releases the inbox.
+  void close_inbox() noexcept;
+
  private:
   class ProducerSinks;
+
+  static void on_inbox_event(rd_kafka_t* rk, void* opaque);
+  [[nodiscard]] bool take_inbox(Work& work);
+  void close(const Work& work);
 
   void loop();
   [[nodiscard]] bool next(Work& work);
@@ -100,7 +128,7 @@ class Worker {
   void check_quiet();
   void settle_budget(std::int64_t wall_ms);
   void release(Work& work);
-  void process(std::vector<MessagePtr>& records);
+  void process(std::vector<MessagePtr>& records, bool from_inbox);
   void process_partition(Slice& slice, std::span<MessagePtr> records);
   void maybe_capture(Slice& slice, std::size_t records);
   void capture(Slice& slice);
@@ -114,12 +142,17 @@ class Worker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Work> queue_;
+  bool inbox_ready_ = false;                    // under mu_: the inbox may hold records
+  rd_kafka_queue_t* inbox_ = nullptr;           // null: records come through queue_ only
+  RdKafka::KafkaConsumer* consumer_ = nullptr;  // the inbox's (its errors)
+  std::vector<rd_kafka_message_t*> inbox_batch_;
   std::atomic<std::size_t> queued_records_{0};
   std::atomic<std::uint64_t> busy_nanos_{0};
 
   // Worker-thread state, only touched by loop().
   bool failed_ = false;  // stop processing after a fatal record-level error
   std::map<PartitionId, std::unique_ptr<Slice>> slices_;
+  std::map<PartitionId, std::unique_ptr<Slice>> closed_;  // kClose: until released
   PartitionProcessor processor_;
   BatchView batch_view_;
   OutputProducer output_;             // topic handles released at kStop
@@ -151,6 +184,12 @@ class WorkerPool {
   [[nodiscard]] std::size_t size() const noexcept { return workers_.size(); }
   [[nodiscard]] std::size_t queued_records() const;
   [[nodiscard]] std::vector<std::uint64_t> busy_nanos() const;
+  /// Gives each worker an inbox on `consumer` (before start()).
+  void open_inboxes(RdKafka::KafkaConsumer& consumer);
+  /// Worker `worker`'s inbox (null when none).
+  [[nodiscard]] rd_kafka_queue_t* inbox(std::uint32_t worker) const {
+    return workers_[worker]->inbox();
+  }
 
   /// Hands a fetched record to worker `worker`'s next batch (`now`: the
   /// consumer loop's clock).
@@ -173,6 +212,9 @@ class WorkerPool {
   void barrier_all(Work::Kind kind = Work::Kind::kBarrier);
   /// Waits until worker `worker` processed what it was handed.
   void barrier(std::uint32_t worker) { workers_[worker]->barrier(); }
+  /// Waits until the workers of `by_worker` processed what they were
+  /// handed and stopped processing those partitions' records.
+  void close(const std::map<std::uint32_t, std::vector<PartitionId>>& by_worker);
 
   /// Hands `slice` to the worker with the fewest slices; returns it.
   std::uint32_t adopt(std::unique_ptr<Slice> slice);

@@ -56,6 +56,10 @@ TEST(RunE2E, PrefetchDefaultReachesTheConsumer) {
   EXPECT_NE(log.find(bound), std::string::npos) << "no fetch line with '" << bound << "':\n"
                                                 << log.substr(0, 4000);
   EXPECT_EQ(log.find("/100000 msgs"), std::string::npos) << "librdkafka's own default in force";
+  // Each of the two workers reads its partitions from a queue of its own:
+  // the byte bound, librdkafka's 64 MiB, is shared out between them.
+  EXPECT_NE(log.find("/32768 kb"), std::string::npos) << log.substr(0, 4000);
+  EXPECT_EQ(log.find("/65536 kb"), std::string::npos) << log.substr(0, 4000);
 }
 
 TEST(RunE2E, ABacklogPastTheSmallestPrefetchIsReadWhole) {

@@ -409,6 +409,17 @@ producer: {client.id: prod}
   own = check(kMinimal, {"kafka.queued.min.messages=2000", "consumer.queued.min.messages=1"});
   ASSERT_TRUE(own.ok()) << errors_of(own);
   EXPECT_EQ(consumer_properties(*own.config).at("queued.min.messages"), "1");
+  // The byte bound: 64 MiB an instance, shared out among the workers'
+  // queues (idempotent delivery); transactional reads one queue, librdkafka's.
+  EXPECT_EQ(consumer_properties(*plain.config).at("queued.max.messages.kbytes"),
+            std::to_string(65536 / plain.config->threads));
+  auto four = check(kMinimal, {"threads=4"});
+  ASSERT_TRUE(four.ok()) << errors_of(four);
+  EXPECT_EQ(consumer_properties(*four.config).at("queued.max.messages.kbytes"), "16384");
+  EXPECT_EQ(consumer.count("queued.max.messages.kbytes"), 0u);
+  own = check(kMinimal, {"threads=4", "consumer.queued.max.messages.kbytes=1000"});
+  ASSERT_TRUE(own.ok()) << errors_of(own);
+  EXPECT_EQ(consumer_properties(*own.config).at("queued.max.messages.kbytes"), "1000");
 }
 
 TEST(ConfigInterpolation, VariablesAndDefaults) {

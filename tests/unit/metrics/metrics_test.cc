@@ -435,6 +435,30 @@ TEST(Metrics, StatisticsFeedLagAndProducerQueue) {
   EXPECT_EQ(gauge(fs, "kdedup_producer_queue_messages", {}), 9);  // consumer docs leave it
 }
 
+TEST(Metrics, QueueDepthAddsWhatTheConsumerFetchedAndNoWorkerTookYet) {
+  // A worker reads its partitions' records from its own librdkafka queue:
+  // what waits there is known from the statistics (next_offset minus
+  // app_offset), what the worker took and did not process from the worker.
+  auto m = make();
+  auto p0 = m->partition("orders", 0);
+  auto p1 = m->partition("orders", 1);
+  p0->set_queue_depth(4);
+  auto consumer = parse_statistics(R"({"type": "consumer", "topics": {"orders": {"partitions": {
+      "0": {"partition": 0, "consumer_lag": -1, "next_offset": 900, "app_offset": 600},
+      "1": {"partition": 1, "consumer_lag": 3, "next_offset": 50, "app_offset": 50},
+      "7": {"partition": 7, "consumer_lag": 1, "next_offset": 80, "app_offset": 10}}}}})");
+  ASSERT_TRUE(consumer);
+  m->apply_statistics(*consumer);
+  const auto fs = m->collect();
+  EXPECT_EQ(gauge(fs, "kdedup_queue_depth", {{"topic", "orders"}, {"partition", "0"}}), 304);
+  EXPECT_EQ(gauge(fs, "kdedup_queue_depth", {{"topic", "orders"}, {"partition", "1"}}), 0);
+  // Only assigned partitions have a queue (7 is not this member's).
+  EXPECT_EQ(series_count(fs, "kdedup_queue_depth"), 2u);
+  // An unknown lag is no series.
+  EXPECT_EQ(series_count(fs, "kdedup_consumer_lag"), 2u);
+  EXPECT_EQ(gauge(fs, "kdedup_consumer_lag", {{"topic", "orders"}, {"partition", "1"}}), 3);
+}
+
 TEST(Metrics, LoadFairnessOverTheLastInterval) {
   MetricsOptions options;
   options.load_interval = std::chrono::milliseconds(0);  // every scrape closes an interval

@@ -110,6 +110,26 @@ TEST(StatsJson, ConsumerDocument) {
   EXPECT_EQ(find(*stats, "payments", 3)->consumer_lag, 7);
   EXPECT_EQ(find(*stats, "orders", -1), nullptr);
   EXPECT_EQ(find(*stats, "payments", 4), nullptr);
+  // Fetched (next_offset 10452) and not yet taken (app_offset 10400).
+  EXPECT_EQ(find(*stats, "orders", 0)->unread, 52);
+  EXPECT_EQ(find(*stats, "payments", 3)->unread, 0);  // no offsets in the document
+}
+
+TEST(StatsJson, UnreadRecordsOfAPartitionWithoutALag) {
+  // Nothing committed yet (lag unknown), records fetched: the partition is
+  // kept for its unread records; logical offsets (-1001) are unknown.
+  auto stats = parse_statistics(R"json({"name": "c", "type": "consumer", "topics": {
+    "orders": {"partitions": {
+      "0": {"partition": 0, "consumer_lag": -1, "next_offset": 700, "app_offset": 200},
+      "1": {"partition": 1, "consumer_lag": -1, "next_offset": 700, "app_offset": -1001},
+      "2": {"partition": 2, "consumer_lag": 5, "next_offset": 90, "app_offset": 90}}}}})json");
+  ASSERT_TRUE(stats) << stats.error().message;
+  ASSERT_EQ(stats->lags.size(), 2u);
+  ASSERT_NE(find(*stats, "orders", 0), nullptr);
+  EXPECT_EQ(find(*stats, "orders", 0)->consumer_lag, -1);
+  EXPECT_EQ(find(*stats, "orders", 0)->unread, 500);
+  EXPECT_EQ(find(*stats, "orders", 1), nullptr);
+  EXPECT_EQ(find(*stats, "orders", 2)->unread, 0);
 }
 
 TEST(StatsJson, ProducerDocument) {

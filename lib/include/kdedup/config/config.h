@@ -216,9 +216,15 @@ struct LoadReport {
 /// fetching (librdkafka's queued.min.messages; its own default is 100,000).
 inline constexpr int kDefaultPrefetchRecords = 500'000;
 
+/// Kilobytes of records the consumer prefetches per instance
+/// (librdkafka's queued.max.messages.kbytes default, 64 MiB).
+inline constexpr int kDefaultPrefetchKbytes = 65'536;
+
 /// Consumer properties to give librdkafka: kdedup's defaults
 /// (partition.assignment.strategy=cooperative-sticky, queued.min.messages=
-/// kDefaultPrefetchRecords), then `kafka`, then
+/// kDefaultPrefetchRecords; with `delivery: idempotent`, where each worker
+/// has a queue of its own, queued.max.messages.kbytes=kDefaultPrefetchKbytes
+/// shared out among the workers), then `kafka`, then
 /// `consumer`, then the keys correctness depends on (group.id, no auto
 /// commit / offset store, read_committed when transactional).
 [[nodiscard]] KafkaProperties consumer_properties(const Config& config);

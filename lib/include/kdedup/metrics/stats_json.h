@@ -21,8 +21,12 @@ struct PartitionLag {
   std::string topic;
   std::int32_t partition = 0;
   /// Messages between the high watermark (or last stable offset under
-  /// read_committed) and the committed offset.
+  /// read_committed) and the committed offset; -1 when unknown.
   std::int64_t consumer_lag = 0;
+  /// Messages fetched and not yet taken by the application: the next
+  /// offset to fetch minus the offset after the last message taken
+  /// (`next_offset` - `app_offset`); 0 when either is unknown.
+  std::int64_t unread = 0;
 };
 
 /// The subset of one statistics document kdedup uses.
@@ -34,9 +38,9 @@ struct ClientStatistics {
   std::int64_t msg_size = 0;          ///< bytes in the producer queue
   std::int64_t rebalance_cnt = -1;    ///< cgrp.rebalance_cnt; -1 when absent
   std::int64_t assignment_size = -1;  ///< cgrp.assignment_size; -1 when absent
-  /// Partitions with a known lag. The internal UA partition (-1) and
-  /// partitions whose lag is unknown (-1: not assigned or nothing committed
-  /// yet) are left out.
+  /// Partitions with a known lag or unread messages. The internal UA
+  /// partition (-1) and partitions with neither (not assigned, or nothing
+  /// committed yet and nothing fetched) are left out.
   std::vector<PartitionLag> lags;
 };
 

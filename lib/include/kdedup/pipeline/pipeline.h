@@ -6,10 +6,12 @@
 // output for it and before it was delivered (at-least-once).
 //
 // Threads (DESIGN.md "Architecture"):
-// - the consumer thread: the one that calls run(). It polls the consumer,
-//   hands records to workers in batches, serves rebalance callbacks
-//   (cooperative: finish in-flight records, store their final positions,
-//   release; librdkafka commits them before it rejoins) and hands
+// - the consumer thread: the one that calls run(). It polls the consumer
+//   (with `delivery: transactional` it hands every record to the workers in
+//   batches; with `delivery: idempotent` each partition's queue forwards to
+//   its worker's inbox once the worker holds its Slice), serves rebalance
+//   callbacks (cooperative: close the partitions, store their final
+//   positions, release; librdkafka commits them before it rejoins) and hands
 //   committable positions to librdkafka's committer, which commits every
 //   commit_interval while the group is stable;
 // - `threads` worker threads, each the only owner of its partitions' Slices:
