@@ -73,4 +73,12 @@ std::optional<double> exposition_sum(const std::string& text, const std::string&
   return sum;
 }
 
+std::size_t exposition_series(const std::string& text, const std::string& name) {
+  std::size_t n = 0;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) n += line.rfind(name + "{", 0) == 0;
+  return n;
+}
+
 }  // namespace kdedup::testing

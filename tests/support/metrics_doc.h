@@ -30,4 +30,7 @@ std::map<std::string, std::string> exposition_types(const std::string& text);
 std::optional<double> exposition_sum(const std::string& text, const std::string& name,
                                      const std::vector<std::string>& labels = {});
 
+/// Number of labelled series of metric `name` in a Prometheus text exposition.
+std::size_t exposition_series(const std::string& text, const std::string& name);
+
 }  // namespace kdedup::testing

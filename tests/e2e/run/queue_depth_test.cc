@@ -11,7 +11,6 @@
 #include <chrono>
 #include <csignal>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "broker.h"
@@ -25,14 +24,6 @@ namespace kdedup::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::size_t count_series(const std::string& text, const std::string& name) {
-  std::size_t n = 0;
-  std::stringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) n += line.rfind(name + "{", 0) == 0;
-  return n;
-}
 
 TEST(RunE2E, QueueDepthCountsTheBacklogFetchedAndNotYetProcessed) {
   constexpr int kPartitions = 4;
@@ -104,7 +95,7 @@ TEST(RunE2E, QueueDepthCountsTheBacklogFetchedAndNotYetProcessed) {
   EXPECT_GT(most, 0) << "the backlog never showed in kdedup_queue_depth"
                      << read_file(dir.file("kdedup.log"));
   EXPECT_LE(most, kRecords);
-  EXPECT_EQ(count_series(text, "kdedup_queue_depth"), static_cast<std::size_t>(kPartitions));
+  EXPECT_EQ(exposition_series(text, "kdedup_queue_depth"), static_cast<std::size_t>(kPartitions));
 
   (*kdedup)->signal(SIGTERM);
   EXPECT_EQ((*kdedup)->wait(30s), 0) << read_file(dir.file("kdedup.log"));

@@ -40,15 +40,6 @@ constexpr const char* kPromtool = "/usr/bin/promtool";
 
 /// Sum of the samples of `name` in a text exposition whose label set
 /// contains every `labels` entry (written `key="value"`).
-/// Number of labelled series of `name` in an exposition text.
-std::size_t count_series(const std::string& text, const std::string& name) {
-  std::size_t n = 0;
-  std::stringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) n += line.rfind(name + "{", 0) == 0;
-  return n;
-}
-
 double sum_samples(const std::string& text, const std::string& name,
                    const std::vector<std::string>& labels = {}) {
   return exposition_sum(text, name, labels).value_or(0.0);
@@ -147,17 +138,18 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
     auto r = http_get(metrics_port, "/metrics");
     if (r.status == 200) {
       text = r.body;
-      if (count_series(text, "kdedup_consumer_lag") == 3 &&
+      if (exposition_series(text, "kdedup_consumer_lag") == 3 &&
           sum_samples(text, "kdedup_consumer_lag") == 0) {
         break;
       }
     }
     std::this_thread::sleep_for(250ms);
   }
-  EXPECT_EQ(count_series(text, "kdedup_consumer_lag"), 3u) << read_file(dir.file("kdedup.log"));
+  EXPECT_EQ(exposition_series(text, "kdedup_consumer_lag"), 3u)
+      << read_file(dir.file("kdedup.log"));
   EXPECT_EQ(sum_samples(text, "kdedup_consumer_lag"), 0);
   // Every record was processed: nothing waits in the worker queues.
-  EXPECT_EQ(count_series(text, "kdedup_queue_depth"), 3u);
+  EXPECT_EQ(exposition_series(text, "kdedup_queue_depth"), 3u);
   EXPECT_EQ(sum_samples(text, "kdedup_queue_depth"), 0);
   EXPECT_EQ(sum_samples(text, "kdedup_records_distinct_total"), static_cast<double>(distinct));
   EXPECT_EQ(sum_samples(text, "kdedup_records_duplicate_total"), static_cast<double>(duplicate));
@@ -176,7 +168,7 @@ TEST(Observability, RunningServiceExportsWhatItDid) {
   // (max_future_skew): counted, and the partitions' clocks now run ahead.
   EXPECT_EQ(sum_samples(text, "kdedup_clock_capped_records_total"), static_cast<double>(future));
   EXPECT_EQ(sum_samples(text, "kdedup_clock_missing_timestamp_records_total"), 0);
-  EXPECT_EQ(count_series(text, "kdedup_filter_clock_ahead_seconds"), 3u);
+  EXPECT_EQ(exposition_series(text, "kdedup_filter_clock_ahead_seconds"), 3u);
   EXPECT_GT(sum_samples(text, "kdedup_filter_clock_ahead_seconds"), 20);
 
   // Latency histograms. Age at emit: one observation per record in the
