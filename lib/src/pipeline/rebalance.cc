@@ -71,7 +71,7 @@ void Rebalance::assign(RdKafka::KafkaConsumer& consumer,
       }
     }
   }
-  if (!ids.empty() && workers_.inbox(0) != nullptr) {
+  if (!ids.empty() && workers_.has_inboxes()) {
     // Each worker reads its partitions' records from its inbox: the slices
     // are adopted first, then the partitions' queues forward there.
     workers_.flush();
@@ -107,7 +107,7 @@ void Rebalance::revoke(RdKafka::KafkaConsumer& consumer,
   // No more records of these partitions reach the workers' inboxes; those
   // already there are not processed (kClose below): not committed, the
   // next owner reads them.
-  if (workers_.inbox(0) != nullptr) {
+  if (workers_.has_inboxes()) {
     for (const auto& id : ids) forward_partition(consumer, id, nullptr);
   }
   const auto by_worker = partitions_.by_worker(ids);

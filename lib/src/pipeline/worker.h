@@ -190,6 +190,8 @@ class WorkerPool {
   [[nodiscard]] rd_kafka_queue_t* inbox(std::uint32_t worker) const {
     return workers_[worker]->inbox();
   }
+  /// The workers read their partitions' records from inboxes.
+  [[nodiscard]] bool has_inboxes() const { return !workers_.empty() && inbox(0) != nullptr; }
 
   /// Hands a fetched record to worker `worker`'s next batch (`now`: the
   /// consumer loop's clock).
