@@ -107,7 +107,11 @@ void Worker::barrier(Work::Kind kind, std::vector<PartitionId> partitions,
 void Worker::open_inbox(RdKafka::KafkaConsumer& consumer) {
   consumer_ = &consumer;
   inbox_ = rd_kafka_queue_new(consumer.c_ptr());
-  inbox_batch_.resize(std::max<std::size_t>(1, context_.config.batch_size));
+  // One take from the inbox: batch_size records, at most kMaxInboxTake (a
+  // buffer per worker: 1,024 workers with batch_size 1,000,000 would hold
+  // 8 GB of pointers).
+  constexpr std::size_t kMaxInboxTake = 1024;
+  inbox_batch_.resize(std::clamp<std::size_t>(context_.config.batch_size, 1, kMaxInboxTake));
   rd_kafka_queue_cb_event_enable(inbox_, &Worker::on_inbox_event, this);
 }
 
