@@ -405,9 +405,7 @@ Status Pipeline::Impl::shut_down() {
                         : "stopping after a fatal error; committing what was delivered");
   // The workers finish what they were handed and take no more records.
   const auto ids = partitions.ids();
-  if (workers.has_inboxes()) {
-    for (const auto& id : ids) forward_partition(*consumer, id, nullptr);
-  }
+  stop_forwarding(*consumer, workers, ids);
   workers.flush();
   workers.close(partitions.by_worker(ids));
   workers.barrier_all();

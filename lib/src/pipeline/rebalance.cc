@@ -26,6 +26,12 @@ void forward_partition(RdKafka::KafkaConsumer& consumer, const PartitionId& id,
   rd_kafka_queue_destroy(q);
 }
 
+void stop_forwarding(RdKafka::KafkaConsumer& consumer, const WorkerPool& workers,
+                     const std::vector<PartitionId>& ids) {
+  if (!workers.has_inboxes()) return;
+  for (const auto& id : ids) forward_partition(consumer, id, nullptr);
+}
+
 void Rebalance::rebalance_cb(RdKafka::KafkaConsumer* consumer, RdKafka::ErrorCode err,
                              std::vector<RdKafka::TopicPartition*>& partitions) {
   count_.fetch_add(1, std::memory_order_relaxed);
@@ -107,9 +113,7 @@ void Rebalance::revoke(RdKafka::KafkaConsumer& consumer,
   // No more records of these partitions reach the workers' inboxes; those
   // already there are not processed (kClose below): not committed, the
   // next owner reads them.
-  if (workers_.has_inboxes()) {
-    for (const auto& id : ids) forward_partition(consumer, id, nullptr);
-  }
+  stop_forwarding(consumer, workers_, ids);
   const auto by_worker = partitions_.by_worker(ids);
   // 1. The workers finish the records they were handed and take no more
   //    of these partitions.

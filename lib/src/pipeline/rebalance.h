@@ -36,6 +36,12 @@ struct RecoverySetup;
 void forward_partition(RdKafka::KafkaConsumer& consumer, const PartitionId& id,
                        rd_kafka_queue_t* to);
 
+/// Stops forwarding each of `ids` to its worker's inbox when the workers
+/// read their partitions' queues directly (WorkerPool::has_inboxes()): from
+/// then on no more of their records reach a worker.
+void stop_forwarding(RdKafka::KafkaConsumer& consumer, const WorkerPool& workers,
+                     const std::vector<PartitionId>& ids);
+
 class Rebalance final : public RdKafka::RebalanceCb {
  public:
   Rebalance(RecoverySetup& recovery, CommitProtocol& protocol, FatalError& fatal,
