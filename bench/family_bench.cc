@@ -12,7 +12,9 @@
 //      alone (no oracle);
 //    - bytes at the end of the stream (steady: the last third runs at the
 //      base rate) and bits per in-window element (bytes * 8 / identities the
-//      filter delivered in the last window);
+//      filter delivered in the last window), and at the peak (section 3's
+//      measure: the largest bytes over the largest in-window count, from the
+//      end of the first window on);
 //    - the false-positive rate against the exact oracle (seed 000
 //      Definition 4), split into never-delivered identities ("new") and
 //      identities whose last delivery left the window ("expired": the edge
@@ -76,9 +78,9 @@
 //   (default 1,2,5; 1 is the steady stream).
 //   --compact-seeds N: after the compact table, the same streams drawn with
 //   N seeds (hint 1x): per stream and fpp the spread of the bits at the end,
-//   the most tables, and which seeds ended on two tables or over 1.5x the
-//   pre-sized figure (whether a table folds or fills a tick early turns on
-//   the fingerprints).
+//   the most tables, the highest peak (section 3's measure), and which seeds
+//   ended on two tables or over 1.5x the pre-sized figure (whether a table
+//   folds or fills a tick early turns on the fingerprints).
 
 #include <algorithm>
 #include <chrono>
@@ -162,6 +164,56 @@ std::vector<Event> on_ticks(const std::vector<Event>& fine, std::uint32_t window
   return out;
 }
 
+// Memory against the load, tick by tick from the end of the first window
+// on (section 3's measures): the peak (the largest bytes of the run over its
+// largest in-window count) and the worst moment (the largest ratio at one
+// tick), where the in-window count is the identities the filter delivered
+// in the last window.
+class LoadTrack {
+ public:
+  LoadTrack(Tick window, Tick start)
+      : window_(window), per_tick_(window + 1, 0), clock_(start), start_(start) {}
+
+  /// An event of tick `tick` was decided: the ticks before it end (each
+  /// sampled first).
+  void observe(Tick tick, bool delivered, const SlidingFilter& f) {
+    while (clock_ < tick) {
+      sample(f);
+      ++clock_;
+      std::uint64_t& slot = per_tick_[clock_ % (window_ + 1)];
+      in_window_ -= slot;
+      slot = 0;
+    }
+    if (delivered) {
+      ++per_tick_[clock_ % (window_ + 1)];
+      ++in_window_;
+    }
+  }
+  void sample(const SlidingFilter& f) {
+    if (clock_ - start_ <= window_ || in_window_ == 0) return;  // the first window fills
+    const std::uint64_t bytes = f.stats().bytes;
+    peak_bytes_ = std::max(peak_bytes_, bytes);
+    peak_in_window_ = std::max(peak_in_window_, in_window_);
+    worst_bits_ =
+        std::max(worst_bits_, 8.0 * static_cast<double>(bytes) / static_cast<double>(in_window_));
+  }
+  [[nodiscard]] double peak_bits() const {
+    return peak_in_window_ == 0
+               ? 0.0
+               : 8.0 * static_cast<double>(peak_bytes_) / static_cast<double>(peak_in_window_);
+  }
+  [[nodiscard]] double worst_bits() const { return worst_bits_; }
+  [[nodiscard]] std::uint64_t peak_bytes() const { return peak_bytes_; }
+  [[nodiscard]] std::uint64_t in_window() const { return in_window_; }
+
+ private:
+  Tick window_;
+  std::vector<std::uint64_t> per_tick_;  // deliveries per tick of the last window
+  Tick clock_, start_;
+  std::uint64_t in_window_ = 0, peak_in_window_ = 0, peak_bytes_ = 0;
+  double worst_bits_ = 0;
+};
+
 struct StreamResult {
   double ops_per_s = 0;
   std::uint64_t bytes = 0;
@@ -174,6 +226,7 @@ struct StreamResult {
   double fp_beyond_first = 0;  // the same, per identity (first query of each absence)
   std::uint64_t false_negatives = 0;
   std::uint32_t subfilters = 0;
+  double peak_bits = 0;  // LoadTrack
 };
 
 StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& events,
@@ -205,8 +258,10 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
   std::unordered_set<Fingerprint, FingerprintHash> asked;  // queried since the last delivery
   const double beyond = 1.1 * static_cast<double>(config.ticks_per_window);
   std::vector<Tick> deliveries;
+  LoadTrack load(config.ticks_per_window, events.front().tick);
   auto observe = [&](std::size_t, const Event& e, Decision d, bool in_window) {
     const bool duplicate = d == Decision::kDuplicate;
+    load.observe(e.tick, !duplicate, *f);
     if (!in_window) {
       auto last = delivered.find(e.fp);
       if (last == delivered.end()) {
@@ -232,6 +287,8 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
     }
   };
   const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
+  load.sample(*f);
+  r.peak_bits = load.peak_bits();
   const FilterStats st = f->stats();
   const Tick end = events.back().tick;
   const Tick window = config.ticks_per_window;
@@ -293,9 +350,9 @@ void streams_section(double scale) {
               fpp, per_window, kBatch);
   std::printf(
       "| stream | filter | W ticks | dup share | Mops/s | MiB at end | sub-filters | "
-      "bits/in-window id | FP rate | FP new ids | FP expired ids | FP beyond 1.1 W, per event | "
-      "per identity | FN |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "bits/in-window id | peak bits/id | FP rate | FP new ids | FP expired ids | FP beyond 1.1 W, "
+      "per event | per identity | FN |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
     for (double burst : {1.0, 2.0, 5.0}) {
       const auto fine = kdedup::testing::generate_stream(stream_spec(dist, burst, scale));
@@ -303,12 +360,12 @@ void streams_section(double scale) {
         const auto events = on_ticks(fine, c.config.ticks_per_window);
         const StreamResult r = run_stream(c.config, events);
         std::printf(
-            "| %s | %s | %u | %.2f | %.2f | %.2f | %u | %.1f | %.2e | %.2e | %.2e | %.2e | %.2e | "
-            "%" PRIu64 " |\n",
+            "| %s | %s | %u | %.2f | %.2f | %.2f | %u | %.1f | %.1f | %.2e | %.2e | %.2e | %.2e | "
+            "%.2e | %" PRIu64 " |\n",
             stream_name(dist, burst).c_str(), c.name, c.config.ticks_per_window, r.duplicate_share,
             r.ops_per_s / 1e6, static_cast<double>(r.bytes) / (1 << 20), r.subfilters,
-            r.bits_per_element, r.fp_rate, r.fp_new, r.fp_expired, r.fp_beyond, r.fp_beyond_first,
-            r.false_negatives);
+            r.bits_per_element, r.peak_bits, r.fp_rate, r.fp_new, r.fp_expired, r.fp_beyond,
+            r.fp_beyond_first, r.false_negatives);
         std::fflush(stdout);
       }
     }
@@ -507,38 +564,17 @@ struct MissetResult {
 
 MissetResult run_misset(const FilterConfig& config, const std::vector<Event>& events) {
   auto f = build(config);
-  const Tick window = config.ticks_per_window;
-  // Deliveries per tick of the last window (the in-window identities).
-  std::vector<std::uint64_t> per_tick(window + 1, 0);
-  std::uint64_t in_window = 0;
-  Tick clock = events.front().tick, start = clock;
-  MissetResult r;
-  std::uint64_t peak_in_window = 0;
-  auto sample = [&] {
-    if (clock - start <= window || in_window == 0) return;  // the first window fills
-    const std::uint64_t bytes = f->stats().bytes;
-    r.peak_bytes = std::max(r.peak_bytes, bytes);
-    peak_in_window = std::max(peak_in_window, in_window);
-    r.worst_bits =
-        std::max(r.worst_bits, 8.0 * static_cast<double>(bytes) / static_cast<double>(in_window));
-  };
+  LoadTrack load(config.ticks_per_window, events.front().tick);
   auto observe = [&](std::size_t, const Event& e, Decision d, bool) {
-    while (clock < e.tick) {
-      sample();
-      ++clock;
-      std::uint64_t& slot = per_tick[clock % (window + 1)];
-      in_window -= slot;
-      slot = 0;
-    }
-    if (d == Decision::kDistinct) {
-      ++per_tick[clock % (window + 1)];
-      ++in_window;
-    }
+    load.observe(e.tick, d == Decision::kDistinct, *f);
   };
   const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
-  sample();
-  r.peak_bits = 8.0 * static_cast<double>(r.peak_bytes) / static_cast<double>(peak_in_window);
-  r.end_bits = 8.0 * static_cast<double>(f->stats().bytes) / static_cast<double>(in_window);
+  load.sample(*f);
+  MissetResult r;
+  r.peak_bytes = load.peak_bytes();
+  r.peak_bits = load.peak_bits();
+  r.worst_bits = load.worst_bits();
+  r.end_bits = 8.0 * static_cast<double>(f->stats().bytes) / static_cast<double>(load.in_window());
   r.fp_rate = counts.fp_rate();
   r.false_negatives = counts.false_negatives;
   return r;
@@ -583,8 +619,9 @@ void compact_seeds_section(double scale, const std::vector<double>& bursts, int 
               seeds, per_window);
   std::printf(
       "| stream | fpp | most tables at end | bits/in-window id, min - max | pre-sized | most / "
-      "pre-sized | most FP per identity / fpp | FN | seeds on two tables or over 1.5x |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      "pre-sized | most peak bits/id (x) | most FP per identity / fpp | FN | seeds on two tables "
+      "or over 1.5x |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   const double fpps[] = {0.1, 0.01, 0.001};
   FilterConfig configs[3];
   double presized[3];
@@ -596,7 +633,7 @@ void compact_seeds_section(double scale, const std::vector<double>& bursts, int 
     for (double burst : bursts) {
       struct Spread {
         std::uint32_t tables = 0;
-        double least = 1e300, most = 0, fp = 0;
+        double least = 1e300, most = 0, peak = 0, fp = 0;
         std::uint64_t false_negatives = 0;
         std::string over;  // seeds that end on more than one table or over 1.5x
         int overs = 0;
@@ -613,6 +650,7 @@ void compact_seeds_section(double scale, const std::vector<double>& bursts, int 
           x.tables = std::max(x.tables, r.subfilters);
           x.least = std::min(x.least, r.bits_per_element);
           x.most = std::max(x.most, r.bits_per_element);
+          x.peak = std::max(x.peak, r.peak_bits);
           x.fp = std::max(x.fp, r.fp_beyond_first / fpps[f]);
           x.false_negatives += r.false_negatives;
           if (r.subfilters > 1 || r.bits_per_element > 1.5 * presized[f]) {
@@ -623,9 +661,11 @@ void compact_seeds_section(double scale, const std::vector<double>& bursts, int 
       }
       for (int f = 0; f < 3; ++f) {
         const Spread& x = spread[f];
-        std::printf("| %s | %g | %u | %.1f - %.1f | %.1f | %.2f | %.2f | %" PRIu64 " | %s |\n",
+        std::printf("| %s | %g | %u | %.1f - %.1f | %.1f | %.2f | %.1f (%.2f) | %.2f | %" PRIu64
+                    " | %s |\n",
                     stream_name(dist, burst).c_str(), fpps[f], x.tables, x.least, x.most,
-                    presized[f], x.most / presized[f], x.fp, x.false_negatives,
+                    presized[f], x.most / presized[f], x.peak, x.peak / presized[f], x.fp,
+                    x.false_negatives,
                     x.overs == 0       ? "-"
                     : x.overs == seeds ? "all"
                                        : x.over.c_str());
