@@ -257,7 +257,6 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
   std::uint64_t beyond_events = 0, beyond_fp = 0, beyond_first = 0, beyond_first_fp = 0;
   std::unordered_set<Fingerprint, FingerprintHash> asked;  // queried since the last delivery
   const double beyond = 1.1 * static_cast<double>(config.ticks_per_window);
-  std::vector<Tick> deliveries;
   LoadTrack load(config.ticks_per_window, events.front().tick);
   auto observe = [&](std::size_t, const Event& e, Decision d, bool in_window) {
     const bool duplicate = d == Decision::kDuplicate;
@@ -282,7 +281,6 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
     }
     if (!duplicate) {
       delivered[e.fp] = e.tick;
-      deliveries.push_back(e.tick);
       asked.erase(e.fp);
     }
   };
@@ -290,14 +288,9 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
   load.sample(*f);
   r.peak_bits = load.peak_bits();
   const FilterStats st = f->stats();
-  const Tick end = events.back().tick;
-  const Tick window = config.ticks_per_window;
-  const auto in_window = static_cast<std::uint64_t>(
-      deliveries.end() -
-      std::lower_bound(deliveries.begin(), deliveries.end(), end >= window ? end - window : 0));
   r.bytes = st.bytes;
   r.subfilters = st.subfilters;
-  r.bits_per_element = static_cast<double>(st.bytes) * 8.0 / static_cast<double>(in_window);
+  r.bits_per_element = static_cast<double>(st.bytes) * 8.0 / static_cast<double>(load.in_window());
   r.duplicate_share =
       static_cast<double>(counts.true_positives) / static_cast<double>(counts.events);
   r.fp_rate = counts.fp_rate();
