@@ -77,10 +77,11 @@ TEST(RepartitionE2E, UnkeyedInputEqualsTheOracleAndWithoutTheStageCopiesGetThrou
   ASSERT_TRUE(feeder.wait_done(60s) && feeder.stop()) << feeder.error();
   ASSERT_TRUE(drained(b, "unkeyed", 90s)) << with.log_tail();
   ASSERT_TRUE(wait_committed_to_end(b, "plain", "in", 90s)) << plain.log_tail();
-  // Metrics are published once a second.
+  // Metrics are published once a second, and one publish may catch the
+  // last reads before their deliveries: wait for both counters.
   const double produced = static_cast<double>(feeder.produced());
   std::optional<double> read_in, repartitioned;
-  for (int i = 0; i < 50 && read_in != produced; ++i) {
+  for (int i = 0; i < 50 && (read_in != produced || repartitioned != produced); ++i) {
     std::this_thread::sleep_for(100ms);
     read_in = with.metric("kdedup_repartition_records_in_total");
     repartitioned = with.metric("kdedup_repartition_records_total");
