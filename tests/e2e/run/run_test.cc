@@ -294,6 +294,17 @@ TEST(RunE2E, TwoInstancesJoinAndLeaveMidStream) {
   auto a = start_instance(dir, "a", dir.file("c.yaml"));
   ASSERT_TRUE(a.process);
   read_until(b, "out", 100);
+  // The test broker's group coordinator (librdkafka 2.0.2's mock) ends a
+  // round as soon as the leader's SyncGroup arrives, and answers a follower
+  // whose SyncGroup comes later with INVALID_REQUEST: the follower rejoins
+  // and the next round, 5 s on, races again. a leads every round (the
+  // first member), and on two loaded cores b lost 3 of 17 runs this way
+  // (every round of the 20 s wait). The leader fetches metadata before it
+  // assigns; delaying the broker's responses by 40 ms gives b that round
+  // trip as a head start (36 of 36 runs under the same load). Not more: the
+  // delay also slows b's recovery reads, and at 150 ms they outlasted the
+  // wait.
+  ASSERT_TRUE(b.control("rtt 1 40"));
   auto bi = start_instance(dir, "b", dir.file("c.yaml"));  // joins mid-stream
   ASSERT_TRUE(bi.process);
   // Cooperative: b gets nothing in the first round, a revokes two partitions,
@@ -303,6 +314,7 @@ TEST(RunE2E, TwoInstancesJoinAndLeaveMidStream) {
   }
   ASSERT_NE(bi.log().find("assigned 2 partition(s)"), std::string::npos) << bi.log() << "\n--- a:\n"
                                                                          << a.log();
+  ASSERT_TRUE(b.control("rtt 1 0"));
   ASSERT_LT(stream.produced(), kTotal) << "the stream should still be running";
   a.process->signal(SIGTERM);  // leaves mid-stream
   EXPECT_EQ(a.process->wait(30s), 0) << a.log();
