@@ -246,10 +246,17 @@ TEST_F(TransactionalRun, AbortableErrorRollsBackAndCommittedOutputIsTheOracle) {
   auto expected = oracle(b());
   ASSERT_TRUE(run.wait_for("transaction aborted")) << run.log();
   wait_output_covers(b(), expected);
-  // After the abort the redo commits: wait for a commit logged after it.
+  // After the abort the redo commits, and the rollback's recovery ends: wait
+  // for both to be logged after it. The end of a recovery is noticed by a
+  // check every 50 ms, which may come after the redo's commit (it did once
+  // under ThreadSanitizer, and the SIGTERM came first).
   const auto aborted_at = run.log().find("transaction aborted");
   for (int i = 0; i < 200; ++i) {
-    if (run.log().find("transaction committed", aborted_at) != std::string::npos) break;
+    const std::string now = run.log();
+    if (now.find("transaction committed", aborted_at) != std::string::npos &&
+        now.find("recovery done", aborted_at) != std::string::npos) {
+      break;
+    }
     std::this_thread::sleep_for(50ms);
   }
   run.process->signal(SIGTERM);
