@@ -22,6 +22,11 @@
 //     kdedup binary (a build from before a change) to the same rounds; given
 //     more than once, each is a row pair ("baseline 1", "baseline 2", ...).
 //
+//   --compare format: the raw copy alone, with kdedup's headers only, with
+//     a delivery report per record only, and with both (the "raw copy,
+//     kdedup headers" row of --compare cost): where the output format's
+//     cost inside librdkafka goes.
+//
 //   --compare confirm: dedup with the timer filter alone against confirmed
 //     mode (filter.confirm_store: true: every duplicate confirmed in the
 //     exact store under state.dir, deliveries moved to disk with each
@@ -83,7 +88,7 @@
 // with real time. The duplicates per window change with it (the output
 // counts say how).
 //
-//   pipeline_bench [--compare filter|snapshots|cost|confirm|repartition] [--records N]
+//   pipeline_bench [--compare filter|snapshots|cost|format|confirm|repartition] [--records N]
 //                  [--partitions P]
 //                  [--instances I] [--repeat R] [--backlog] [--event-span MS]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
@@ -215,6 +220,20 @@ Comparison comparison(const std::string& name) {
          confirmed},
         0.5,
         false};
+  }
+  if (name == "format") {
+    // What kdedup's output format costs inside librdkafka, in halves: the
+    // headers (the input's list taken over, three provenance headers added)
+    // and a delivery report per record, each alone and both together.
+    auto raw = [](std::string label, std::string slug, std::vector<std::string> sets) {
+      return Mode{std::move(label), std::move(slug), std::move(sets), true, RAW_COPY_BINARY};
+    };
+    return {{raw("raw librdkafka copy", "raw-copy", {}),
+             raw("raw copy + headers", "raw-copy-headers", {"raw_copy.headers=true"}),
+             raw("raw copy + delivery reports", "raw-copy-reports", {"raw_copy.reports=true"}),
+             raw("raw copy, kdedup headers", "raw-copy-provenance", {"raw_copy.provenance=true"})},
+            0,
+            false};
   }
   if (name == "cost") {
     // The physical limit first: the ratios are kdedup's cost over it.
@@ -909,7 +928,8 @@ void print_snapshot_figures(const SnapshotFigures& f, const Mode& mode) {
 int main(int argc, char** argv) {
   Options opt;
   const char* usage =
-      "usage: pipeline_bench [--compare filter|snapshots|cost|confirm|repartition | --repartition] "
+      "usage: pipeline_bench [--compare filter|snapshots|cost|format|confirm|repartition | "
+      "--repartition] "
       "[--records N] [--partitions P] "
       "[--instances I] [--repeat R] [--backlog] [--event-span MS]\n"
       "       pipeline_bench --idle-partitions P [--threads T] [--records N] [--backlog] "
@@ -932,10 +952,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--compare")) {
       opt.compare = argv[i + 1];
       if (opt.compare != "filter" && opt.compare != "snapshots" && opt.compare != "cost" &&
-          opt.compare != "confirm" && opt.compare != "repartition") {
+          opt.compare != "format" && opt.compare != "confirm" && opt.compare != "repartition") {
         std::fprintf(stderr,
-                     "--compare: '%s' is not 'filter', 'snapshots', 'cost', 'confirm' or "
-                     "'repartition'\n%s",
+                     "--compare: '%s' is not 'filter', 'snapshots', 'cost', 'format', 'confirm' "
+                     "or 'repartition'\n%s",
                      argv[i + 1], usage);
         return 2;
       }
@@ -1032,23 +1052,34 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   std::vector<double> rate(n), cpu(n), switches(n);
+  // The CPU ratio of each round against the first mode of the same round,
+  // measured a few seconds apart: the machine's drift between rounds cancels
+  // out of it, which the ratio of the medians keeps.
+  std::vector<std::vector<double>> paired(n);
   for (std::size_t k = 0; k < n; ++k) {
     std::vector<double> r, c, w;
-    for (const auto& m : runs[k]) {
+    for (std::size_t i = 0; i < runs[k].size(); ++i) {
+      const Measurement& m = runs[k][i];
       r.push_back(m.records_per_s);
       c.push_back(m.cpu_seconds * 1e6 / static_cast<double>(opt.records));
       w.push_back(m.switches * 1e3 / static_cast<double>(opt.records));
+      paired[k].push_back(m.cpu_seconds / runs[0][i].cpu_seconds);
     }
     rate[k] = median(r);
     cpu[k] = median(c);
     switches[k] = median(w);
   }
-  std::printf("  medians of %d rounds; ratios against %s\n", opt.repeat, cmp.modes[0].name.c_str());
-  std::printf("  %-24s %12s %10s %14s %10s %16s\n", "mode", "records/s", "ratio", "CPU s/million",
-              "ratio", "switches/1,000");
+  std::printf(
+      "  medians of %d rounds; ratios against %s (CPU per round: that round's ratio, "
+      "median and range)\n",
+      opt.repeat, cmp.modes[0].name.c_str());
+  std::printf("  %-28s %12s %10s %14s %10s %16s %22s\n", "mode", "records/s", "ratio",
+              "CPU s/million", "ratio", "switches/1,000", "CPU ratio per round");
   for (std::size_t k = 0; k < n; ++k) {
-    std::printf("  %-24s %12.0f %10.3f %14.2f %10.3f %16.1f\n", cmp.modes[k].name.c_str(), rate[k],
-                rate[k] / rate[0], cpu[k], cpu[k] / cpu[0], switches[k]);
+    const auto [least, most] = std::minmax_element(paired[k].begin(), paired[k].end());
+    std::printf("  %-28s %12.0f %10.3f %14.2f %10.3f %16.1f %8.3f (%.2f-%.2f)\n",
+                cmp.modes[k].name.c_str(), rate[k], rate[k] / rate[0], cpu[k], cpu[k] / cpu[0],
+                switches[k], median(paired[k]), *least, *most);
   }
   if (cmp.target > 0) {
     std::printf("  %-26s %10.3f  (target >= %.1f)\n",

@@ -16,6 +16,8 @@
 // record, and a delivery report per record (counted, nothing else). The
 // difference between the two copies is what the format costs inside
 // librdkafka; the rest of kdedup run's cost over it is kdedup's code.
+// `raw_copy.headers=true` and `raw_copy.reports=true` ask for one half each
+// (pipeline_bench --compare format), to tell the two costs apart.
 //
 // It takes kdedup's own command line so the pipeline rig can start it in
 // place of kdedup:  raw_copy run --config PATH [--set key=value]...
@@ -44,7 +46,25 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
-constexpr std::string_view kProvenanceOption = "raw_copy.provenance=true";
+/// What the copy asks librdkafka for beyond consume and produce.
+struct Extras {
+  bool headers = false;  // the input's headers taken over, three provenance headers added
+  bool reports = false;  // a delivery report per record
+};
+
+/// Applies one `--set` of the copy's own (raw_copy.*); false for any other.
+bool take_option(std::string_view set, Extras& extras) {
+  if (set == "raw_copy.provenance=true") {
+    extras.headers = extras.reports = true;
+  } else if (set == "raw_copy.headers=true") {
+    extras.headers = true;
+  } else if (set == "raw_copy.reports=true") {
+    extras.reports = true;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 /// Counts delivery reports; a failure is printed (the copy goes on).
 class CountReports final : public RdKafka::DeliveryReportCb {
@@ -92,7 +112,7 @@ bool set_all(RdKafka::Conf& conf, const kdedup::config::KafkaProperties& props) 
   return true;
 }
 
-int copy(const kdedup::config::Config& config, bool provenance) {
+int copy(const kdedup::config::Config& config, Extras extras) {
   // kdedup's own default reset position, unless the config sets one.
   kdedup::config::KafkaProperties consumer_props{{"auto.offset.reset", "earliest"}};
   for (const auto& [key, value] : kdedup::config::consumer_properties(config)) {
@@ -109,7 +129,7 @@ int copy(const kdedup::config::Config& config, bool provenance) {
   }
   CountReports reports;
   std::string conf_err;
-  if (provenance && pconf->set("dr_cb", &reports, conf_err) != RdKafka::Conf::CONF_OK) {
+  if (extras.reports && pconf->set("dr_cb", &reports, conf_err) != RdKafka::Conf::CONF_OK) {
     std::fprintf(stderr, "raw_copy: dr_cb: %s\n", conf_err.c_str());
     return 1;
   }
@@ -144,7 +164,7 @@ int copy(const kdedup::config::Config& config, bool provenance) {
         rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
         const std::int64_t ts = rd_kafka_message_timestamp(m, &type);
         const std::size_t key_len = m->key != nullptr ? m->key_len : 0;
-        rd_kafka_headers_t* headers = provenance ? provenance_headers(*m) : nullptr;
+        rd_kafka_headers_t* headers = extras.headers ? provenance_headers(*m) : nullptr;
         for (;;) {
           const rd_kafka_resp_err_t e =
               headers != nullptr
@@ -187,16 +207,12 @@ int copy(const kdedup::config::Config& config, bool provenance) {
 int main(int argc, char** argv) {
   std::string path;
   std::vector<std::string> overrides;
-  bool provenance = false;
+  Extras extras;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
       path = argv[++i];
     } else if (!std::strcmp(argv[i], "--set") && i + 1 < argc) {
-      if (argv[++i] == kProvenanceOption) {
-        provenance = true;
-      } else {
-        overrides.emplace_back(argv[i]);
-      }
+      if (!take_option(argv[++i], extras)) overrides.emplace_back(argv[i]);
     } else {
       std::fprintf(stderr, "raw_copy: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -213,5 +229,5 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
-  return copy(*config, provenance);
+  return copy(*config, extras);
 }
