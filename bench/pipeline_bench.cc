@@ -194,6 +194,19 @@ struct Comparison {
   bool snapshot_figures = false;  ///< read snapshot metrics over the timed part
 };
 
+/// The raw librdkafka copy (bench/raw_copy.cc) in place of kdedup, every
+/// record copied; with `set`, asked for part of kdedup's output format.
+Mode raw_copy(const std::string& what = "", const std::string& slug = "",
+              const std::string& set = "") {
+  if (set.empty()) return {"raw librdkafka copy", "raw-copy", {}, true, RAW_COPY_BINARY};
+  return {"raw copy" + what, "raw-copy-" + slug, {set}, true, RAW_COPY_BINARY};
+}
+
+/// The raw copy asked for all kdedup's output format needs from librdkafka.
+Mode raw_copy_with_format() {
+  return raw_copy(", kdedup headers", "provenance", "raw_copy.provenance=true");
+}
+
 Comparison comparison(const std::string& name) {
   if (name == "snapshots") {
     return {{{"dedup, no snapshots", "no-snapshots", {"filter.enabled=true", "state.dir="}},
@@ -225,24 +238,16 @@ Comparison comparison(const std::string& name) {
     // What kdedup's output format costs inside librdkafka, in halves: the
     // headers (the input's list taken over, three provenance headers added)
     // and a delivery report per record, each alone and both together.
-    auto raw = [](std::string label, std::string slug, std::vector<std::string> sets) {
-      return Mode{std::move(label), std::move(slug), std::move(sets), true, RAW_COPY_BINARY};
-    };
-    return {{raw("raw librdkafka copy", "raw-copy", {}),
-             raw("raw copy + headers", "raw-copy-headers", {"raw_copy.headers=true"}),
-             raw("raw copy + delivery reports", "raw-copy-reports", {"raw_copy.reports=true"}),
-             raw("raw copy, kdedup headers", "raw-copy-provenance", {"raw_copy.provenance=true"})},
+    return {{raw_copy(), raw_copy(" + headers", "headers", "raw_copy.headers=true"),
+             raw_copy(" + delivery reports", "reports", "raw_copy.reports=true"),
+             raw_copy_with_format()},
             0,
             false};
   }
   if (name == "cost") {
     // The physical limit first: the ratios are kdedup's cost over it.
-    return {{{"raw librdkafka copy", "raw-copy", {}, true, RAW_COPY_BINARY},
-             {"raw copy, kdedup headers",
-              "raw-copy-provenance",
-              {"raw_copy.provenance=true"},
-              true,
-              RAW_COPY_BINARY},
+    return {{raw_copy(),
+             raw_copy_with_format(),
              {"passthrough", "passthrough", {"filter.enabled=false"}, true},
              {"dedup (timer)", "dedup-timer", {"filter.enabled=true", "filter.type=timer"}},
              {"dedup (exact)", "dedup-exact", {"filter.enabled=true", "filter.type=exact"}}},
