@@ -27,6 +27,14 @@
 //     kdedup headers" row of --compare cost): where the output format's
 //     cost inside librdkafka goes.
 //
+//   --compare scale: the raw copy and dedup (timer) at --partitions and at
+//     --scale-partitions (1024 by default) partitions on one instance, side
+//     by side in each round; beside the table, how much each one's CPU per
+//     record grew from the smaller to the larger count, per round (median
+//     and range), and the timer's growth over the raw copy's: what kdedup
+//     adds to librdkafka's own cost of many partitions. Target: dedup
+//     (timer) within 1.2x of its figure at the smaller count.
+//
 //   --compare confirm: dedup with the timer filter alone against confirmed
 //     mode (filter.confirm_store: true: every duplicate confirmed in the
 //     exact store under state.dir, deliveries moved to disk with each
@@ -88,8 +96,8 @@
 // with real time. The duplicates per window change with it (the output
 // counts say how).
 //
-//   pipeline_bench [--compare filter|snapshots|cost|format|confirm|repartition] [--records N]
-//                  [--partitions P]
+//   pipeline_bench [--compare filter|snapshots|cost|format|scale|confirm|repartition]
+//                  [--records N] [--partitions P] [--scale-partitions P]
 //                  [--instances I] [--repeat R] [--backlog] [--event-span MS]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
 //   pipeline_bench --idle-partitions P [--records N] [--backlog] [--baseline-binary PATH]
@@ -161,6 +169,7 @@ struct Options {
   std::string compare = "filter";
   std::uint64_t records = 150'000;
   int partitions = 8;
+  int scale_partitions = 1024;  ///< the larger count of --compare scale
   int instances = 1;
   int repeat = 3;
   int idle_partitions = 0;  ///< > 0: the memory measurement instead
@@ -186,6 +195,7 @@ struct Mode {
   /// Judged as an exact filter (fpp 0): confirmed mode prevents every false
   /// positive of its filter, so none is accepted.
   bool exact = false;
+  int partitions = 0;  ///< > 0: the input's partitions for this mode (else --partitions)
 };
 
 struct Comparison {
@@ -207,7 +217,16 @@ Mode raw_copy_with_format() {
   return raw_copy(", kdedup headers", "provenance", "raw_copy.provenance=true");
 }
 
-Comparison comparison(const std::string& name) {
+/// A mode run at `partitions` input partitions, named for them.
+Mode at_partitions(Mode mode, int partitions) {
+  mode.name += fmt::format(" @{}", partitions);
+  mode.slug += fmt::format("-p{}", partitions);
+  mode.partitions = partitions;
+  return mode;
+}
+
+Comparison comparison(const Options& opt) {
+  const std::string& name = opt.compare;
   if (name == "snapshots") {
     return {{{"dedup, no snapshots", "no-snapshots", {"filter.enabled=true", "state.dir="}},
              {"dedup + snapshots 1s",
@@ -244,6 +263,15 @@ Comparison comparison(const std::string& name) {
             0,
             false};
   }
+  if (name == "scale") {
+    // Each size's physical limit beside it; the growth figures pair them.
+    const Mode timer{"dedup (timer)", "dedup-timer", {"filter.enabled=true", "filter.type=timer"}};
+    return {{at_partitions(raw_copy(), opt.partitions), at_partitions(timer, opt.partitions),
+             at_partitions(raw_copy(), opt.scale_partitions),
+             at_partitions(timer, opt.scale_partitions)},
+            0,
+            false};
+  }
   if (name == "cost") {
     // The physical limit first: the ratios are kdedup's cost over it.
     return {{raw_copy(),
@@ -274,13 +302,17 @@ std::string slug_of(std::string label) {
   return label;
 }
 
-/// CPU seconds (user + system) a process has used so far, from
-/// /proc/PID/stat; negative when unreadable.
-double cpu_seconds(pid_t pid) {
+/// A process's user and system CPU seconds so far, from /proc/PID/stat;
+/// negative when unreadable.
+struct CpuTimes {
+  double user = -1, sys = -1;
+};
+
+CpuTimes cpu_times(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto close = text.rfind(')');  // the command name may hold spaces
-  if (close == std::string::npos) return -1;
+  if (close == std::string::npos) return {};
   std::istringstream rest(text.substr(close + 2));
   std::string field;
   unsigned long long utime = 0, stime = 0;
@@ -289,8 +321,19 @@ double cpu_seconds(pid_t pid) {
     if (f == 14) utime = std::stoull(field);
     if (f == 15) stime = std::stoull(field);
   }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const auto tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {static_cast<double>(utime) / tick, static_cast<double>(stime) / tick};
 }
+
+/// CPU seconds (user + system) a process has used so far.
+double cpu_seconds(pid_t pid) {
+  const CpuTimes t = cpu_times(pid);
+  return t.user < 0 ? -1 : t.user + t.sys;
+}
+
+/// The kernel's share of cpu_seconds: system calls, and on loopback the
+/// receiving side of the sockets the process writes to.
+double sys_seconds(pid_t pid) { return cpu_times(pid).sys; }
 
 /// Context switches (voluntary + involuntary) every live thread of a
 /// process has made so far, from /proc/PID/task/*/status: how often its
@@ -388,6 +431,7 @@ kdedup::Result<SnapshotFigures> snapshot_figures(int port) {
 struct Measurement {
   double records_per_s = 0;
   double cpu_seconds = -1;  ///< of the measured instance(s) over the timed part
+  double sys_seconds = -1;  ///< the kernel's part of cpu_seconds
   double switches = -1;     ///< their threads' context switches over the timed part
   double seconds = 0;
   double produce_per_s = 0;  ///< the producer's own rate in the timed window
@@ -471,7 +515,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   ro.instance_binary = mode.binary;
   ro.config_path = config;
   ro.work_dir = work + "/" + mode.slug;
-  ro.partitions = opt.partitions;
+  ro.partitions = mode.partitions > 0 ? mode.partitions : opt.partitions;
   ro.instances = opt.instances;
   ro.group = "kdedup-bench";
   ro.overrides = mode.overrides;
@@ -519,6 +563,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   };
   Backlog backlog(pids, opt.backlog);
   double cpu0 = instances(cpu_seconds);
+  double sys0 = instances(sys_seconds);
   double switches0 = instances(context_switches);
   auto t0 = Clock::now();
   // Producing on this thread while the instance consumes (or, --backlog,
@@ -527,6 +572,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (backlog.stopped()) {
     cpu0 = instances(cpu_seconds);
+    sys0 = instances(sys_seconds);
     switches0 = instances(context_switches);
     t0 = Clock::now();
     backlog.resume();
@@ -551,6 +597,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
   m.cpu_seconds = instances(cpu_seconds) - cpu0;
+  m.sys_seconds = instances(sys_seconds) - sys0;
   m.switches = instances(context_switches) - switches0;
   if (metrics_port > 0) {
     auto f = snapshot_figures(metrics_port);
@@ -930,12 +977,33 @@ void print_snapshot_figures(const SnapshotFigures& f, const Mode& mode) {
   }
 }
 
+/// --compare scale: how much each mode's CPU per record grew from the
+/// smaller partition count to the larger, paired within each round (modes
+/// 0 and 1 at the smaller count, 2 and 3 the same at the larger).
+void print_growth(const Options& opt, const std::vector<std::vector<Measurement>>& runs) {
+  const auto summary = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return fmt::format("{:.3f} ({:.2f}-{:.2f})", v[v.size() / 2], v.front(), v.back());
+  };
+  std::vector<double> raw, timer, excess;
+  for (std::size_t i = 0; i < runs[0].size(); ++i) {
+    raw.push_back(runs[2][i].cpu_seconds / runs[0][i].cpu_seconds);
+    timer.push_back(runs[3][i].cpu_seconds / runs[1][i].cpu_seconds);
+    excess.push_back(timer.back() / raw.back());
+  }
+  std::printf("  CPU per record at %d partitions over %d, per round: median (range)\n",
+              opt.scale_partitions, opt.partitions);
+  std::printf("  %-28s %s\n", "raw librdkafka copy", summary(raw).c_str());
+  std::printf("  %-28s %s  (target <= 1.2)\n", "dedup (timer)", summary(timer).c_str());
+  std::printf("  %-28s %s\n", "timer's growth / raw copy's", summary(excess).c_str());
+}
+
 int main(int argc, char** argv) {
   Options opt;
   const char* usage =
-      "usage: pipeline_bench [--compare filter|snapshots|cost|format|confirm|repartition | "
+      "usage: pipeline_bench [--compare filter|snapshots|cost|format|scale|confirm|repartition | "
       "--repartition] "
-      "[--records N] [--partitions P] "
+      "[--records N] [--partitions P] [--scale-partitions P] "
       "[--instances I] [--repeat R] [--backlog] [--event-span MS]\n"
       "       pipeline_bench --idle-partitions P [--threads T] [--records N] [--backlog] "
       "[--baseline-binary PATH]\n";
@@ -957,10 +1025,11 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--compare")) {
       opt.compare = argv[i + 1];
       if (opt.compare != "filter" && opt.compare != "snapshots" && opt.compare != "cost" &&
-          opt.compare != "format" && opt.compare != "confirm" && opt.compare != "repartition") {
+          opt.compare != "format" && opt.compare != "scale" && opt.compare != "confirm" &&
+          opt.compare != "repartition") {
         std::fprintf(stderr,
-                     "--compare: '%s' is not 'filter', 'snapshots', 'cost', 'format', 'confirm' "
-                     "or 'repartition'\n%s",
+                     "--compare: '%s' is not 'filter', 'snapshots', 'cost', 'format', 'scale', "
+                     "'confirm' or 'repartition'\n%s",
                      argv[i + 1], usage);
         return 2;
       }
@@ -968,6 +1037,8 @@ int main(int argc, char** argv) {
       opt.records = std::strtoull(argv[i + 1], nullptr, 10);
     } else if (!std::strcmp(argv[i], "--partitions")) {
       opt.partitions = std::atoi(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--scale-partitions")) {
+      opt.scale_partitions = std::atoi(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--instances")) {
       opt.instances = std::atoi(argv[i + 1]);
     } else if (!std::strcmp(argv[i], "--repeat")) {
@@ -992,7 +1063,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  Comparison cmp = comparison(opt.compare);
+  if (opt.compare == "scale" &&
+      (opt.partitions < 1 || opt.scale_partitions < 1 || opt.scale_partitions == opt.partitions)) {
+    std::fprintf(stderr,
+                 "--compare scale: --partitions (%d) and --scale-partitions (%d) must be two "
+                 "different counts of at least 1\n%s",
+                 opt.partitions, opt.scale_partitions, usage);
+    return 2;
+  }
+  Comparison cmp = comparison(opt);
   for (const auto& path : opt.baseline_binaries) {
     std::printf("%s: %s\n", baseline_label(opt, path).c_str(), path.c_str());
   }
@@ -1026,10 +1105,15 @@ int main(int argc, char** argv) {
   }
 
   std::printf(
-      "pipeline throughput on the test broker (%s): %llu records, %d partitions, %d "
-      "instance(s), producer and pipeline concurrent\n",
-      opt.compare.c_str(), static_cast<unsigned long long>(opt.records), opt.partitions,
-      opt.instances);
+      "pipeline throughput on the test broker (%s): %llu records, %s partitions, %d "
+      "instance(s), %s\n",
+      opt.compare.c_str(), static_cast<unsigned long long>(opt.records),
+      (opt.compare == "scale" ? fmt::format("{} and {}", opt.partitions, opt.scale_partitions)
+                              : std::to_string(opt.partitions))
+          .c_str(),
+      opt.instances,
+      opt.backlog ? "produced while the instances were stopped and consumed as a backlog"
+                  : "producer and pipeline concurrent");
   const std::size_t n = cmp.modes.size();
   std::vector<std::vector<Measurement>> runs(n);
   for (int round = 0; round < opt.repeat; ++round) {
@@ -1041,10 +1125,11 @@ int main(int argc, char** argv) {
         return 1;
       }
       std::printf(
-          "  round %d %-22s %10.0f records/s  %6.2f CPU s per million  %6.1f switches per "
-          "1,000  (%.2f s, %lld out; producer %.0f/s)\n",
+          "  round %d %-22s %10.0f records/s  %6.2f CPU s per million (%4.2f sys)  %6.1f "
+          "switches per 1,000  (%.2f s, %lld out; producer %.0f/s)\n",
           round + 1, mode.name.c_str(), m->records_per_s,
           m->cpu_seconds * 1e6 / static_cast<double>(opt.records),
+          m->sys_seconds * 1e6 / static_cast<double>(opt.records),
           m->switches * 1e3 / static_cast<double>(opt.records), m->seconds,
           static_cast<long long>(m->output), m->produce_per_s);
       if (m->snapshots) print_snapshot_figures(*m->snapshots, mode);
@@ -1056,36 +1141,39 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::vector<double> rate(n), cpu(n), switches(n);
+  std::vector<double> rate(n), cpu(n), sys(n), switches(n);
   // The CPU ratio of each round against the first mode of the same round,
   // measured a few seconds apart: the machine's drift between rounds cancels
   // out of it, which the ratio of the medians keeps.
   std::vector<std::vector<double>> paired(n);
   for (std::size_t k = 0; k < n; ++k) {
-    std::vector<double> r, c, w;
+    std::vector<double> r, c, y, w;
     for (std::size_t i = 0; i < runs[k].size(); ++i) {
       const Measurement& m = runs[k][i];
       r.push_back(m.records_per_s);
       c.push_back(m.cpu_seconds * 1e6 / static_cast<double>(opt.records));
+      y.push_back(m.sys_seconds * 1e6 / static_cast<double>(opt.records));
       w.push_back(m.switches * 1e3 / static_cast<double>(opt.records));
       paired[k].push_back(m.cpu_seconds / runs[0][i].cpu_seconds);
     }
     rate[k] = median(r);
     cpu[k] = median(c);
+    sys[k] = median(y);
     switches[k] = median(w);
   }
   std::printf(
       "  medians of %d rounds; ratios against %s (CPU per round: that round's ratio, "
       "median and range)\n",
       opt.repeat, cmp.modes[0].name.c_str());
-  std::printf("  %-28s %12s %10s %14s %10s %16s %22s\n", "mode", "records/s", "ratio",
-              "CPU s/million", "ratio", "switches/1,000", "CPU ratio per round");
+  std::printf("  %-28s %12s %10s %14s %10s %8s %16s %22s\n", "mode", "records/s", "ratio",
+              "CPU s/million", "ratio", "of it sys", "switches/1,000", "CPU ratio per round");
   for (std::size_t k = 0; k < n; ++k) {
     const auto [least, most] = std::minmax_element(paired[k].begin(), paired[k].end());
-    std::printf("  %-28s %12.0f %10.3f %14.2f %10.3f %16.1f %8.3f (%.2f-%.2f)\n",
+    std::printf("  %-28s %12.0f %10.3f %14.2f %10.3f %9.2f %16.1f %8.3f (%.2f-%.2f)\n",
                 cmp.modes[k].name.c_str(), rate[k], rate[k] / rate[0], cpu[k], cpu[k] / cpu[0],
-                switches[k], median(paired[k]), *least, *most);
+                sys[k], switches[k], median(paired[k]), *least, *most);
   }
+  if (opt.compare == "scale") print_growth(opt, runs);
   if (cmp.target > 0) {
     std::printf("  %-26s %10.3f  (target >= %.1f)\n",
                 (cmp.modes[n - 1].slug + " / " + cmp.modes[0].slug).c_str(), rate[n - 1] / rate[0],
