@@ -331,10 +331,6 @@ double cpu_seconds(pid_t pid) {
   return t.user < 0 ? -1 : t.user + t.sys;
 }
 
-/// The kernel's share of cpu_seconds: system calls, and on loopback the
-/// receiving side of the sockets the process writes to.
-double sys_seconds(pid_t pid) { return cpu_times(pid).sys; }
-
 /// Context switches (voluntary + involuntary) every live thread of a
 /// process has made so far, from /proc/PID/task/*/status: how often its
 /// threads hand work to each other and wait. Threads that ended are not
@@ -555,15 +551,24 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   }
   std::vector<pid_t> pids;
   for (int i = 0; i < opt.instances; ++i) pids.push_back(r.instance_pid(i));
-  // A per-process figure (cpu_seconds, context_switches) summed over them.
+  // A per-process figure summed over them; user and system CPU from one
+  // read of each process's /proc/PID/stat.
   auto instances = [&](double (*figure)(pid_t)) {
     double sum = 0;
     for (const pid_t pid : pids) sum += figure(pid);
     return sum;
   };
+  auto instances_cpu = [&] {
+    CpuTimes sum{0, 0};
+    for (const pid_t pid : pids) {
+      const CpuTimes t = cpu_times(pid);
+      sum.user += t.user;
+      sum.sys += t.sys;
+    }
+    return sum;
+  };
   Backlog backlog(pids, opt.backlog);
-  double cpu0 = instances(cpu_seconds);
-  double sys0 = instances(sys_seconds);
+  CpuTimes cpu0 = instances_cpu();
   double switches0 = instances(context_switches);
   auto t0 = Clock::now();
   // Producing on this thread while the instance consumes (or, --backlog,
@@ -571,8 +576,7 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   if (auto ok = run.produce(opt.records); !ok) return tl::unexpected(ok.error());
   const double produce_secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (backlog.stopped()) {
-    cpu0 = instances(cpu_seconds);
-    sys0 = instances(sys_seconds);
+    cpu0 = instances_cpu();
     switches0 = instances(context_switches);
     t0 = Clock::now();
     backlog.resume();
@@ -596,8 +600,9 @@ kdedup::Result<Measurement> measure(const Options& opt, const std::string& work,
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Measurement m;
-  m.cpu_seconds = instances(cpu_seconds) - cpu0;
-  m.sys_seconds = instances(sys_seconds) - sys0;
+  const CpuTimes cpu1 = instances_cpu();
+  m.cpu_seconds = (cpu1.user + cpu1.sys) - (cpu0.user + cpu0.sys);
+  m.sys_seconds = cpu1.sys - cpu0.sys;
   m.switches = instances(context_switches) - switches0;
   if (metrics_port > 0) {
     auto f = snapshot_figures(metrics_port);
@@ -977,14 +982,22 @@ void print_snapshot_figures(const SnapshotFigures& f, const Mode& mode) {
   }
 }
 
+/// The middle of `v` (the upper one of an even count), as the tables report.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// "median (least-most)" of per-round ratios.
+std::string median_and_range(const std::vector<double>& v) {
+  const auto [least, most] = std::minmax_element(v.begin(), v.end());
+  return fmt::format("{:.3f} ({:.2f}-{:.2f})", median(v), *least, *most);
+}
+
 /// --compare scale: how much each mode's CPU per record grew from the
 /// smaller partition count to the larger, paired within each round (modes
 /// 0 and 1 at the smaller count, 2 and 3 the same at the larger).
 void print_growth(const Options& opt, const std::vector<std::vector<Measurement>>& runs) {
-  const auto summary = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return fmt::format("{:.3f} ({:.2f}-{:.2f})", v[v.size() / 2], v.front(), v.back());
-  };
   std::vector<double> raw, timer, excess;
   for (std::size_t i = 0; i < runs[0].size(); ++i) {
     raw.push_back(runs[2][i].cpu_seconds / runs[0][i].cpu_seconds);
@@ -993,9 +1006,9 @@ void print_growth(const Options& opt, const std::vector<std::vector<Measurement>
   }
   std::printf("  CPU per record at %d partitions over %d, per round: median (range)\n",
               opt.scale_partitions, opt.partitions);
-  std::printf("  %-28s %s\n", "raw librdkafka copy", summary(raw).c_str());
-  std::printf("  %-28s %s  (target <= 1.2)\n", "dedup (timer)", summary(timer).c_str());
-  std::printf("  %-28s %s\n", "timer's growth / raw copy's", summary(excess).c_str());
+  std::printf("  %-28s %s\n", "raw librdkafka copy", median_and_range(raw).c_str());
+  std::printf("  %-28s %s  (target <= 1.2)\n", "dedup (timer)", median_and_range(timer).c_str());
+  std::printf("  %-28s %s\n", "timer's growth / raw copy's", median_and_range(excess).c_str());
 }
 
 int main(int argc, char** argv) {
@@ -1137,10 +1150,6 @@ int main(int argc, char** argv) {
       runs[k].push_back(*m);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   std::vector<double> rate(n), cpu(n), sys(n), switches(n);
   // The CPU ratio of each round against the first mode of the same round,
   // measured a few seconds apart: the machine's drift between rounds cancels
@@ -1168,10 +1177,9 @@ int main(int argc, char** argv) {
   std::printf("  %-28s %12s %10s %14s %10s %8s %16s %22s\n", "mode", "records/s", "ratio",
               "CPU s/million", "ratio", "of it sys", "switches/1,000", "CPU ratio per round");
   for (std::size_t k = 0; k < n; ++k) {
-    const auto [least, most] = std::minmax_element(paired[k].begin(), paired[k].end());
-    std::printf("  %-28s %12.0f %10.3f %14.2f %10.3f %9.2f %16.1f %8.3f (%.2f-%.2f)\n",
+    std::printf("  %-28s %12.0f %10.3f %14.2f %10.3f %9.2f %16.1f %22s\n",
                 cmp.modes[k].name.c_str(), rate[k], rate[k] / rate[0], cpu[k], cpu[k] / cpu[0],
-                sys[k], switches[k], median(paired[k]), *least, *most);
+                sys[k], switches[k], median_and_range(paired[k]).c_str());
   }
   if (opt.compare == "scale") print_growth(opt, runs);
   if (cmp.target > 0) {
