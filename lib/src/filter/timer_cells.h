@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -37,8 +38,12 @@ namespace {
 
 // Version 2 adds each sub-filter's hash range after its line count; it is
 // written only when some sub-filter is shrunk (span != lines), so that a
-// build that reads only version 1 restores every other snapshot.
-constexpr std::uint16_t kVersion = 2;
+// build that reads only version 1 restores every other snapshot. Version 3
+// adds, after the hash range, the expansions whose copies may be alive
+// (count, then tick and factor of each); written only when some sub-filter
+// has one.
+constexpr std::uint16_t kVersionShrunk = 2;
+constexpr std::uint16_t kVersion = 3;
 constexpr std::uint64_t kLineBytes = 64;
 constexpr std::uint64_t kScrubPrefetchLines = 8;
 constexpr std::uint32_t kMaxProbes = 16;  // k <= 64 / log2(cells per line) <= 12
@@ -496,6 +501,15 @@ struct TimerFilter::SubFilter {
   WindowCount alive;           // insertions in the window
   double share = 1.0;          // of the target it may take (probes: kProbeShare); not serialized
   MemoryCharge charge;         // its cells in the MemoryBudget, if any
+  // Expansions in place ("Growth in place" in timer_filter.h) whose copies
+  // may still be alive, oldest first: an entry inserted before `tick` (a
+  // multiple of the window buckets' width) is held in `factor` lines (times
+  // the factors of later ones).
+  struct Split {
+    Tick tick = 0;
+    std::uint32_t factor = 1;
+  };
+  std::vector<Split> splits;
 
   std::uint8_t* line(std::uint64_t i) const { return data.get() + i * kLineBytes; }
   std::uint64_t bytes() const { return lines * kLineBytes; }
@@ -503,6 +517,24 @@ struct TimerFilter::SubFilter {
   std::uint64_t held(std::uint64_t v) const { return held_line(v, lines, span / 2); }
   // Fewer lines held than the hash range (a shrink).
   bool shrunk() const { return lines != span; }
+
+  // Live entries in the window buckets before `to` (absolute index, at most
+  // the clock's bucket + 1), each counted once per line that holds a copy of
+  // it: for split i (oldest first) with P_i the product of the factors from
+  // i on, an entry inserted between splits i - 1 and i is in P_i lines. A
+  // split happens before the first insertion of its tick, at the start of a
+  // bucket, so the entries it copied are exactly those of earlier buckets.
+  double copies_before(std::uint64_t to) const {
+    double n = static_cast<double>(alive.sum_buckets(0, to));
+    double after = 1;  // P_{i+1}
+    for (auto it = splits.rbegin(); it != splits.rend(); ++it) {
+      const double p = after * it->factor;
+      const std::uint64_t end = std::min(to, it->tick / alive.width);
+      n += (p - after) * static_cast<double>(alive.sum_buckets(0, end));
+      after = p;
+    }
+    return n;
+  }
 
   static std::unique_ptr<SubFilter> make(std::uint64_t lines, Tick now, std::uint32_t window) {
     auto s = std::make_unique<SubFilter>();

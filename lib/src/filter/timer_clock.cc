@@ -86,6 +86,7 @@ void TimerFilter::clear_all(Tick now) {
   active.cursor = 0;
   active.created = now;
   active.inserts = 0;
+  active.splits.clear();
   active.alive.init(config_.ticks_per_window);
   active.alive.advance(now, config_.ticks_per_window);
   std::unique_ptr<SubFilter> keep = std::move(subs_.back());
@@ -103,7 +104,14 @@ void TimerFilter::clear_all(Tick now) {
   } else {
     for (auto& s : subs_) catch_up(*s, old, now);
     clock_ = now;
-    for (auto& s : subs_) s->alive.advance(now, window);
+    for (auto& s : subs_) {
+      s->alive.advance(now, window);
+      // An expansion's copies have expired once nothing inserted before it
+      // is left in the window.
+      std::erase_if(s->splits, [&](const SubFilter::Split& x) {
+        return s->alive.sum_buckets(0, x.tick / s->alive.width) == 0;
+      });
+    }
     // Free sealed sub-filters whose newest insertion left the window.
     const SubFilter* active = subs_.back().get();
     std::erase_if(subs_, [&](const std::unique_ptr<SubFilter>& s) {
@@ -127,6 +135,7 @@ void TimerFilter::clear_all(Tick now) {
   observe_budget();
   give_back();
   maybe_fold();
+  maybe_expand();
   publish_demand();
   refresh_threshold();  // and the view
 }

@@ -131,8 +131,13 @@ void TimerFilter::set_target(double fpp) {
   lambda_full_ = model_->lambda_for(kBudgetShare * fpp);
 }
 
+double TimerFilter::counted(const SubFilter& s) const {
+  if (s.splits.empty()) return static_cast<double>(s.alive.sum);
+  return s.copies_before(clock_ / s.alive.width + 1);
+}
+
 double TimerFilter::subfilter_fpp(const SubFilter& s) const {
-  return fpp_of(s.span, s.lines, static_cast<double>(s.alive.sum));
+  return fpp_of(s.span, s.lines, counted(s));
 }
 
 double TimerFilter::fpp_of(std::uint64_t span, std::uint64_t lines, double elements) const {
@@ -145,6 +150,11 @@ double TimerFilter::fpp_of(std::uint64_t span, std::uint64_t lines, double eleme
 }
 
 double TimerFilter::capacity(const SubFilter& s, double lambda) const {
+  // Entries copied by an expansion take room once per copy (counted()).
+  if (!s.splits.empty()) {
+    return std::max(
+        0.0, lambda * static_cast<double>(s.lines) - counted(s) + static_cast<double>(s.alive.sum));
+  }
   if (!s.shrunk()) return lambda * static_cast<double>(s.lines);
   // Between the load at which its doubled lines reach lambda and the load at
   // which every hash line does: fpp_of is monotone in between.
@@ -288,13 +298,7 @@ void TimerFilter::seal_and_grow() {
     return;
   }
   const GrowthTarget want = growth_target();
-  const double free = target_ - fpp_budget_used();  // the active is about to be sealed
-  // A probe is sized for its own small share; a rate-sized sub-filter for
-  // the share it will have once the sealed ones' entries expire (header).
-  const double share =
-      want.probe ? std::min(free, kProbeShare * target_) : std::max(free, kPlanShare * target_);
-  const double lambda = model_->lambda_for(kBudgetShare * (share > 0 ? share : 1e-3 * target_));
-  std::uint64_t lines = lines_for(want.elements, lambda);
+  std::uint64_t lines = growth_lines(want);
   // Take no less than a quarter of what it asks for: sub-filters much
   // smaller than the rate needs fill at once, and each sealed one takes a
   // share of the fpp budget; overfilling the active until the next tick
@@ -326,6 +330,125 @@ void TimerFilter::seal_and_grow() {
   refresh_threshold();
 }
 
+std::uint64_t TimerFilter::growth_lines(const GrowthTarget& want) const {
+  const double free = target_ - fpp_budget_used();  // the active is about to be sealed
+  // A probe is sized for its own small share; a rate-sized sub-filter for
+  // the share it will have once the sealed ones' entries expire (header).
+  const double share =
+      want.probe ? std::min(free, kProbeShare * target_) : std::max(free, kPlanShare * target_);
+  const double lambda = model_->lambda_for(kBudgetShare * (share > 0 ? share : 1e-3 * target_));
+  return lines_for(want.elements, lambda);
+}
+
+void TimerFilter::maybe_expand() {
+  // Runs at every tick: the usual answer (room for more than a few ticks)
+  // comes from a few compares.
+  SubFilter& a = *subs_.back();
+  if (config_.growth != Growth::kDensity || overfull_ || a.shrunk() || a.share < 1.0 ||
+      a.splits.size() >= kMaxSplits) {
+    return;
+  }
+  const std::uint32_t window = config_.ticks_per_window;
+  // Copies make room only as the entries they copy expire: not before the
+  // stream's first window has turned over (nothing expires in it).
+  if (clock_ - std::max(first_tick_, history_from_) <= window) return;
+  // At the start of a bucket of the window counts (every tick but with the
+  // longest windows), before this tick's first insertion: the entries it
+  // copies are those of the earlier buckets (SubFilter::copies_before).
+  if (clock_ % a.alive.width != 0 || tick_inserts_ != 0) return;
+  const auto horizon = static_cast<Tick>(
+      std::max(1.0, std::ceil(kGrowthHorizonShare * static_cast<double>(window))));
+  const double rate = std::max(recent_rate(horizon), recent_rate((horizon + 3) / 4));
+  if (!(rate > 0)) return;
+  const double lambda = active_lambda();
+  if (!(lambda > 0)) return;
+  const double room = capacity(a, lambda) - static_cast<double>(a.alive.sum);
+  // Past its limit already (the target fell): the first insertion seals it.
+  if (room >= kExpandAhead * rate || !(room > 0)) return;
+  const std::uint64_t width = a.alive.width;
+  const std::uint64_t b_now = clock_ / width + 1;
+  // After an expansion by m every entry held now counts m times (copies),
+  // and so does the room it frees when it expires. The room must keep up
+  // with the insertions at the current rate: over the next `horizon` ticks,
+  // in which the oldest entries leave, and, with kFoldHeadroom over it,
+  // over a window, in which all of them do. m is 5-smooth, so that a later
+  // fold finds divisors.
+  const std::uint64_t b_leave = std::min(b_now, (clock_ + horizon - window) / width);
+  const double soon = static_cast<double>(horizon);
+  const double near = rate * soon / (room + a.copies_before(b_leave));
+  const double far = rate * static_cast<double>(window + 1) / (room + counted(a));
+  // The entries that leave keep up with the rate, over the next ticks and
+  // over a window, and this tick fits (with kGrowthHeadroom to spare): a
+  // steady stream at its limit, which frees a tick's worth at every tick.
+  if (near <= 1.0 && far <= 1.0 && room >= kGrowthHeadroom * rate) return;
+  // (Capped where no expansion could be worth it: the check below.)
+  const auto factor = smooth_ceil(static_cast<std::uint64_t>(
+      std::clamp(std::ceil(std::max(near, kFoldHeadroom * far)), 2.0, 1024.0)));
+  // Worth it only when it holds less than the seal path would for the next
+  // window: the active (sealed) and a new sub-filter sized from the rate.
+  const GrowthTarget want = growth_target();
+  if (want.probe) return;
+  const std::uint64_t max_lines = std::max(floor_lines(), config_.max_bytes / kLineBytes);
+  if ((factor - 1) * a.lines > growth_lines(want) || factor * a.lines > max_lines) return;
+  const std::uint64_t extra = (factor - 1) * a.lines * kLineBytes;
+  if (budget_) {
+    if (const double part = budget_part();
+        part >= 0 && static_cast<double>(held_bytes() + extra) > part) {
+      return;  // over budget, this filter holds its share of it already
+    }
+    if (!budget_->try_reserve(extra)) return;
+  }
+  bool done = false;
+  switch (config_.timer_bits) {
+    case 4:
+      done = expand<4>(a, factor);
+      break;
+    case 8:
+      done = expand<8>(a, factor);
+      break;
+    default:
+      done = expand<16>(a, factor);
+      break;
+  }
+  if (budget_) {
+    if (done) {
+      a.charge.add_reserved(extra);
+    } else {
+      budget_->release(extra);
+    }
+  }
+}
+
+template <unsigned Bits>
+bool TimerFilter::expand(SubFilter& s, std::uint64_t factor) {
+  // Line j of L lines is the multiply-high reduction of a fingerprint's high
+  // half, so in factor x L lines that fingerprint's line is one of
+  // j * factor .. j * factor + factor - 1, and its probe cells do not depend
+  // on the line count: a copy of line j in each of them keeps every live
+  // entry where a query looks (no false negative). The copies are cleared
+  // of dead codes (as the scrub would), and each line counts as just
+  // visited by the sweep, as after a fold.
+  const std::uint64_t lines = s.lines * factor;
+  std::unique_ptr<std::uint8_t[], SubFilter::Free> data(allocate_cells(lines * kLineBytes));
+  if (!data) return false;
+  const std::uint32_t now_code = static_cast<std::uint32_t>(clock_ % modulus_) + 1;
+  const LiveInterval live = live_interval(now_code, config_.ticks_per_window, modulus_);
+  for (std::uint64_t j = 0; j < s.lines; ++j) {
+    std::uint8_t* out = data.get() + j * factor * kLineBytes;
+    std::memcpy(out, s.line(j), kLineBytes);
+    scrub_line<Bits>(out, live);
+    for (std::uint64_t c = 1; c < factor; ++c) std::memcpy(out + c * kLineBytes, out, kLineBytes);
+  }
+  s.data = std::move(data);
+  s.lines = lines;
+  s.span = lines;
+  s.nonempty = count_nonempty(s.data.get(), s.bytes(), Bits);
+  s.swept = s.required(clock_, period_);
+  s.cursor = s.swept % lines;
+  s.splits.push_back({clock_, static_cast<std::uint32_t>(factor)});
+  return true;
+}
+
 void TimerFilter::maybe_fold() {
   // Runs at every tick: the usual answer (a sub-filter sized for what it
   // holds) comes from a few compares, before any rate is computed.
@@ -351,6 +474,9 @@ void TimerFilter::maybe_fold() {
     return;
   }
   if (a.lines < 2 * floor) return;
+  // Copies of an expansion count once per line until they expire (counted());
+  // a fold would merge them back into one: it waits until they have.
+  if (!a.splits.empty()) return;
   const double rate = recent_rate(horizon);
   if (rate < 0) return;
   if (config_.growth == Growth::kCardinality) {
@@ -484,7 +610,7 @@ void TimerFilter::give_back() {
   bool folded = false;
   for (std::size_t i = 0; i + 1 < subs_.size() && held > part; ++i) {
     SubFilter& s = *subs_[i];
-    if (s.alive.sum == 0 || s.lines < 2 * floor) continue;
+    if (s.alive.sum == 0 || s.lines < 2 * floor || !s.splits.empty()) continue;
     // Its share of the effective target in proportion to its live entries:
     // the sealed ones together take what they hold of the window, the
     // active the rest (active_lambda()).
@@ -508,7 +634,7 @@ void TimerFilter::give_back() {
   // ask the budget again at once).
   SubFilter& a = *subs_.back();
   const double lambda = active_lambda();
-  if (held <= part || a.lines < 2 * floor || !(lambda > 0)) return;
+  if (held <= part || a.lines < 2 * floor || !(lambda > 0) || !a.splits.empty()) return;
   const double turnover = std::max(0.0, recent_rate(fold_horizon())) *
                           static_cast<double>(config_.ticks_per_window + 1);
   const double left = part - (held - static_cast<double>(a.bytes()));

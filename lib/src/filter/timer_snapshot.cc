@@ -1,4 +1,4 @@
-// Timer filter: serialized state (envelope kind FilterType::kTimer, versions 1 and 2)
+// Timer filter: serialized state (envelope kind FilterType::kTimer, versions 1 to 3)
 // and its validation on restore.
 
 #include "kdedup/common/bytes.h"
@@ -7,17 +7,65 @@
 
 namespace kdedup::filter {
 
+namespace {
+
+struct Expansion {
+  Tick tick = 0;
+  std::uint32_t factor = 1;
+};
+
+// The expansion record of a sub-filter in format 3 (count, then tick and
+// factor of each) into `out`; what is wrong with it, or "".
+std::string read_expansions(ByteReader& r, Tick clock, std::size_t most,
+                            std::vector<Expansion>& out) {
+  auto n = r.get<std::uint32_t>("expansion count");
+  if (!n) return "truncated sub-filter header";
+  if (*n > most) return "expansion count " + std::to_string(*n) + " out of range";
+  for (std::uint32_t j = 0; j < *n; ++j) {
+    auto tick = r.get<Tick>("expansion tick");
+    auto factor = r.get<std::uint32_t>("expansion factor");
+    if (!tick || !factor) return "truncated expansion";
+    if (*tick > clock || (!out.empty() && *tick < out.back().tick)) {
+      return "expansion ticks out of order or after the clock";
+    }
+    if (*factor < 2) return "expansion factor " + std::to_string(*factor) + " below 2";
+    out.push_back({*tick, *factor});
+  }
+  return "";
+}
+
+// Each expansion multiplied the line count by its factor, and the copies
+// lie over the whole hash range (a sub-filter with live copies is never
+// shrunk): what is wrong with that, or "".
+std::string expansions_error(const std::vector<Expansion>& splits, std::uint64_t lines,
+                             std::uint64_t span) {
+  std::uint64_t product = 1;
+  for (const auto& x : splits) {
+    product *= x.factor;
+    if (product > lines || lines % product != 0) {
+      return "expansion factors do not divide lines " + std::to_string(lines);
+    }
+  }
+  if (!splits.empty() && span != lines) return "an expanded sub-filter with a shrunk hash range";
+  return "";
+}
+
+}  // namespace
+
 std::string TimerFilter::serialize() const {
   // The payload is written once, after room for the envelope header, into a
   // buffer reserved at its final size: the cell arrays (nearly all the bytes,
   // up to max_bytes per sub-filter) are copied exactly once and never moved.
   std::uint64_t tail = 0;
-  bool shrunk = false;
+  bool shrunk = false, split = false;
   for (const auto& s : subs_) {
     shrunk = shrunk || s->shrunk();
-    tail += 8 * sizeof(std::uint64_t) + sizeof(std::uint32_t) +
+    split = split || !s->splits.empty();
+    tail += 8 * sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t) +
+            s->splits.size() * (sizeof(Tick) + sizeof(std::uint32_t)) +
             s->alive.ring.size() * sizeof(std::uint32_t) + s->bytes();
   }
+  const std::uint16_t version = split ? kVersion : shrunk ? kVersionShrunk : std::uint16_t{1};
   std::string out(kEnvelopeHeaderBytes, '\0');
   ByteWriter w(out);
   write_config(w, config_);
@@ -29,7 +77,14 @@ std::string TimerFilter::serialize() const {
   out.reserve(out.size() + tail + kEnvelopeTrailerBytes);
   for (const auto& s : subs_) {
     w.put<std::uint64_t>(s->lines);
-    if (shrunk) w.put<std::uint64_t>(s->span);
+    if (version >= kVersionShrunk) w.put<std::uint64_t>(s->span);
+    if (version >= kVersion) {
+      w.put<std::uint32_t>(static_cast<std::uint32_t>(s->splits.size()));
+      for (const auto& x : s->splits) {
+        w.put<Tick>(x.tick);
+        w.put<std::uint32_t>(x.factor);
+      }
+    }
     w.put<Tick>(s->created);
     w.put<std::uint64_t>(s->swept);
     w.put<Tick>(s->last_insert);
@@ -40,14 +95,14 @@ std::string TimerFilter::serialize() const {
     for (std::uint32_t c : s->alive.ring) w.put<std::uint32_t>(c);
     w.put_bytes(std::string_view(reinterpret_cast<const char*>(s->data.get()), s->bytes()));
   }
-  return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kTimer),
-                                shrunk ? kVersion : std::uint16_t{1}, std::move(out));
+  return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kTimer), version,
+                                std::move(out));
 }
 
 Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view payload,
                                                             std::uint16_t version) {
   auto bad = [](const std::string& what) { return fail("timer filter state: " + what); };
-  if (version != 1 && version != kVersion) {
+  if (version < 1 || version > kVersion) {
     return bad("unsupported format version " + std::to_string(version));
   }
   ByteReader r(payload);
@@ -75,7 +130,13 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
   const std::uint32_t window = config->ticks_per_window;
   for (std::uint32_t i = 0; i < *count; ++i) {
     auto lines = r.get<std::uint64_t>("lines");
-    auto span = version >= 2 ? r.get<std::uint64_t>("hash range") : lines;
+    auto span = version >= kVersionShrunk ? r.get<std::uint64_t>("hash range") : lines;
+    std::vector<Expansion> splits;
+    if (version >= kVersion) {
+      if (const std::string why = read_expansions(r, *clock, kMaxSplits, splits); !why.empty()) {
+        return bad(why);
+      }
+    }
     auto created = r.get<Tick>("created");
     auto swept = r.get<std::uint64_t>("swept");
     auto last_insert = r.get<Tick>("last insert");
@@ -98,9 +159,16 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
       return bad("sub-filter ticks inconsistent with the clock");
     }
     if (*nonempty > *lines * f->cells_per_line_) return bad("live cell count exceeds cells");
+    if (const std::string why = expansions_error(splits, *lines, *span); !why.empty()) {
+      return bad(why);
+    }
     auto s = std::make_unique<SubFilter>();
     s->alive.init(window);
     if (*ring_size != s->alive.ring.size()) return bad("window ring size does not match config");
+    for (const auto& x : splits) {
+      if (x.tick % s->alive.width != 0) return bad("expansion tick not at a window bucket");
+      s->splits.push_back({x.tick, x.factor});
+    }
     if (*ring_size > r.remaining() / 4) return bad("window ring exceeds input");
     std::uint64_t sum = 0;
     for (auto& c : s->alive.ring) {

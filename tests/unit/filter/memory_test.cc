@@ -507,6 +507,112 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
   }
 }
 
+TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace) {
+  // Two windows at 20k new ids a window, then four at 30k: once the window
+  // has turned over, the active about to fill is copied into twice its lines
+  // (every line into the two that replace it) instead of being sealed
+  // beside a new sub-filter. One sub-filter at every tick after the first
+  // window, a peak within 2x of the pre-sized figure for 30k (the seal path
+  // held the full active and a successor sized for the new rate together:
+  // 2.3-2.4x), no false negative, false positives and the estimate within
+  // the target; the batch path expands at the same ticks; a snapshot taken
+  // while the copies are alive is format 3, restores to the same decisions,
+  // and its expansion record is validated.
+  for (std::uint8_t bits : {4, 8, 16}) {
+    SCOPED_TRACE(int(bits));
+    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
+    const std::uint32_t window = c.ticks_per_window;
+    StreamSpec spec;
+    spec.domain = 1ULL << 40;
+    spec.base_rate = 20'000.0 / (window + 1);
+    spec.ticks = 2 * (window + 1);
+    spec.seed = 41 + bits;
+    auto events = generate_stream(spec);
+    StreamSpec high = spec;
+    high.base_rate = 40'000.0 / (window + 1);
+    high.first_tick = spec.ticks;
+    high.ticks = 4 * (window + 1);
+    high.seed = spec.seed + 1;
+    const auto tail = generate_stream(high);
+    events.insert(events.end(), tail.begin(), tail.end());
+    auto f = make(c);
+    std::uint64_t peak = 0, before = 0;
+    std::uint32_t most_subs = 0;
+    double worst_estimate = 0;
+    std::string state;  // the first state with an expansion's copies alive
+    std::size_t state_at = 0;
+    auto counts =
+        run_against_oracle(*f, events, 1, [&](std::size_t i, const Event& e, Decision, bool) {
+          if (i > 0 && events[i - 1].tick == e.tick) return;
+          const auto st = f->stats();
+          if (e.tick > 2 * (window + 1)) {
+            peak = std::max(peak, st.bytes);
+            most_subs = std::max(most_subs, st.subfilters);
+            worst_estimate = std::max(worst_estimate, st.fpp_estimate);
+            if (state.empty() && st.subfilters == 1 && st.bytes > before + before / 2) {
+              state = f->serialize();
+              state_at = i;
+            }
+          }
+          before = st.bytes;
+        });
+    EXPECT_EQ(counts.false_negatives, 0U);
+    EXPECT_LE(counts.fp_rate(), 1.2 * c.fpp);
+    EXPECT_LE(worst_estimate, c.fpp);
+    EXPECT_EQ(most_subs, 1U);
+    const double presized = static_cast<double>(presized_bytes(c, 40'000));
+    EXPECT_LE(static_cast<double>(peak), 2.0 * presized);
+    EXPECT_LE(static_cast<double>(f->stats().bytes), 1.5 * presized);
+    auto batch = make(c);
+    auto seq = run_against_oracle(*batch, events, 128);
+    EXPECT_EQ(seq.false_positives, counts.false_positives);
+    EXPECT_EQ(batch->serialize(), f->serialize());
+
+    ASSERT_FALSE(state.empty()) << "the active never expanded";
+    auto env = open_envelope(state, "test");
+    ASSERT_TRUE(env);
+    EXPECT_EQ(env->version, 3);
+    auto restored = restore_filter(state);
+    ASSERT_TRUE(restored) << restored.error().message;
+    EXPECT_EQ((*restored)->serialize(), state);
+    auto again = make(c);
+    for (std::size_t i = 0; i <= state_at; ++i) {
+      (void)again->test_and_insert(events[i].fp, events[i].tick);
+    }
+    EXPECT_EQ(again->serialize(), state);
+    for (std::size_t i = state_at + 1; i < events.size(); ++i) {
+      ASSERT_EQ((*restored)->test_and_insert(events[i].fp, events[i].tick),
+                again->test_and_insert(events[i].fp, events[i].tick))
+          << "event " << i;
+    }
+    // The record after the hash range: a count, then tick and factor each.
+    std::string config_bytes;
+    ByteWriter w(config_bytes);
+    write_config(w, f->config());
+    const std::size_t count_at = config_bytes.size() + 4 + 3 * 8 + 4 + 8 + 8;
+    std::uint32_t n = 0, factor = 0;
+    std::memcpy(&n, env->payload.data() + count_at, 4);
+    ASSERT_EQ(n, 1U);
+    std::memcpy(&factor, env->payload.data() + count_at + 4 + 8, 4);
+    EXPECT_GE(factor, 2U);
+    const auto refused = [&](std::size_t at, const void* bytes, std::size_t size,
+                             const std::string& why) {
+      std::string p(env->payload);
+      std::memcpy(p.data() + at, bytes, size);
+      auto r = restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 3, p));
+      ASSERT_FALSE(r) << why;
+      EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
+    };
+    const std::uint32_t one = 1, many = 5;
+    refused(count_at, &many, 4, "expansion count");
+    refused(count_at + 4 + 8, &one, 4, "below 2");
+    const std::uint32_t huge = 1U << 30;
+    refused(count_at + 4 + 8, &huge, 4, "do not divide");
+    const Tick late = events.back().tick + 1000;
+    refused(count_at + 4, &late, 8, "after the clock");
+  }
+}
+
 TEST(MemoryFollowsLoad, ARestoredOversizedFilterShrinks) {
   // A snapshot taken at the peak of a burst, restored and fed the base rate
   // again: the restored filter shrinks as the original would, to within

@@ -178,9 +178,15 @@ TEST(TimerFilter, NoFalseNegativesAndFpRateUnderTarget) {
     // On a Zipf stream one false positive on a popular identity repeats at
     // each of its arrivals until the cells that caused it expire (it is
     // never delivered, so every arrival counts as new): the per-event rate
-    // scatters around the target from seed to seed. The estimate, which
-    // the filter keeps under the target, is the per-query probability.
-    EXPECT_LE(counts.fp_rate(), sc.distribution == Distribution::kZipf ? 1.2 * fpp : fpp);
+    // scatters around the target from seed to seed (0.5-2.9% on the 16-bit
+    // case over twelve seeds, with every identity's first query at
+    // 0.36-0.60%). The per-query probability, which the estimate keeps
+    // under the target, is the rate of first queries.
+    if (sc.distribution == Distribution::kZipf) {
+      EXPECT_LE(counts.first_query_fp_rate(), fpp);
+    } else {
+      EXPECT_LE(counts.fp_rate(), fpp);
+    }
     EXPECT_LE(worst_estimate, fpp);
     if (sc.burst == 1.0 && sc.distribution == Distribution::kUniform) {
       // The filter is loaded: its false positives are real, not zero.
@@ -609,12 +615,13 @@ TEST(TimerFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   // Unchanged payload still restores (the test edits are what break it).
   EXPECT_TRUE(
       restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, payload)));
-  // Version 2 reads a hash range after each line count: this payload read
-  // so is inconsistent; version 3 is unknown.
-  EXPECT_FALSE(
-      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 2, payload)));
-  EXPECT_FALSE(
-      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 3, payload)));
+  // Version 2 reads a hash range after each line count, version 3 also an
+  // expansion record: this payload read so is inconsistent; version 4 is
+  // unknown.
+  for (const std::uint16_t version : {2, 3, 4}) {
+    EXPECT_FALSE(restore_filter(
+        seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), version, payload)));
+  }
 }
 
 // --- equal timers ------------------------------------------------------------

@@ -304,6 +304,9 @@ class MemoryCharge {
   /// larger): for parts that resize in place (the exact filter's table, a
   /// folded timer sub-filter).
   void resize(std::uint64_t bytes) noexcept;
+  /// Adds `bytes` reserved in the budget already (try_reserve) to what is
+  /// held: for a part that grows in place (an expanded timer sub-filter).
+  void add_reserved(std::uint64_t bytes) noexcept { bytes_ += bytes; }
 
  private:
   std::shared_ptr<MemoryBudget> budget_;

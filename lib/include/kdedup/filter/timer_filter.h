@@ -109,6 +109,30 @@
 //   within a window and their f_i falls faster than their load (f is a
 //   steep power of the load), so its limit rises to the full budget long
 //   before it fills.
+// Growth in place (expansion). Sealing holds the full active and its
+// successor together for a window: with N_fill what the window held when the
+// active filled and N_peak what it reaches, at least N_fill + 1.25 N_peak
+// in pre-sized units, over 2x on a gentle climb. Once the stream's first
+// window has turned over, an active that would fill within kExpandAhead
+// ticks at the current rate, while the entries leaving it do not keep up
+// with that rate (or this tick may not fit), is instead copied, at the
+// start of a tick, into m times its lines: a fingerprint in line j of L lines (multiply-high
+// range reduction) is in one of lines j m .. j m + m - 1 of m L, and its
+// probe cells do not depend on the line count, so a copy of line j in each
+// of them keeps every live entry where a query looks (no false negative),
+// and only the new array is held once the copy is done. Each entry held
+// then is now in m lines, and the fpp model counts it m times (counted():
+// the per-tick counts before the expansion's tick, times the product of the
+// factors of the expansions after it) until it expires; new insertions
+// count once. So the expanded active starts as full as it was, and each
+// expiring copied entry makes room for m insertions: m (5-smooth, at least
+// 2) is the least that keeps up with the current rate over the next W / 8
+// ticks, in which the oldest entries leave, and, with 10% over, over a
+// window. It expands only when that holds less than sealing would (m - 1
+// times its lines at most what a new rate-sized sub-filter would get), and
+// never a probe or a shrunk sub-filter; up to kMaxSplits expansions may
+// have live copies, and a fold or shrink waits until they have expired. A
+// step in the rate that fills the active within a tick still seals it.
 // Sealed sub-filters are freed once their newest insertion is older than the
 // window. Shrink (fold): once the window has turned over at the current rate
 // (the active holds at most kSettled x what the rate over the last W / 4
@@ -165,8 +189,10 @@
 // sub-filters), the active absorbs every insert as before.
 //
 // Serialized form: envelope kind FilterType::kTimer, checksummed; version 1,
-// or version 2 (each sub-filter's hash range after its line count) when a
-// sub-filter is shrunk; every field is validated on restore.
+// version 2 (each sub-filter's hash range after its line count) when a
+// sub-filter is shrunk, or version 3 (also each sub-filter's expansions with
+// live copies: tick and factor) when one has such; every field is validated
+// on restore.
 //
 // Threading: owned by one thread (the worker owning its Slice); no method is
 // thread-safe.
@@ -220,6 +246,11 @@ class TimerFilter final : public SlidingFilter {
   /// they can fold to within a few percent of any smaller size.
   static constexpr std::uint64_t kFoldGrain = 8;
   static constexpr std::size_t kMaxSubfilters = 32;
+  /// Expansions in place whose copies may be alive at once, per sub-filter.
+  static constexpr std::size_t kMaxSplits = 4;
+  /// The active expands in place when the room it has left would last
+  /// fewer than this many ticks at the current rate.
+  static constexpr double kExpandAhead = 2.0;
   /// Rejecting at least this share of what arrives, a filter's demand
   /// counts what arrives (publish_demand()).
   static constexpr double kRejectedShare = 0.01;
@@ -377,6 +408,21 @@ class TimerFilter final : public SlidingFilter {
   /// Ticks (kFoldHorizonShare of the window, at least one) whose rate a
   /// fold keeps.
   [[nodiscard]] Tick fold_horizon() const;
+  /// Expands the active in place by an integer factor (every line copied
+  /// into the lines that replace it) when it is about to fill, the window
+  /// has turned over, and that holds less than sealing it and adding one
+  /// sized by growth_target() would ("Growth in place").
+  void maybe_expand();
+  /// Lines a new sub-filter sized by `want` gets (seal_and_grow()'s share
+  /// of the target).
+  [[nodiscard]] std::uint64_t growth_lines(const GrowthTarget& want) const;
+  /// Copies every line of `s` into `factor` lines, keeping its live codes;
+  /// false when the memory for it cannot be had.
+  template <unsigned Bits>
+  bool expand(SubFilter& s, std::uint64_t factor);
+  /// Live entries of `s` counted once per line holding a copy of each
+  /// (SubFilter::copies_before): the load the fpp model sees.
+  [[nodiscard]] double counted(const SubFilter& s) const;
   /// Seals the active sub-filter and adds one sized by growth_target(); at
   /// the sub-filter cap or when the budget refuses, a sealed one with room
   /// takes over, else enter_overfull().
