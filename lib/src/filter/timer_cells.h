@@ -536,6 +536,19 @@ struct TimerFilter::SubFilter {
     return n;
   }
 
+  // Takes `cells`, `lines` lines over a hash range of `span`, every cell in
+  // them live or empty, as if each line had just been visited: the sweep
+  // continues from the schedule's position for the new size at `now`.
+  void take_cells(std::unique_ptr<std::uint8_t[], Free> cells, std::uint64_t new_span,
+                  std::uint64_t new_lines, Tick now, std::uint32_t period, unsigned bits) {
+    data = std::move(cells);
+    span = new_span;
+    lines = new_lines;
+    nonempty = count_nonempty(data.get(), bytes(), bits);
+    swept = required(now, period);
+    cursor = swept % lines;
+  }
+
   static std::unique_ptr<SubFilter> make(std::uint64_t lines, Tick now, std::uint32_t window) {
     auto s = std::make_unique<SubFilter>();
     s->data.reset(allocate_cells(lines * kLineBytes));

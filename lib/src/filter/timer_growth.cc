@@ -439,12 +439,7 @@ bool TimerFilter::expand(SubFilter& s, std::uint64_t factor) {
     scrub_line<Bits>(out, live);
     for (std::uint64_t c = 1; c < factor; ++c) std::memcpy(out + c * kLineBytes, out, kLineBytes);
   }
-  s.data = std::move(data);
-  s.lines = lines;
-  s.span = lines;
-  s.nonempty = count_nonempty(s.data.get(), s.bytes(), Bits);
-  s.swept = s.required(clock_, period_);
-  s.cursor = s.swept % lines;
+  s.take_cells(std::move(data), lines, lines, clock_, period_, Bits);
   s.splits.push_back({clock_, static_cast<std::uint32_t>(factor)});
   return true;
 }
@@ -680,14 +675,7 @@ void TimerFilter::remap(SubFilter& s, std::uint64_t span, std::uint64_t lines) {
       if (k_in > key(Cells<Bits>::get(out, c))) Cells<Bits>::set(out, c, v_in);
     }
   }
-  s.data = std::move(data);
-  s.span = span;
-  s.lines = lines;
-  s.nonempty = count_nonempty(s.data.get(), s.bytes(), Bits);
-  // Every cell is now live or empty, as if each line had just been visited:
-  // the sweep continues from the schedule's position for the new size.
-  s.swept = s.required(clock_, period_);
-  s.cursor = s.swept % lines;
+  s.take_cells(std::move(data), span, lines, clock_, period_, Bits);  // every cell live or empty
   s.charge.resize(lines * kLineBytes);
 }
 

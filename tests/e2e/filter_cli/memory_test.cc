@@ -78,6 +78,34 @@ std::string stepped_stream(double first, double then) {
   return phased_stream({{first, 20'000}, {then, 40'000}});
 }
 
+/// What the stats file says of a timer filter's memory.
+struct TimerMemory {
+  std::uint64_t peak = 0, final = 0;
+};
+
+/// Runs `input` ({"id","ts"} records) through `kdedup filter --filter timer`
+/// with `bits`-bit timers and `ticks` ticks in a 10 s window at fpp 1%,
+/// judges the output (no false negative, false positives within 1.2x the
+/// target) and returns the memory its stats file reports.
+TimerMemory run_timer(const std::string& input, const std::string& bits, std::int64_t ticks) {
+  TempDir dir;
+  auto r = run_kdedup({"filter", "--key", "json:/id", "--time", "json:/ts", "--window", "10s",
+                       "--filter", "timer", "--timer-bits", bits, "--ticks-per-window",
+                       std::to_string(ticks), "--fpp", "0.01", "--stats", dir.file("stats.json")},
+                      input);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const Verdict v = judge(input, r.out, 10'000, ticks);
+  EXPECT_EQ(v.false_negatives, 0u);
+  EXPECT_LE(static_cast<double>(v.false_positives),
+            1.2 * 0.01 * static_cast<double>(v.not_delivered) + 5)
+      << v.false_positives << " false positives of " << v.not_delivered;
+  simdjson::dom::parser parser;
+  auto doc = parser.parse(read_file(dir.file("stats.json")));
+  EXPECT_FALSE(doc.error());
+  simdjson::dom::element f = doc.value()["filter"].value();
+  return {f["bytes_peak"].get_uint64().value(), f["bytes_final"].get_uint64().value()};
+}
+
 TEST(FilterCli, TimerFilterShrinksInPlaceWhenTheRateFalls) {
   // The rate of new identities falls by 30% after two windows: too little
   // for a fold by an integer factor, so the filter merges line pairs. Four
@@ -85,31 +113,13 @@ TEST(FilterCli, TimerFilterShrinksInPlaceWhenTheRateFalls) {
   // the start holds (it kept the sub-filter sized for the higher rate
   // before: 1.4-1.5x), with no false negative and false positives within
   // the target.
-  auto run = [](const std::string& input, const std::string& bits, std::int64_t ticks) {
-    TempDir dir;
-    auto r = run_kdedup({"filter", "--key", "json:/id", "--time", "json:/ts", "--window", "10s",
-                         "--filter", "timer", "--timer-bits", bits, "--ticks-per-window",
-                         std::to_string(ticks), "--fpp", "0.01", "--stats", dir.file("stats.json")},
-                        input);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    const Verdict v = judge(input, r.out, 10'000, ticks);
-    EXPECT_EQ(v.false_negatives, 0u);
-    EXPECT_LE(static_cast<double>(v.false_positives),
-              1.2 * 0.01 * static_cast<double>(v.not_delivered) + 5)
-        << v.false_positives << " false positives of " << v.not_delivered;
-    simdjson::dom::parser parser;
-    auto doc = parser.parse(read_file(dir.file("stats.json")));
-    EXPECT_FALSE(doc.error());
-    simdjson::dom::element f = doc.value()["filter"].value();
-    return f["bytes_final"].get_uint64().value();
-  };
   const std::string falling_input = stepped_stream(2.0, 1.4),
                     steady_input = stepped_stream(1.4, 1.4);
   for (const auto& [bits, ticks] :
        {std::pair<std::string, std::int64_t>{"4", 8}, {"8", 100}, {"16", 1000}}) {
     SCOPED_TRACE(bits);
-    const std::uint64_t falling = run(falling_input, bits, ticks);
-    const std::uint64_t steady = run(steady_input, bits, ticks);
+    const std::uint64_t falling = run_timer(falling_input, bits, ticks).final;
+    const std::uint64_t steady = run_timer(steady_input, bits, ticks).final;
     EXPECT_LE(static_cast<double>(falling), 1.2 * static_cast<double>(steady))
         << falling << " bytes after the fall, " << steady << " steady";
   }
@@ -123,34 +133,13 @@ TEST(FilterCli, TimerFilterGrowsInPlaceWhenTheRateClimbs) {
   // as many, every live entry kept, and its peak stays within 1.25x of that
   // (1.00-1.02x), with no false negative and false positives within the
   // target.
-  struct Memory {
-    std::uint64_t peak = 0, final = 0;
-  };
-  auto run = [](const std::string& input, const std::string& bits, std::int64_t ticks) {
-    TempDir dir;
-    auto r = run_kdedup({"filter", "--key", "json:/id", "--time", "json:/ts", "--window", "10s",
-                         "--filter", "timer", "--timer-bits", bits, "--ticks-per-window",
-                         std::to_string(ticks), "--fpp", "0.01", "--stats", dir.file("stats.json")},
-                        input);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    const Verdict v = judge(input, r.out, 10'000, ticks);
-    EXPECT_EQ(v.false_negatives, 0u);
-    EXPECT_LE(static_cast<double>(v.false_positives),
-              1.2 * 0.01 * static_cast<double>(v.not_delivered) + 5)
-        << v.false_positives << " false positives of " << v.not_delivered;
-    simdjson::dom::parser parser;
-    auto doc = parser.parse(read_file(dir.file("stats.json")));
-    EXPECT_FALSE(doc.error());
-    simdjson::dom::element f = doc.value()["filter"].value();
-    return Memory{f["bytes_peak"].get_uint64().value(), f["bytes_final"].get_uint64().value()};
-  };
   const std::string climbing_input = stepped_stream(1.0, 2.0),
                     steady_input = stepped_stream(2.0, 2.0);
   for (const auto& [bits, ticks] :
        {std::pair<std::string, std::int64_t>{"4", 8}, {"8", 100}, {"16", 1000}}) {
     SCOPED_TRACE(bits);
-    const Memory climbing = run(climbing_input, bits, ticks);
-    const Memory steady = run(steady_input, bits, ticks);
+    const TimerMemory climbing = run_timer(climbing_input, bits, ticks);
+    const TimerMemory steady = run_timer(steady_input, bits, ticks);
     EXPECT_LE(static_cast<double>(climbing.peak), 1.25 * static_cast<double>(steady.final))
         << climbing.peak << " bytes at the peak of the climb, " << steady.final << " steady";
     EXPECT_LE(static_cast<double>(climbing.final), 1.25 * static_cast<double>(steady.final))

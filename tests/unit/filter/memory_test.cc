@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kdedup/common/bytes.h"
@@ -341,6 +342,27 @@ std::vector<Event> burst_stream(std::uint32_t window, double base, std::uint64_t
   return events;
 }
 
+// `first` distinct ids a window for two windows, then `then` for four (seeds
+// `seed` and seed + 1), all distinct; and the index of the first event at
+// the second rate.
+std::pair<std::vector<Event>, std::size_t> two_rate_stream(std::uint32_t window, double first,
+                                                           double then, std::uint64_t seed) {
+  StreamSpec spec;
+  spec.domain = 1ULL << 40;
+  spec.base_rate = first / (window + 1);
+  spec.ticks = 2 * (window + 1);
+  spec.seed = seed;
+  auto events = generate_stream(spec);
+  const std::size_t at = events.size();
+  StreamSpec second = spec;
+  second.base_rate = then / (window + 1);
+  second.first_tick = spec.ticks;
+  second.ticks = 4 * (window + 1);
+  second.seed = seed + 1;
+  for (const Event& e : generate_stream(second)) events.push_back(e);
+  return {std::move(events), at};
+}
+
 // A run_against_oracle callback that calls `at(tick)` at the first event of
 // every tick.
 template <class Fn>
@@ -435,28 +457,19 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
     const std::uint32_t window = c.ticks_per_window;
-    StreamSpec spec;
-    spec.domain = 1ULL << 40;
-    spec.base_rate = 20'000.0 / (window + 1);
-    spec.ticks = 2 * (window + 1);
-    spec.seed = 31 + bits;
-    auto events = generate_stream(spec);
-    StreamSpec low = spec;
-    low.base_rate = 14'000.0 / (window + 1);
-    low.first_tick = spec.ticks;
-    low.ticks = 4 * (window + 1);
-    low.seed = spec.seed + 1;
-    const auto tail = generate_stream(low);
-    const std::size_t rest = tail.size() - tail.size() / 8;  // held back for the restore
-    events.insert(events.end(), tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(rest));
+    auto [all, fall_at] = two_rate_stream(window, 20'000, 14'000, 31 + bits);
+    const Tick fall = 2 * (window + 1);
+    // The last eighth is held back for the restore.
+    const std::size_t rest = all.size() - (all.size() - fall_at) / 8;
+    const std::vector<Event> events(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(rest));
     auto f = make(c);
     auto batch = make(c);
     std::uint64_t at_fall = 0, after_fall = 0;
     double worst_estimate = 0;
     auto counts = run_against_oracle(*f, events, 1, once_per_tick([&](Tick tick) {
       const std::uint64_t bytes = f->stats().bytes;
-      if (tick <= spec.ticks) at_fall = bytes;
-      if (tick > spec.ticks) after_fall = std::max(after_fall, bytes);
+      if (tick <= fall) at_fall = bytes;
+      if (tick > fall) after_fall = std::max(after_fall, bytes);
       // The first window's probes leave within it.
       if (tick > window + 1) {
         worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
@@ -498,9 +511,9 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
       ASSERT_FALSE(r);
       EXPECT_NE(r.error().message.find("hash range"), std::string::npos) << r.error().message;
     }
-    for (std::size_t i = rest; i < tail.size(); ++i) {
-      ASSERT_EQ((*restored)->test_and_insert(tail[i].fp, tail[i].tick),
-                f->test_and_insert(tail[i].fp, tail[i].tick))
+    for (std::size_t i = rest; i < all.size(); ++i) {
+      ASSERT_EQ((*restored)->test_and_insert(all[i].fp, all[i].tick),
+                f->test_and_insert(all[i].fp, all[i].tick))
           << "event " << i;
     }
     EXPECT_EQ((*restored)->serialize(), f->serialize());
@@ -508,33 +521,21 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
 }
 
 TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace) {
-  // Two windows at 20k new ids a window, then four at 30k: once the window
+  // Two windows at 20k new ids a window, then four at 40k: once the window
   // has turned over, the active about to fill is copied into twice its lines
   // (every line into the two that replace it) instead of being sealed
   // beside a new sub-filter. One sub-filter at every tick after the first
-  // window, a peak within 2x of the pre-sized figure for 30k (the seal path
-  // held the full active and a successor sized for the new rate together:
-  // 2.3-2.4x), no false negative, false positives and the estimate within
-  // the target; the batch path expands at the same ticks; a snapshot taken
-  // while the copies are alive is format 3, restores to the same decisions,
-  // and its expansion record is validated.
+  // window, a peak within 2x of the pre-sized figure for 40k (1.31-1.34x;
+  // the seal path held the full active and a successor sized for the new
+  // rate together: 2.06x, 4-bit), no false negative, false positives and
+  // the estimate within the target; the batch path expands at the same
+  // ticks; a snapshot taken while the copies are alive is format 3,
+  // restores to the same decisions, and its expansion record is validated.
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
     const std::uint32_t window = c.ticks_per_window;
-    StreamSpec spec;
-    spec.domain = 1ULL << 40;
-    spec.base_rate = 20'000.0 / (window + 1);
-    spec.ticks = 2 * (window + 1);
-    spec.seed = 41 + bits;
-    auto events = generate_stream(spec);
-    StreamSpec high = spec;
-    high.base_rate = 40'000.0 / (window + 1);
-    high.first_tick = spec.ticks;
-    high.ticks = 4 * (window + 1);
-    high.seed = spec.seed + 1;
-    const auto tail = generate_stream(high);
-    events.insert(events.end(), tail.begin(), tail.end());
+    const auto events = two_rate_stream(window, 20'000, 40'000, 41 + bits).first;
     auto f = make(c);
     std::uint64_t peak = 0, before = 0;
     std::uint32_t most_subs = 0;
