@@ -222,9 +222,8 @@ TimerFilter::GrowthTarget TimerFilter::growth_target() const {
   const double held = static_cast<double>(std::max<std::uint64_t>(
       1, config_.growth == Growth::kCardinality ? active.inserts : active.alive.sum));
   const double holds = std::max(held, static_cast<double>(alive_total()));
-  const auto horizon = static_cast<Tick>(
-      std::max(1.0, std::ceil(kGrowthHorizonShare * static_cast<double>(window))));
-  const double rate = std::max(recent_rate(horizon), recent_rate((horizon + 3) / 4));
+  const Tick horizon = growth_horizon();
+  const double rate = growth_rate();
   if (rate < 0) return {kMaxGrowthStep * holds, true};
   const Tick history = clock_ - std::max(first_tick_, history_from_);
   const double projection =
@@ -356,9 +355,8 @@ void TimerFilter::maybe_expand() {
   // longest windows), before this tick's first insertion: the entries it
   // copies are those of the earlier buckets (SubFilter::copies_before).
   if (clock_ % a.alive.width != 0 || tick_inserts_ != 0) return;
-  const auto horizon = static_cast<Tick>(
-      std::max(1.0, std::ceil(kGrowthHorizonShare * static_cast<double>(window))));
-  const double rate = std::max(recent_rate(horizon), recent_rate((horizon + 3) / 4));
+  const Tick horizon = growth_horizon();
+  const double rate = growth_rate();
   if (!(rate > 0)) return;
   const double lambda = active_lambda();
   if (!(lambda > 0)) return;
@@ -586,6 +584,16 @@ std::uint64_t TimerFilter::held_bytes() const {
   std::uint64_t held = 0;
   for (const auto& s : subs_) held += s->bytes();
   return held;
+}
+
+Tick TimerFilter::growth_horizon() const {
+  return static_cast<Tick>(std::max(
+      1.0, std::ceil(kGrowthHorizonShare * static_cast<double>(config_.ticks_per_window))));
+}
+
+double TimerFilter::growth_rate() const {
+  const Tick horizon = growth_horizon();
+  return std::max(recent_rate(horizon), recent_rate((horizon + 3) / 4));
 }
 
 Tick TimerFilter::fold_horizon() const {

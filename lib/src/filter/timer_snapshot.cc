@@ -9,15 +9,11 @@ namespace kdedup::filter {
 
 namespace {
 
-struct Expansion {
-  Tick tick = 0;
-  std::uint32_t factor = 1;
-};
-
 // The expansion record of a sub-filter in format 3 (count, then tick and
-// factor of each) into `out`; what is wrong with it, or "".
-std::string read_expansions(ByteReader& r, Tick clock, std::size_t most,
-                            std::vector<Expansion>& out) {
+// factor of each) into `out` (SubFilter::splits); what is wrong with it,
+// or "".
+template <class Split>
+std::string read_expansions(ByteReader& r, Tick clock, std::size_t most, std::vector<Split>& out) {
   auto n = r.get<std::uint32_t>("expansion count");
   if (!n) return "truncated sub-filter header";
   if (*n > most) return "expansion count " + std::to_string(*n) + " out of range";
@@ -37,14 +33,15 @@ std::string read_expansions(ByteReader& r, Tick clock, std::size_t most,
 // Each expansion multiplied the line count by its factor, and the copies
 // lie over the whole hash range (a sub-filter with live copies is never
 // shrunk): what is wrong with that, or "".
-std::string expansions_error(const std::vector<Expansion>& splits, std::uint64_t lines,
+template <class Split>
+std::string expansions_error(const std::vector<Split>& splits, std::uint64_t lines,
                              std::uint64_t span) {
   std::uint64_t product = 1;
   for (const auto& x : splits) {
-    product *= x.factor;
-    if (product > lines || lines % product != 0) {
+    if (x.factor > lines / product || lines % (product * x.factor) != 0) {
       return "expansion factors do not divide lines " + std::to_string(lines);
     }
+    product *= x.factor;
   }
   if (!splits.empty() && span != lines) return "an expanded sub-filter with a shrunk hash range";
   return "";
@@ -131,7 +128,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
   for (std::uint32_t i = 0; i < *count; ++i) {
     auto lines = r.get<std::uint64_t>("lines");
     auto span = version >= kVersionShrunk ? r.get<std::uint64_t>("hash range") : lines;
-    std::vector<Expansion> splits;
+    std::vector<SubFilter::Split> splits;
     if (version >= kVersion) {
       if (const std::string why = read_expansions(r, *clock, kMaxSplits, splits); !why.empty()) {
         return bad(why);
@@ -167,8 +164,8 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     if (*ring_size != s->alive.ring.size()) return bad("window ring size does not match config");
     for (const auto& x : splits) {
       if (x.tick % s->alive.width != 0) return bad("expansion tick not at a window bucket");
-      s->splits.push_back({x.tick, x.factor});
     }
+    s->splits = std::move(splits);
     if (*ring_size > r.remaining() / 4) return bad("window ring exceeds input");
     std::uint64_t sum = 0;
     for (auto& c : s->alive.ring) {

@@ -116,9 +116,10 @@
 // window has turned over, an active that would fill within kExpandAhead
 // ticks at the current rate, while the entries leaving it do not keep up
 // with that rate (or this tick may not fit), is instead copied, at the
-// start of a tick, into m times its lines: a fingerprint in line j of L lines (multiply-high
-// range reduction) is in one of lines j m .. j m + m - 1 of m L, and its
-// probe cells do not depend on the line count, so a copy of line j in each
+// start of a tick, into m times its lines: a fingerprint in line j of L
+// lines (multiply-high range reduction) is in one of lines j m .. j m + m
+// - 1 of m L, and its probe cells do not depend on the line count, so a
+// copy of line j in each
 // of them keeps every live entry where a query looks (no false negative),
 // and only the new array is held once the copy is done. Each entry held
 // then is now in m lines, and the fpp model counts it m times (counted():
@@ -408,6 +409,12 @@ class TimerFilter final : public SlidingFilter {
   /// Ticks (kFoldHorizonShare of the window, at least one) whose rate a
   /// fold keeps.
   [[nodiscard]] Tick fold_horizon() const;
+  /// Ticks (kGrowthHorizonShare of the window, at least one) whose rate
+  /// sizes growth.
+  [[nodiscard]] Tick growth_horizon() const;
+  /// Insertions per tick that size growth: the larger of the rates over the
+  /// last growth_horizon() and a quarter of it; -1 if there are none.
+  [[nodiscard]] double growth_rate() const;
   /// Expands the active in place by an integer factor (every line copied
   /// into the lines that replace it) when it is about to fill, the window
   /// has turned over, and that holds less than sealing it and adding one
