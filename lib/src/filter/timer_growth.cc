@@ -150,21 +150,21 @@ double TimerFilter::fpp_of(std::uint64_t span, std::uint64_t lines, double eleme
 }
 
 double TimerFilter::capacity(const SubFilter& s, double lambda) const {
+  double counted_limit = lambda * static_cast<double>(s.lines);
+  if (s.shrunk()) {
+    // Between the load at which its doubled lines reach lambda and the load
+    // at which every hash line does: fpp_of is monotone in between.
+    const double target = model_->fpp(lambda);
+    double lo = lambda * static_cast<double>(s.span) / 2, hi = lambda * static_cast<double>(s.span);
+    for (int i = 0; i < 40; ++i) {
+      const double mid = (lo + hi) / 2;
+      (fpp_of(s.span, s.lines, mid) <= target ? lo : hi) = mid;
+    }
+    counted_limit = lo;
+  }
+  if (s.splits.empty()) return counted_limit;
   // Entries copied by an expansion take room once per copy (counted()).
-  if (!s.splits.empty()) {
-    return std::max(
-        0.0, lambda * static_cast<double>(s.lines) - counted(s) + static_cast<double>(s.alive.sum));
-  }
-  if (!s.shrunk()) return lambda * static_cast<double>(s.lines);
-  // Between the load at which its doubled lines reach lambda and the load at
-  // which every hash line does: fpp_of is monotone in between.
-  const double target = model_->fpp(lambda);
-  double lo = lambda * static_cast<double>(s.span) / 2, hi = lambda * static_cast<double>(s.span);
-  for (int i = 0; i < 40; ++i) {
-    const double mid = (lo + hi) / 2;
-    (fpp_of(s.span, s.lines, mid) <= target ? lo : hi) = mid;
-  }
-  return lo;
+  return std::max(0.0, counted_limit - counted(s) + static_cast<double>(s.alive.sum));
 }
 
 std::uint64_t TimerFilter::alive_total() const {
@@ -343,8 +343,9 @@ void TimerFilter::maybe_expand() {
   // Runs at every tick: the usual answer (room for more than a few ticks)
   // comes from a few compares.
   SubFilter& a = *subs_.back();
-  if (config_.growth != Growth::kDensity || overfull_ || a.shrunk() || a.share < 1.0 ||
-      a.splits.size() >= kMaxSplits) {
+  // A shrunk one keeps its shape (expand()), which needs an even hash range.
+  if (config_.growth != Growth::kDensity || overfull_ || (a.shrunk() && a.span % 2 != 0) ||
+      a.share < 1.0 || a.splits.size() >= kMaxSplits) {
     return;
   }
   const std::uint32_t window = config_.ticks_per_window;
@@ -426,6 +427,12 @@ bool TimerFilter::expand(SubFilter& s, std::uint64_t factor) {
   // entry where a query looks (no false negative). The copies are cleared
   // of dead codes (as the scrub would), and each line counts as just
   // visited by the sweep, as after a fold.
+  // A shrunk sub-filter (L lines over an even hash range S) keeps its shape:
+  // factor x L lines over factor x S. Hash line h of the new range is the
+  // child of v = h / factor, and h >= factor x L exactly when v >= L, so the
+  // line h is held in, h - factor x S / 2, is a child of v - S / 2, the line
+  // v is held in: the same copies serve, and the doubled lines are the
+  // copies of the doubled ones, with their two hash lines' load (fpp_of).
   const std::uint64_t lines = s.lines * factor;
   std::unique_ptr<std::uint8_t[], SubFilter::Free> data(allocate_cells(lines * kLineBytes));
   if (!data) return false;
@@ -437,7 +444,7 @@ bool TimerFilter::expand(SubFilter& s, std::uint64_t factor) {
     scrub_line<Bits>(out, live);
     for (std::uint64_t c = 1; c < factor; ++c) std::memcpy(out + c * kLineBytes, out, kLineBytes);
   }
-  s.take_cells(std::move(data), lines, lines, clock_, period_, Bits);
+  s.take_cells(std::move(data), s.span * factor, lines, clock_, period_, Bits);
   s.splits.push_back({clock_, static_cast<std::uint32_t>(factor)});
   return true;
 }
@@ -448,9 +455,12 @@ void TimerFilter::maybe_fold() {
   SubFilter& a = *subs_.back();
   const std::uint64_t floor = floor_lines();
   if (a.lines <= floor) return;
+  // One shrunk before (in its first window, for a projected load, with a
+  // new sub-filter's headroom) shrinks again from kShrinkFrom x what a
+  // shrink keeps.
+  const double headroom = a.shrunk() ? 1.0 : kGrowthHeadroom;
   if (config_.growth == Growth::kDensity &&
-      capacity(a, lambda_full_) <
-          kShrinkFrom * kGrowthHeadroom * static_cast<double>(a.alive.sum)) {
+      capacity(a, lambda_full_) < kShrinkFrom * headroom * static_cast<double>(a.alive.sum)) {
     return;  // it holds most of what it can: neither a fold nor a shrink is possible
   }
   const std::uint32_t window = config_.ticks_per_window;
@@ -500,6 +510,11 @@ void TimerFilter::maybe_fold() {
     remap_by(a, folded, folded);
     return;
   }
+  // Younger than a window: see shrink_young().
+  if (clock_ - a.created <= window) {
+    shrink_young(a, rate, lambda);
+    return;
+  }
   // Too little to fold by an integer factor (less than 2x, or no divisor):
   // an active that could hold more than kShrinkFrom x what a new sub-filter
   // would get merges line pairs down to what a fold keeps (linear hashing,
@@ -516,8 +531,43 @@ void TimerFilter::maybe_fold() {
       keep > kSettled * turnover) {
     return;
   }
-  if (capacity(a, lambda) < kShrinkFrom * kGrowthHeadroom * keep) return;
+  if (capacity(a, lambda) < kShrinkFrom * headroom * keep) return;
   const std::uint64_t lines = shrink_size(a, kFoldHeadroom * keep, lambda);
+  if (lines < a.lines) remap_by(a, a.span, lines);
+}
+
+void TimerFilter::shrink_young(SubFilter& a, double rate, double lambda) {
+  // A sub-filter sized from a rate that has fallen since (the stream's
+  // first ticks bring only new identities, and their rate falls through its
+  // first window as the identities start to recur; the first ticks of a
+  // burst of repeats): once the stream has lived a window, the rate over a
+  // whole one is known. The active keeps everything it holds until its own
+  // first entries leave, at created + W + 1; by then it holds `grown` at the
+  // current rate, and from then on about what the rate brings in a window.
+  // It merges line pairs (linear hashing, header) down to what a new
+  // sub-filter would get for `grown` at the share of the target it will
+  // have then, since the sealed ones, sealed before it was created, leave
+  // before that; and no further than what holds, with kFoldHeadroom, its
+  // content when the last of them leaves at the share they leave it now
+  // (which only grows). Not on a rate that climbs (grown below a window's
+  // worth at it): what it needs is not known. Once only: a rate that keeps
+  // falling (the end of a burst of repeats) may climb back within the
+  // window, and the shrink that follows the load from then on waits until
+  // it has settled (maybe_fold()); shrinking young tick after tick on it
+  // overfilled the active at a high target (fpp 0.2: estimates of 0.21).
+  const std::uint32_t window = config_.ticks_per_window;
+  if (a.shrunk() || clock_ - std::max(first_tick_, history_from_) <= window) return;
+  const double content = static_cast<double>(a.alive.sum);
+  const double grown = content + rate * static_cast<double>(a.created + window + 1 - clock_);
+  if (grown < rate * static_cast<double>(window + 1)) return;
+  if (capacity(a, lambda_full_) < kShrinkFrom * kGrowthHeadroom * grown) return;
+  Tick drained = clock_;  // when the last sealed one leaves
+  for (std::size_t i = 0; i + 1 < subs_.size(); ++i) {
+    drained = std::max(drained, subs_[i]->last_insert + window + 1);
+  }
+  const double until = content + rate * static_cast<double>(drained - clock_);
+  const std::uint64_t lines = std::max(shrink_size(a, kGrowthHeadroom * grown, lambda_full_),
+                                       shrink_size(a, kFoldHeadroom * until, lambda));
   if (lines < a.lines) remap_by(a, a.span, lines);
 }
 

@@ -30,20 +30,24 @@ std::string read_expansions(ByteReader& r, Tick clock, std::size_t most, std::ve
   return "";
 }
 
-// Each expansion multiplied the line count by its factor, and the copies
-// lie over the whole hash range (a sub-filter with live copies is never
-// shrunk): what is wrong with that, or "".
+// Each expansion multiplied the line count and the hash range by its
+// factor, and a shrunk sub-filter's range before its first expansion was
+// even (expand() keeps its shape): what is wrong with that, or "".
 template <class Split>
 std::string expansions_error(const std::vector<Split>& splits, std::uint64_t lines,
                              std::uint64_t span) {
   std::uint64_t product = 1;
   for (const auto& x : splits) {
-    if (x.factor > lines / product || lines % (product * x.factor) != 0) {
-      return "expansion factors do not divide lines " + std::to_string(lines);
+    if (x.factor > lines / product || lines % (product * x.factor) != 0 ||
+        span % (product * x.factor) != 0) {
+      return "expansion factors do not divide lines " + std::to_string(lines) + " and hash range " +
+             std::to_string(span);
     }
     product *= x.factor;
   }
-  if (!splits.empty() && span != lines) return "an expanded sub-filter with a shrunk hash range";
+  if (!splits.empty() && span != lines && (span / product) % 2 != 0) {
+    return "an expanded shrunk sub-filter whose hash range was odd";
+  }
   return "";
 }
 

@@ -131,9 +131,12 @@
 // ticks, in which the oldest entries leave, and, with 10% over, over a
 // window. It expands only when that holds less than sealing would (m - 1
 // times its lines at most what a new rate-sized sub-filter would get), and
-// never a probe or a shrunk sub-filter; up to kMaxSplits expansions may
-// have live copies, and a fold or shrink waits until they have expired. A
-// step in the rate that fills the active within a tick still seals it.
+// never a probe; up to kMaxSplits expansions may have live copies, and a
+// fold or shrink waits until they have expired. A shrunk sub-filter (below)
+// keeps its shape: m L lines over m times its (even) hash range, whose
+// doubled lines are the copies of its doubled lines, so the same estimate
+// counts them. A step in the rate that fills the active within a tick
+// still seals it.
 // Sealed sub-filters are freed once their newest insertion is older than the
 // window. Shrink (fold): once the window has turned over at the current rate
 // (the active holds at most kSettled x what the rate over the last W / 4
@@ -162,7 +165,15 @@
 // end at the current rate) shrinks to the fewest lines that hold 1.1 x that
 // within its budget, once the load has fallen and settled: what it must keep
 // is between 1 and kSettled x what the rate brings in a window (a rising
-// rate's need is not known yet). (Growth::
+// rate's need is not known yet); one shrunk before shrinks again from
+// kShrinkFrom x that. An active younger than a window, sized from a rate
+// that has fallen since (the stream's first ticks bring only new
+// identities, whose rate falls through its first window as identities
+// recur), shrinks once the stream has lived a window, once: to what a new
+// sub-filter would get for what it will hold when its own first entries
+// leave, while the sealed ones (which leave before that) still drain, and
+// not below what holds its content until the last of them leaves at the
+// share of the target they leave it now. (Growth::
 // kCardinality cannot fold, its count never decreases: a lone active twice
 // what the rate needs is sealed and a rate-sized one started.) A restored
 // snapshot folds the same way when it is restored. A clock jump past the
@@ -241,7 +252,7 @@ class TimerFilter final : public SlidingFilter {
   /// once it holds at most this many times what the rate brings in one.
   static constexpr double kSettled = 1.05;
   /// An active that cannot fold shrinks once it could hold this many times
-  /// kGrowthHeadroom x what it must keep.
+  /// kGrowthHeadroom x what it must keep (x 1 once shrunk).
   static constexpr double kShrinkFrom = 1.2;
   /// New sub-filters get this many lines times a 5-smooth number, so that
   /// they can fold to within a few percent of any smaller size.
@@ -375,6 +386,10 @@ class TimerFilter final : public SlidingFilter {
   /// Folds the active sub-filter when it is at least twice what it needs,
   /// or shrinks it when it is kShrinkFrom x that and cannot fold.
   void maybe_fold();
+  /// Shrinks an active younger than a window, once the stream has lived
+  /// one, to what it will hold at `rate` when its first entries leave;
+  /// `lambda` is the load per line it may reach now.
+  void shrink_young(SubFilter& a, double rate, double lambda);
   /// Rebuilds `s` over a hash range of `span` lines (a divisor of its own)
   /// in `lines` held lines (span / 2 <= lines <= span), keeping every live
   /// entry: a fold (span = lines = s.span / d) or a shrink (span = s.span).
