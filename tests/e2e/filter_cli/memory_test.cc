@@ -125,6 +125,22 @@ TimerMemory run_timer(const std::string& input, const std::string& bits, std::in
   return run.memory;
 }
 
+/// For each (timer bits, ticks per window): the memory of a run of
+/// `climbing_input`, at its peak and at its end, within 1.25x of what a run
+/// of `steady_input` (the higher rate from the start) ends at.
+void expect_climb_held(const std::string& climbing_input, const std::string& steady_input,
+                       const std::vector<std::pair<std::string, std::int64_t>>& widths) {
+  for (const auto& [bits, ticks] : widths) {
+    SCOPED_TRACE(bits);
+    const TimerMemory climbing = run_timer(climbing_input, bits, ticks);
+    const TimerMemory steady = run_timer(steady_input, bits, ticks);
+    EXPECT_LE(static_cast<double>(climbing.peak), 1.25 * static_cast<double>(steady.final))
+        << climbing.peak << " bytes at the peak of the climb, " << steady.final << " steady";
+    EXPECT_LE(static_cast<double>(climbing.final), 1.25 * static_cast<double>(steady.final))
+        << climbing.final << " bytes after the climb, " << steady.final << " steady";
+  }
+}
+
 TEST(FilterCli, TimerFilterShrinksInPlaceWhenTheRateFalls) {
   // The rate of new identities falls by 30% after two windows: too little
   // for a fold by an integer factor, so the filter merges line pairs. Four
@@ -154,16 +170,7 @@ TEST(FilterCli, TimerFilterGrowsInPlaceWhenTheRateClimbs) {
   // target.
   const std::string climbing_input = stepped_stream(1.0, 2.0),
                     steady_input = stepped_stream(2.0, 2.0);
-  for (const auto& [bits, ticks] :
-       {std::pair<std::string, std::int64_t>{"4", 8}, {"8", 100}, {"16", 1000}}) {
-    SCOPED_TRACE(bits);
-    const TimerMemory climbing = run_timer(climbing_input, bits, ticks);
-    const TimerMemory steady = run_timer(steady_input, bits, ticks);
-    EXPECT_LE(static_cast<double>(climbing.peak), 1.25 * static_cast<double>(steady.final))
-        << climbing.peak << " bytes at the peak of the climb, " << steady.final << " steady";
-    EXPECT_LE(static_cast<double>(climbing.final), 1.25 * static_cast<double>(steady.final))
-        << climbing.final << " bytes after the climb, " << steady.final << " steady";
-  }
+  expect_climb_held(climbing_input, steady_input, {{"4", 8}, {"8", 100}, {"16", 1000}});
 }
 
 TEST(FilterCli, TimerFilterShrunkGrowsInPlaceWhenTheRateClimbsBack) {
@@ -178,15 +185,7 @@ TEST(FilterCli, TimerFilterShrunkGrowsInPlaceWhenTheRateClimbsBack) {
   // is sealed, 1.42x either way.)
   const std::string climbing_input = phased_stream({{1.0, 20'000}, {0.7, 20'000}, {1.4, 30'000}}),
                     steady_input = phased_stream({{1.4, 70'000}});
-  for (const auto& [bits, ticks] : {std::pair<std::string, std::int64_t>{"8", 100}, {"16", 1000}}) {
-    SCOPED_TRACE(bits);
-    const TimerMemory climbing = run_timer(climbing_input, bits, ticks);
-    const TimerMemory steady = run_timer(steady_input, bits, ticks);
-    EXPECT_LE(static_cast<double>(climbing.peak), 1.25 * static_cast<double>(steady.final))
-        << climbing.peak << " bytes at the peak of the climb, " << steady.final << " steady";
-    EXPECT_LE(static_cast<double>(climbing.final), 1.25 * static_cast<double>(steady.final))
-        << climbing.final << " bytes after the climb, " << steady.final << " steady";
-  }
+  expect_climb_held(climbing_input, steady_input, {{"8", 100}, {"16", 1000}});
 }
 
 TEST(FilterCli, TimerFilterSizedInTheFirstWindowShrinksOnceTheRateIsKnown) {

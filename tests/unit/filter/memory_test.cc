@@ -374,6 +374,16 @@ std::pair<std::vector<Event>, std::size_t> two_rate_stream(std::uint32_t window,
   return {std::move(events), starts[1]};
 }
 
+// Where the first sub-filter's line count lies in the payload of a timer
+// filter's state (its hash range follows from format 2 on, then its
+// expansion record in format 3).
+std::size_t first_lines_at(const FilterConfig& c) {
+  std::string config_bytes;
+  ByteWriter w(config_bytes);
+  write_config(w, c);
+  return config_bytes.size() + 4 + 3 * 8 + 4;
+}
+
 // A run_against_oracle callback that calls `at(tick)` at the first event of
 // every tick.
 template <class Fn>
@@ -506,10 +516,7 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
     auto env = open_envelope(state, "test");
     ASSERT_TRUE(env);
     EXPECT_EQ(env->version, 2);
-    std::string config_bytes;
-    ByteWriter w(config_bytes);
-    write_config(w, f->config());
-    const std::size_t lines_at = config_bytes.size() + 4 + 3 * 8 + 4;
+    const std::size_t lines_at = first_lines_at(f->config());
     std::uint64_t lines = 0, span = 0;
     std::memcpy(&lines, env->payload.data() + lines_at, 8);
     std::memcpy(&span, env->payload.data() + lines_at + 8, 8);
@@ -531,6 +538,60 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
   }
 }
 
+// What a run of the growth-in-place tests saw, from the end of the first
+// window's sub-filters on.
+struct GrowthRun {
+  std::uint64_t peak = 0;
+  std::uint32_t most_subs = 0;
+  double worst_estimate = 0;
+  std::string state;  // a state taken with an expansion's copies alive
+  std::size_t state_at = 0;
+
+  void count_subfilters_and_estimate(const FilterStats& st) {
+    most_subs = std::max(most_subs, st.subfilters);
+    worst_estimate = std::max(worst_estimate, st.fpp_estimate);
+  }
+};
+
+// What both growth-in-place tests ask of a run of `f` on `events`: no false
+// negative, false positives and the estimate within the target, one
+// sub-filter throughout, a peak within 2x and an end within 1.5x of the
+// pre-sized figure for `ids` a window, and the batch path alike.
+void expect_grew_in_place(const FilterConfig& c, const SlidingFilter& f,
+                          const testing::OracleCounts& counts, const GrowthRun& run,
+                          const std::vector<Event>& events, std::uint64_t ids) {
+  EXPECT_EQ(counts.false_negatives, 0U);
+  EXPECT_LE(counts.fp_rate(), 1.2 * c.fpp);
+  EXPECT_LE(run.worst_estimate, c.fpp);
+  EXPECT_EQ(run.most_subs, 1U);
+  const double presized = static_cast<double>(presized_bytes(c, ids));
+  EXPECT_LE(static_cast<double>(run.peak), 2.0 * presized);
+  EXPECT_LE(static_cast<double>(f.stats().bytes), 1.5 * presized);
+  auto batch = make(c);
+  auto seq = run_against_oracle(*batch, events, 128);
+  EXPECT_EQ(seq.false_positives, counts.false_positives);
+  EXPECT_EQ(batch->serialize(), f.serialize());
+}
+
+// A state taken after event `at` restores to itself, equals a replay of the
+// events up to it, and decides the rest as the replay does.
+void expect_state_replays(const FilterConfig& c, const std::string& state, std::size_t at,
+                          const std::vector<Event>& events) {
+  auto restored = restore_filter(state);
+  ASSERT_TRUE(restored) << restored.error().message;
+  EXPECT_EQ((*restored)->serialize(), state);
+  auto again = make(c);
+  for (std::size_t i = 0; i <= at; ++i) {
+    (void)again->test_and_insert(events[i].fp, events[i].tick);
+  }
+  EXPECT_EQ(again->serialize(), state);
+  for (std::size_t i = at + 1; i < events.size(); ++i) {
+    ASSERT_EQ((*restored)->test_and_insert(events[i].fp, events[i].tick),
+              again->test_and_insert(events[i].fp, events[i].tick))
+        << "event " << i;
+  }
+}
+
 TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace) {
   // Two windows at 20k new ids a window, then four at 40k: once the window
   // has turned over, the active about to fill is copied into twice its lines
@@ -548,60 +609,31 @@ TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace)
     const std::uint32_t window = c.ticks_per_window;
     const auto events = two_rate_stream(window, 20'000, 40'000, 41 + bits).first;
     auto f = make(c);
-    std::uint64_t peak = 0, before = 0;
-    std::uint32_t most_subs = 0;
-    double worst_estimate = 0;
-    std::string state;  // the first state with an expansion's copies alive
-    std::size_t state_at = 0;
+    GrowthRun run;
+    std::uint64_t before = 0;
     auto counts =
         run_against_oracle(*f, events, 1, [&](std::size_t i, const Event& e, Decision, bool) {
           if (i > 0 && events[i - 1].tick == e.tick) return;
           const auto st = f->stats();
           if (e.tick > 2 * (window + 1)) {
-            peak = std::max(peak, st.bytes);
-            most_subs = std::max(most_subs, st.subfilters);
-            worst_estimate = std::max(worst_estimate, st.fpp_estimate);
-            if (state.empty() && st.subfilters == 1 && st.bytes > before + before / 2) {
-              state = f->serialize();
-              state_at = i;
+            run.peak = std::max(run.peak, st.bytes);
+            run.count_subfilters_and_estimate(st);
+            if (run.state.empty() && st.subfilters == 1 && st.bytes > before + before / 2) {
+              run.state = f->serialize();
+              run.state_at = i;
             }
           }
           before = st.bytes;
         });
-    EXPECT_EQ(counts.false_negatives, 0U);
-    EXPECT_LE(counts.fp_rate(), 1.2 * c.fpp);
-    EXPECT_LE(worst_estimate, c.fpp);
-    EXPECT_EQ(most_subs, 1U);
-    const double presized = static_cast<double>(presized_bytes(c, 40'000));
-    EXPECT_LE(static_cast<double>(peak), 2.0 * presized);
-    EXPECT_LE(static_cast<double>(f->stats().bytes), 1.5 * presized);
-    auto batch = make(c);
-    auto seq = run_against_oracle(*batch, events, 128);
-    EXPECT_EQ(seq.false_positives, counts.false_positives);
-    EXPECT_EQ(batch->serialize(), f->serialize());
+    expect_grew_in_place(c, *f, counts, run, events, 40'000);
 
-    ASSERT_FALSE(state.empty()) << "the active never expanded";
-    auto env = open_envelope(state, "test");
+    ASSERT_FALSE(run.state.empty()) << "the active never expanded";
+    auto env = open_envelope(run.state, "test");
     ASSERT_TRUE(env);
     EXPECT_EQ(env->version, 3);
-    auto restored = restore_filter(state);
-    ASSERT_TRUE(restored) << restored.error().message;
-    EXPECT_EQ((*restored)->serialize(), state);
-    auto again = make(c);
-    for (std::size_t i = 0; i <= state_at; ++i) {
-      (void)again->test_and_insert(events[i].fp, events[i].tick);
-    }
-    EXPECT_EQ(again->serialize(), state);
-    for (std::size_t i = state_at + 1; i < events.size(); ++i) {
-      ASSERT_EQ((*restored)->test_and_insert(events[i].fp, events[i].tick),
-                again->test_and_insert(events[i].fp, events[i].tick))
-          << "event " << i;
-    }
+    expect_state_replays(c, run.state, run.state_at, events);
     // The record after the hash range: a count, then tick and factor each.
-    std::string config_bytes;
-    ByteWriter w(config_bytes);
-    write_config(w, f->config());
-    const std::size_t count_at = config_bytes.size() + 4 + 3 * 8 + 4 + 8 + 8;
+    const std::size_t count_at = first_lines_at(f->config()) + 8 + 8;
     std::uint32_t n = 0, factor = 0;
     std::memcpy(&n, env->payload.data() + count_at, 4);
     ASSERT_EQ(n, 1U);
@@ -645,66 +677,34 @@ TEST(MemoryFollowsLoad, AShrunkActiveExpandsInPlaceWhenTheRateClimbsBack) {
         phased_stream(window, {{20'000, 2}, {14'000, 2}, {21'000, 3}}, 51 + bits).first;
     const Tick climb = 4 * (window + 1);
     auto f = make(c);
-    std::uint64_t peak = 0;
-    std::uint32_t most_subs = 0;
-    double worst_estimate = 0;
-    std::string state;  // the first state of a shrunk sub-filter with copies alive
-    std::size_t state_at = 0;
+    GrowthRun run;  // the state: the first of a shrunk sub-filter with copies alive
     auto counts =
         run_against_oracle(*f, events, 1, [&](std::size_t i, const Event& e, Decision, bool) {
           if (i > 0 && events[i - 1].tick == e.tick) return;
           const auto st = f->stats();
           // The first window's sealed sub-filters have left.
-          if (e.tick > 2 * (window + 1)) {
-            most_subs = std::max(most_subs, st.subfilters);
-            worst_estimate = std::max(worst_estimate, st.fpp_estimate);
-          }
+          if (e.tick > 2 * (window + 1)) run.count_subfilters_and_estimate(st);
           if (e.tick < climb) return;
-          peak = std::max(peak, st.bytes);
-          if (state.empty()) {
+          run.peak = std::max(run.peak, st.bytes);
+          if (run.state.empty()) {
             std::string now = f->serialize();
             if (auto env = open_envelope(now, "test"); env && env->version == 3) {
-              state = std::move(now);
-              state_at = i;
+              run.state = std::move(now);
+              run.state_at = i;
             }
           }
         });
-    EXPECT_EQ(counts.false_negatives, 0U);
-    EXPECT_LE(counts.fp_rate(), 1.2 * c.fpp);
-    EXPECT_LE(worst_estimate, c.fpp);
-    EXPECT_EQ(most_subs, 1U);
-    const double presized = static_cast<double>(presized_bytes(c, 21'000));
-    EXPECT_LE(static_cast<double>(peak), 2.0 * presized);
-    EXPECT_LE(static_cast<double>(f->stats().bytes), 1.5 * presized);
-    auto batch = make(c);
-    auto seq = run_against_oracle(*batch, events, 128);
-    EXPECT_EQ(seq.false_positives, counts.false_positives);
-    EXPECT_EQ(batch->serialize(), f->serialize());
+    expect_grew_in_place(c, *f, counts, run, events, 21'000);
 
-    ASSERT_FALSE(state.empty()) << "the shrunk active never expanded";
-    auto env = open_envelope(state, "test");
+    ASSERT_FALSE(run.state.empty()) << "the shrunk active never expanded";
+    auto env = open_envelope(run.state, "test");
     ASSERT_TRUE(env);
-    std::string config_bytes;
-    ByteWriter w(config_bytes);
-    write_config(w, f->config());
-    const std::size_t lines_at = config_bytes.size() + 4 + 3 * 8 + 4;
+    const std::size_t lines_at = first_lines_at(f->config());
     std::uint64_t lines = 0, span = 0;
     std::memcpy(&lines, env->payload.data() + lines_at, 8);
     std::memcpy(&span, env->payload.data() + lines_at + 8, 8);
     EXPECT_GT(span, lines) << "expanded, but not shrunk";
-    auto restored = restore_filter(state);
-    ASSERT_TRUE(restored) << restored.error().message;
-    EXPECT_EQ((*restored)->serialize(), state);
-    auto again = make(c);
-    for (std::size_t i = 0; i <= state_at; ++i) {
-      (void)again->test_and_insert(events[i].fp, events[i].tick);
-    }
-    EXPECT_EQ(again->serialize(), state);
-    for (std::size_t i = state_at + 1; i < events.size(); ++i) {
-      ASSERT_EQ((*restored)->test_and_insert(events[i].fp, events[i].tick),
-                again->test_and_insert(events[i].fp, events[i].tick))
-          << "event " << i;
-    }
+    expect_state_replays(c, run.state, run.state_at, events);
     // The expansion record follows the hash range: a count, then the tick
     // and factor of each. A hash range whose part before the expansion is
     // odd (within lines .. 2 x lines) is refused: the copies would not lie
