@@ -455,9 +455,10 @@ void TimerFilter::maybe_fold() {
   SubFilter& a = *subs_.back();
   const std::uint64_t floor = floor_lines();
   if (a.lines <= floor) return;
-  // One shrunk before (in its first window, for a projected load, with a
-  // new sub-filter's headroom) shrinks again from kShrinkFrom x what a
-  // shrink keeps.
+  // One shrunk before (by shrink_young() for a projected load with a new
+  // sub-filter's headroom, or by a shrink below) shrinks again from
+  // kShrinkFrom x what a shrink keeps: the doubled lines' extra load already
+  // costs it part of its lines.
   const double headroom = a.shrunk() ? 1.0 : kGrowthHeadroom;
   if (config_.growth == Growth::kDensity &&
       capacity(a, lambda_full_) < kShrinkFrom * headroom * static_cast<double>(a.alive.sum)) {
@@ -519,7 +520,8 @@ void TimerFilter::maybe_fold() {
   // an active that could hold more than kShrinkFrom x what a new sub-filter
   // would get merges line pairs down to what a fold keeps (linear hashing,
   // header). Only a lone one (no sealed one takes a share of the target)
-  // that has lived a whole window, on a load that fell and has settled: what
+  // that has lived a whole window (a younger one returned above), on a load
+  // that fell and has settled: what
   // it will hold at this tick's end at the current rate (the window's past
   // ticks and this one; a tick is a ninth of a 4-bit timer's window) is at
   // least what the rate brings in a window and at most kSettled x that. A
@@ -527,10 +529,7 @@ void TimerFilter::maybe_fold() {
   // repeats, the rate of new identities dips and then rises for a window),
   // and what it needs is not known yet.
   const double keep = content + rate;
-  if (subs_.size() != 1 || clock_ - a.created <= window || keep < turnover ||
-      keep > kSettled * turnover) {
-    return;
-  }
+  if (subs_.size() != 1 || keep < turnover || keep > kSettled * turnover) return;
   if (capacity(a, lambda) < kShrinkFrom * headroom * keep) return;
   const std::uint64_t lines = shrink_size(a, kFoldHeadroom * keep, lambda);
   if (lines < a.lines) remap_by(a, a.span, lines);

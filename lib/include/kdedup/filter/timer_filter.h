@@ -117,26 +117,25 @@
 // ticks at the current rate, while the entries leaving it do not keep up
 // with that rate (or this tick may not fit), is instead copied, at the
 // start of a tick, into m times its lines: a fingerprint in line j of L
-// lines (multiply-high range reduction) is in one of lines j m .. j m + m
-// - 1 of m L, and its probe cells do not depend on the line count, so a
-// copy of line j in each
-// of them keeps every live entry where a query looks (no false negative),
-// and only the new array is held once the copy is done. Each entry held
-// then is now in m lines, and the fpp model counts it m times (counted():
-// the per-tick counts before the expansion's tick, times the product of the
-// factors of the expansions after it) until it expires; new insertions
-// count once. So the expanded active starts as full as it was, and each
-// expiring copied entry makes room for m insertions: m (5-smooth, at least
-// 2) is the least that keeps up with the current rate over the next W / 8
-// ticks, in which the oldest entries leave, and, with 10% over, over a
-// window. It expands only when that holds less than sealing would (m - 1
-// times its lines at most what a new rate-sized sub-filter would get), and
-// never a probe; up to kMaxSplits expansions may have live copies, and a
-// fold or shrink waits until they have expired. A shrunk sub-filter (below)
-// keeps its shape: m L lines over m times its (even) hash range, whose
-// doubled lines are the copies of its doubled lines, so the same estimate
-// counts them. A step in the rate that fills the active within a tick
-// still seals it.
+// lines (multiply-high range reduction) is in one of lines j m .. j m +
+// m - 1 of m L, and its probe cells do not depend on the line count, so a
+// copy of line j in each of them keeps every live entry where a query looks
+// (no false negative), and only the new array is held once the copy is
+// done. Each entry held then is now in m lines, and the fpp model counts it
+// m times (counted(): the per-tick counts before the expansion's tick,
+// times the product of the factors of the expansions after it) until it
+// expires; new insertions count once. So the expanded active starts as
+// full as it was, and each expiring copied entry makes room for m
+// insertions: m (5-smooth, at least 2) is the least that keeps up with the
+// current rate over the next W / 8 ticks, in which the oldest entries
+// leave, and, with 10% over, over a window. It expands only when that
+// holds less than sealing would (m - 1 times its lines at most what a new
+// rate-sized sub-filter would get), and never a probe; up to kMaxSplits
+// expansions may have live copies, and a fold or shrink waits until they
+// have expired. A shrunk sub-filter (below) keeps its shape: m L lines
+// over m times its (even) hash range, whose doubled lines are the copies of
+// its doubled lines, so the same estimate counts them. A step in the rate
+// that fills the active within a tick still seals it.
 // Sealed sub-filters are freed once their newest insertion is older than the
 // window. Shrink (fold): once the window has turned over at the current rate
 // (the active holds at most kSettled x what the rate over the last W / 4
