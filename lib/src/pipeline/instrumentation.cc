@@ -109,6 +109,13 @@ void AuditedFilter::after_batch() {
   probe_->publish(inner_->stats());
 }
 
+void AuditedFilter::flush() {
+  if (batches_since_stats_ == 0) return;
+  batches_since_stats_ = 0;
+  last_stats_ = std::chrono::steady_clock::now();
+  probe_->publish(inner_->stats());
+}
+
 // ---------------------------------------------------------------------------
 
 Instrumentation::Instrumentation(metrics::Metrics& metrics, const config::Config& config)

@@ -110,6 +110,7 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
 Slice::~Slice() = default;
 
 void Slice::check_quiet(std::int64_t wall_ms) {
+  if (filter_) filter_->flush();
   if (last_active_ms_ < 0) last_active_ms_ = wall_ms;  // a spell starts at the first check
   if (quiet_ || !filter_ || wall_ms - last_active_ms_ < quiet_after_ms()) return;
   filter_->quiet();

@@ -245,8 +245,9 @@ void Worker::capture_due_idle() {
 
 void Worker::check_quiet() {
   // Once a second, busy or idle: slices that got no batch for a while
-  // lower their filter's memory demand (Slice::check_quiet()); a scan of
-  // the worker's slices, a few nanoseconds each.
+  // lower their filter's memory demand, and each filter reports what its
+  // last batch left unreported (Slice::check_quiet()); a scan of the
+  // worker's slices, a few nanoseconds each unless a batch came.
   constexpr auto kEvery = std::chrono::seconds(1);
   const auto now = Clock::now();
   if (now - quiet_checked_ < kEvery) return;

@@ -120,6 +120,26 @@ TEST(AuditedFilter, DecidesExactlyLikeTheFilterItWraps) {
   EXPECT_EQ(audited.probe->read().insertions, plain->stats().insertions);
 }
 
+TEST(AuditedFilter, FlushReportsWhatTheLastBatchLeftUnreported) {
+  // Statistics are copied every 4 batches or a second apart, after a batch:
+  // a partition's last batch before it goes quiet would stay unreported
+  // (kdedup_filter_bytes showed the size before a growth for as long as no
+  // record came). The owner's flush(), once a second, copies them.
+  filter::FilterConfig c;  // timer filter
+  c.capacity = 2'000;
+  Audited audited(c, 1);
+  const auto fps = stream(256, 1'000'000, 2);
+  const std::vector<Tick> ticks(fps.size(), 0);
+  std::vector<Decision> out(fps.size());
+  audited.filter->test_and_insert_batch(fps, ticks, out);
+  const std::uint64_t inserted = audited.filter->stats().insertions;
+  ASSERT_GT(inserted, 0U);
+  EXPECT_EQ(audited.probe->read().insertions, 0U);  // as published at construction
+  audited.filter->flush();
+  EXPECT_EQ(audited.probe->read().insertions, inserted);
+  EXPECT_EQ(audited.probe->read().bytes, audited.filter->stats().bytes);
+}
+
 TEST(AuditedFilter, CountsConfirmedFalsePositivesOfATinyFilter) {
   filter::FilterConfig c;
   c.type = filter::FilterType::kAging;

@@ -124,6 +124,12 @@ class SlidingFilter {
   /// publishes what it holds).
   virtual void quiet() {}
 
+  /// Called about once a second by the owner, busy or idle: a wrapper that
+  /// reports on the filter now and then, after a batch, reports what the
+  /// last batch left unreported (a partition's last batch before it goes
+  /// quiet). The default does nothing.
+  virtual void flush() {}
+
   /// Full state in a versioned, checksummed envelope (kdedup/common/bytes.h).
   [[nodiscard]] virtual std::string serialize() const = 0;
 };

@@ -68,7 +68,8 @@ struct FilterProbe {
 /// on fingerprints the sampler selects (1/N of the identity space) go to the
 /// AuditSampler, whose counts are pushed to the partition's metrics once per
 /// batch; every `stats_every` batches, or at least a second apart, the inner
-/// filter's stats() is copied into the FilterProbe.
+/// filter's stats() is copied into the FilterProbe, and by flush() when a
+/// batch since the last copy was not.
 ///
 /// serialize() returns the *inner* filter's state: snapshots store the real
 /// filter, never this wrapper, so restore_filter() of the blob gives back
@@ -101,6 +102,7 @@ class AuditedFilter final : public filter::SlidingFilter {
     inner_->set_memory_budget(std::move(budget));
   }
   void quiet() override { inner_->quiet(); }
+  void flush() override;
 
   [[nodiscard]] const filter::SlidingFilter& inner() const noexcept { return *inner_; }
   /// Audit totals since creation (tests, logs); null without a sampler.
@@ -116,7 +118,7 @@ class AuditedFilter final : public filter::SlidingFilter {
   std::shared_ptr<metrics::PartitionMetrics> metrics_;
   std::shared_ptr<FilterProbe> probe_;
   std::uint32_t stats_every_;
-  std::uint32_t batches_since_stats_ = 0;
+  std::uint32_t batches_since_stats_ = 0;  ///< batches since the last copy
   std::chrono::steady_clock::time_point last_stats_{};
 };
 

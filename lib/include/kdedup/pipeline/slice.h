@@ -253,7 +253,8 @@ class Slice {
   /// active() with the wall clock of every batch and check_quiet() now and
   /// then. Once no batch came for quiet_after_ms() of wall time, the filter
   /// is told once (SlidingFilter::quiet(): it lowers its memory demand to
-  /// what it holds); a batch ends the spell.
+  /// what it holds); a batch ends the spell. Each check_quiet() also calls
+  /// the filter's flush() (its statistics after the last batch).
   void active(std::int64_t wall_ms) noexcept {
     last_active_ms_ = wall_ms;
     quiet_ = false;
