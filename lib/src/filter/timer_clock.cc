@@ -134,6 +134,7 @@ void TimerFilter::clear_all(Tick now) {
   overfull_ = false;
   observe_budget();
   give_back();
+  fold_drained();
   maybe_fold();
   maybe_expand();
   publish_demand();

@@ -186,7 +186,11 @@ double TimerFilter::active_lambda() const {
   if (subs_.size() == 1 && active.share >= 1.0) return lambda_full_;
   double sealed = 0;
   for (std::size_t i = 0; i + 1 < subs_.size(); ++i) sealed += subfilter_fpp(*subs_[i]);
-  const double budget = kBudgetShare * std::min(target_ - sealed, active.share * target_);
+  return lambda_for_sealed(sealed);
+}
+
+double TimerFilter::lambda_for_sealed(double sealed) const {
+  const double budget = kBudgetShare * std::min(target_ - sealed, subs_.back()->share * target_);
   return budget > 0 ? model_->lambda_for(budget) : 0.0;
 }
 
@@ -357,7 +361,12 @@ void TimerFilter::maybe_expand() {
   // copies are those of the earlier buckets (SubFilter::copies_before).
   if (clock_ % a.alive.width != 0 || tick_inserts_ != 0) return;
   const Tick horizon = growth_horizon();
-  const double rate = growth_rate();
+  // Over at least two ticks: with the shortest windows (a 4-bit filter's
+  // tick is a ninth of its window) one tick can insert a quarter more than
+  // the rest (the stream's first tick, all new, leaves a window later and
+  // its popular identities come straight back, every window), and a
+  // steady filter shrunk to 10% over what it holds doubled on it.
+  const double rate = growth_rate(2);
   if (!(rate > 0)) return;
   const double lambda = active_lambda();
   if (!(lambda > 0)) return;
@@ -640,14 +649,87 @@ Tick TimerFilter::growth_horizon() const {
       1.0, std::ceil(kGrowthHorizonShare * static_cast<double>(config_.ticks_per_window))));
 }
 
-double TimerFilter::growth_rate() const {
-  const Tick horizon = growth_horizon();
-  return std::max(recent_rate(horizon), recent_rate((horizon + 3) / 4));
+double TimerFilter::growth_rate(Tick least) const {
+  const Tick horizon = std::max(least, growth_horizon());
+  return std::max(recent_rate(horizon), recent_rate(std::max(least, (horizon + 3) / 4)));
 }
 
 Tick TimerFilter::fold_horizon() const {
   return static_cast<Tick>(
       std::max(1.0, std::ceil(kFoldHorizonShare * static_cast<double>(config_.ticks_per_window))));
+}
+
+std::uint64_t TimerFilter::fold_sealed(SubFilter& s, double alive, const DrainGuard* guard) {
+  if (s.alive.sum == 0 || s.lines < 2 * floor_lines() || !s.splits.empty()) return 0;
+  // Its share of the effective target in proportion to its live entries:
+  // the sealed ones together take what they hold of the window, the active
+  // the rest (active_lambda()).
+  const double content = static_cast<double>(s.alive.sum);
+  const double lambda = model_->lambda_for(kBudgetShare * target_ * content / alive);
+  if (!(lambda > 0)) return 0;
+  const auto need = std::max(
+      floor_lines(), static_cast<std::uint64_t>(std::ceil(kFoldHeadroom * content / lambda)));
+  std::uint64_t span = fold_lines(s, need), lines = span;
+  if (span == 0) {
+    // No fold by an integer factor fits: merge line pairs (linear hashing,
+    // header), once that frees at least kDrainStep of its lines.
+    if (guard == nullptr) return 0;
+    span = s.span;
+    lines = shrink_size(s, kFoldHeadroom * content, lambda);
+    if (static_cast<double>(lines) > (1.0 - kDrainStep) * static_cast<double>(s.lines)) return 0;
+  }
+  if (guard != nullptr) {
+    // The active's share falls by what this one's rises: only from room the
+    // active will not need, at the current rate, before this one has
+    // drained (sealing or expanding it would cost more than this frees).
+    const Tick drained = s.last_insert + config_.ticks_per_window + 1;
+    const double until =
+        kFoldHeadroom * guard->rate * static_cast<double>(drained > clock_ ? drained - clock_ : 0);
+    const double sealed = guard->sealed_fpp - subfilter_fpp(s) + fpp_of(span, lines, counted(s));
+    // Nor past the share a rate-sized successor is planned to leave them
+    // (growth_lines()), where the active now is a probe with a small one.
+    if (sealed > (1.0 - kPlanShare) * target_) return 0;
+    const SubFilter& a = *subs_.back();
+    const double room = capacity(a, lambda_for_sealed(sealed)) - static_cast<double>(a.alive.sum);
+    if (room < std::min(guard->room, until)) return 0;
+  }
+  const std::uint64_t lines_before = s.lines;
+  remap_by(s, span, lines);
+  return lines_before - s.lines;
+}
+
+void TimerFilter::fold_drained() {
+  // Runs at every tick: with one sub-filter (the usual case) it returns at
+  // once. A sealed sub-filter takes no insertions and drains over a window;
+  // while it does, the filter holds it beside the active, which is the
+  // peak of a climb (docs/performance.md, "Peaks on streams with
+  // repeats"). Each one folds, or shrinks in place, to what its live
+  // entries need at their share of the target, as give_back() folds them
+  // over a budget: the active's share grows by what theirs loses
+  // (active_lambda()), and no live entry is dropped. Not over a budget's
+  // limit, where give_back() folds them to its share and the active may
+  // take inserts up to the effective target alone (enter_overfull()):
+  // their fpp would come on top of it.
+  if (config_.growth != Growth::kDensity || subs_.size() < 2 || budget_part() >= 0) return;
+  const double alive = static_cast<double>(alive_total());
+  if (!(alive > 0)) return;
+  DrainGuard guard;
+  guard.rate = growth_rate();
+  if (!(guard.rate > 0)) return;  // no rate to keep room for yet
+  const SubFilter& a = *subs_.back();
+  auto measure = [&] {
+    guard.sealed_fpp = fpp_budget_used() - subfilter_fpp(a);
+    guard.room =
+        capacity(a, lambda_for_sealed(guard.sealed_fpp)) - static_cast<double>(a.alive.sum);
+  };
+  measure();
+  bool changed = false;
+  for (std::size_t i = 0; i + 1 < subs_.size(); ++i) {
+    if (fold_sealed(*subs_[i], alive, &guard) == 0) continue;
+    changed = true;
+    measure();
+  }
+  if (changed) refresh_threshold();
 }
 
 void TimerFilter::give_back() {
@@ -661,22 +743,9 @@ void TimerFilter::give_back() {
   const std::uint64_t floor = floor_lines();
   bool folded = false;
   for (std::size_t i = 0; i + 1 < subs_.size() && held > part; ++i) {
-    SubFilter& s = *subs_[i];
-    if (s.alive.sum == 0 || s.lines < 2 * floor || !s.splits.empty()) continue;
-    // Its share of the effective target in proportion to its live entries:
-    // the sealed ones together take what they hold of the window, the
-    // active the rest (active_lambda()).
-    const double held_share = static_cast<double>(s.alive.sum) / alive;
-    const double lambda = model_->lambda_for(kBudgetShare * target_ * held_share);
-    if (!(lambda > 0)) continue;
-    const auto need =
-        std::max(floor, static_cast<std::uint64_t>(
-                            std::ceil(kFoldHeadroom * static_cast<double>(s.alive.sum) / lambda)));
-    const std::uint64_t size = fold_lines(s, need);
-    if (size == 0) continue;
-    held -= static_cast<double>((s.lines - size) * kLineBytes);
-    remap_by(s, size, size);
-    folded = true;
+    const std::uint64_t freed = fold_sealed(*subs_[i], alive, nullptr);
+    held -= static_cast<double>(freed * kLineBytes);
+    folded = folded || freed != 0;
   }
   if (folded) refresh_threshold();
   // Then the active, sized while the target was lower (before the budget's

@@ -259,6 +259,9 @@ class TimerFilter final : public SlidingFilter {
   static constexpr std::size_t kMaxSubfilters = 32;
   /// Expansions in place whose copies may be alive at once, per sub-filter.
   static constexpr std::size_t kMaxSplits = 4;
+  /// A draining sealed sub-filter shrinks in place once that frees at least
+  /// this share of its lines.
+  static constexpr double kDrainStep = 0.25;
   /// The active expands in place when the room it has left would last
   /// fewer than this many ticks at the current rate.
   static constexpr double kExpandAhead = 2.0;
@@ -409,11 +412,28 @@ class TimerFilter final : public SlidingFilter {
   /// Elements `s` holds when it reaches the fpp of load `lambda` (lambda x
   /// lines unless shrunk).
   [[nodiscard]] double capacity(const SubFilter& s, double lambda) const;
+  /// The active's load per line when the sealed sub-filters' estimates sum
+  /// to `sealed` (active_lambda()).
+  [[nodiscard]] double lambda_for_sealed(double sealed) const;
   /// Over a budget's limit, while this filter holds more than its share of
   /// it: folds sealed sub-filters to the load the effective target allows
   /// them, then the active down to what is left of the share, so that the
   /// partitions that grew later get room.
   void give_back();
+  /// What fold_drained() keeps for the active: the current rate, its room
+  /// now, and the sealed sub-filters' fpp estimates summed.
+  struct DrainGuard {
+    double rate = 0;
+    double room = 0;
+    double sealed_fpp = 0;
+  };
+  /// Folds the sealed `s` to what its live entries need at their share (of
+  /// `alive`, the filter's live entries) of the effective target; returns
+  /// the lines freed. With a `guard`, shrinks it in place when no fold
+  /// fits, and neither when that would fill the active before `s` drains.
+  std::uint64_t fold_sealed(SubFilter& s, double alive, const DrainGuard* guard);
+  /// Every sealed sub-filter, at every tick, as it drains (fold_sealed()).
+  void fold_drained();
   /// This filter's share of the budget's limit (in proportion to its
   /// published demand at the target) while the total demand exceeds the
   /// limit; -1 otherwise (no limited budget, or everything fits).
@@ -427,8 +447,9 @@ class TimerFilter final : public SlidingFilter {
   /// sizes growth.
   [[nodiscard]] Tick growth_horizon() const;
   /// Insertions per tick that size growth: the larger of the rates over the
-  /// last growth_horizon() and a quarter of it; -1 if there are none.
-  [[nodiscard]] double growth_rate() const;
+  /// last growth_horizon() and a quarter of it, each over at least `least`
+  /// ticks; -1 if there are none.
+  [[nodiscard]] double growth_rate(Tick least = 1) const;
   /// Expands the active in place by an integer factor (every line copied
   /// into the lines that replace it) when it is about to fill, the window
   /// has turned over, and that holds less than sealing it and adding one
