@@ -135,9 +135,18 @@
 // have expired. A shrunk sub-filter (below) keeps its shape: m L lines
 // over m times its (even) hash range, whose doubled lines are the copies of
 // its doubled lines, so the same estimate counts them. A step in the rate
-// that fills the active within a tick still seals it.
+// that fills the active within a tick still seals it. The rate here is read
+// over at least two ticks: with a window of a few ticks one tick can insert
+// a quarter more than the others (the stream's first tick, all new, echoes
+// every window), and a steady active doubled on it.
 // Sealed sub-filters are freed once their newest insertion is older than the
-// window. Shrink (fold): once the window has turned over at the current rate
+// window. Until then each one, as it drains, folds (or shrinks in place,
+// below, once that frees kDrainStep of its lines) to what its live entries
+// need at their share of the target in proportion to them, as over a
+// budget (below), but only from room the active will not need: the active
+// keeps the room the current rate asks of it until that one has drained,
+// and the sealed ones together stay within (1 - kPlanShare) of the target,
+// what a rate-sized successor leaves them (fold_drained()). Shrink (fold): once the window has turned over at the current rate
 // (the active holds at most kSettled x what the rate over the last W / 4
 // ticks brings in a window) and the active is at least twice what 1.1 x
 // max(what it holds, that rate x (W + 1)) needs, it folds in place by an
