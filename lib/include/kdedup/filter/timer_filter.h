@@ -146,7 +146,8 @@
 // budget (below), but only from room the active will not need: the active
 // keeps the room the current rate asks of it until that one has drained,
 // and the sealed ones together stay within (1 - kPlanShare) of the target,
-// what a rate-sized successor leaves them (fold_drained()). Shrink (fold): once the window has turned over at the current rate
+// what a rate-sized successor leaves them (fold_drained()).
+// Shrink (fold): once the window has turned over at the current rate
 // (the active holds at most kSettled x what the rate over the last W / 4
 // ticks brings in a window) and the active is at least twice what 1.1 x
 // max(what it holds, that rate x (W + 1)) needs, it folds in place by an
