@@ -833,7 +833,8 @@ TEST(MemoryFollowsLoad, ASealedSubFilterFoldsAsItDrains) {
   // the room the rate asks of it until they have drained (4-bit: 2 such
   // steps, 8-bit 3, 16-bit 4; they kept their size until they left
   // before). No false negative, the estimate within the target at every
-  // event, and the batch path alike.
+  // event, the batch path alike, and a snapshot taken just after a sealed
+  // one folded restores to the same decisions.
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
@@ -843,19 +844,30 @@ TEST(MemoryFollowsLoad, ASealedSubFilterFoldsAsItDrains) {
     std::vector<std::uint64_t> before = timer.subfilter_bytes();
     std::uint64_t drain_folds = 0;
     double worst_estimate = 0;
-    auto counts = run_against_oracle(*f, events, 1, [&](std::size_t, const Event&, Decision, bool) {
-      const std::vector<std::uint64_t> now = timer.subfilter_bytes();
-      // The same sub-filters (new ones join at the back, expired ones
-      // leave), the oldest sealed one smaller.
-      if (now.size() >= 2 && now.size() == before.size() && now.front() < before.front()) {
-        ++drain_folds;
-      }
-      before = now;
-      worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
-    });
+    std::string state;  // the first taken after a sealed one folded
+    std::size_t state_at = 0;
+    auto counts =
+        run_against_oracle(*f, events, 1, [&](std::size_t i, const Event&, Decision, bool) {
+          const std::vector<std::uint64_t> now = timer.subfilter_bytes();
+          // The same sub-filters (new ones join at the back, expired ones
+          // leave), the oldest sealed one smaller.
+          if (now.size() >= 2 && now.size() == before.size() && now.front() < before.front()) {
+            ++drain_folds;
+            if (state.empty()) {
+              state = f->serialize();
+              state_at = i;
+            }
+          }
+          before = now;
+          worst_estimate = std::max(worst_estimate, f->stats().fpp_estimate);
+        });
     EXPECT_GE(drain_folds, 2U);
     EXPECT_EQ(counts.false_negatives, 0U);
     EXPECT_LE(worst_estimate, c.fpp);
+    // A snapshot of the folded sealed sub-filter beside the active restores
+    // to the same decisions.
+    ASSERT_FALSE(state.empty());
+    expect_state_replays(c, state, state_at, events);
     auto batch = make(c);
     auto seq = run_against_oracle(*batch, events, 128);
     EXPECT_EQ(seq.false_positives, counts.false_positives);
