@@ -184,9 +184,13 @@ double TimerFilter::active_lambda() const {
   // The common case (one sub-filter at its full share) needs no solve: this
   // runs every tick.
   if (subs_.size() == 1 && active.share >= 1.0) return lambda_full_;
-  double sealed = 0;
-  for (std::size_t i = 0; i + 1 < subs_.size(); ++i) sealed += subfilter_fpp(*subs_[i]);
-  return lambda_for_sealed(sealed);
+  return lambda_for_sealed(sealed_fpp());
+}
+
+double TimerFilter::sealed_fpp() const {
+  double sum = 0;
+  for (std::size_t i = 0; i + 1 < subs_.size(); ++i) sum += subfilter_fpp(*subs_[i]);
+  return sum;
 }
 
 double TimerFilter::lambda_for_sealed(double sealed) const {
@@ -718,7 +722,7 @@ void TimerFilter::fold_drained() {
   if (!(guard.rate > 0)) return;  // no rate to keep room for yet
   const SubFilter& a = *subs_.back();
   auto measure = [&] {
-    guard.sealed_fpp = fpp_budget_used() - subfilter_fpp(a);
+    guard.sealed_fpp = sealed_fpp();
     guard.room =
         capacity(a, lambda_for_sealed(guard.sealed_fpp)) - static_cast<double>(a.alive.sum);
   };

@@ -63,8 +63,7 @@ AuditedFilter::AuditedFilter(std::unique_ptr<filter::SlidingFilter> inner,
       probe_(std::move(probe)),
       stats_every_(std::max<std::uint32_t>(1, stats_every)) {
   // The gauges exist from assignment on, before the first record.
-  probe_->publish(inner_->stats());
-  last_stats_ = std::chrono::steady_clock::now();
+  publish_stats();
 }
 
 filter::Decision AuditedFilter::test_and_insert(const filter::Fingerprint& fp, filter::Tick now) {
@@ -104,13 +103,14 @@ void AuditedFilter::after_batch() {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_stats_ < std::chrono::seconds(1)) return;
   }
-  batches_since_stats_ = 0;
-  last_stats_ = std::chrono::steady_clock::now();
-  probe_->publish(inner_->stats());
+  publish_stats();
 }
 
 void AuditedFilter::flush() {
-  if (batches_since_stats_ == 0) return;
+  if (batches_since_stats_ != 0) publish_stats();
+}
+
+void AuditedFilter::publish_stats() {
   batches_since_stats_ = 0;
   last_stats_ = std::chrono::steady_clock::now();
   probe_->publish(inner_->stats());

@@ -582,9 +582,10 @@ TEST_F(RateFall, ByLessThanHalfShrinksInPlaceAndItsSnapshotRestoresShrunk) {
 
 TEST_F(RateFall, ThenAClimbGrowsTheShrunkFilterInPlaceAndItRestoresWithItsCopiesAlive) {
   // The fall (the timer filter shrinks in place), then 2,800 new
-  // identities a second for five seconds. The shrunk sub-filter grows in place, keeping
-  // its shape: each line is copied into m lines (docs/performance.md,
-  // "Growth in place"), where it was sealed beside a new sub-filter before.
+  // identities a second for five seconds. The shrunk sub-filter grows in
+  // place, keeping its shape: each line is copied into m lines
+  // (docs/performance.md, "Growth in place"), where it was sealed beside a
+  // new sub-filter before.
   // The instance stops within a window of that, so its snapshot holds the
   // copies still alive (timer state format 3). The next instance restores
   // it unrefused and as large, drops every identity of the window sent

@@ -422,6 +422,8 @@ class TimerFilter final : public SlidingFilter {
   /// Elements `s` holds when it reaches the fpp of load `lambda` (lambda x
   /// lines unless shrunk).
   [[nodiscard]] double capacity(const SubFilter& s, double lambda) const;
+  /// The sealed sub-filters' fpp estimates summed (all but the active).
+  [[nodiscard]] double sealed_fpp() const;
   /// The active's load per line when the sealed sub-filters' estimates sum
   /// to `sealed` (active_lambda()).
   [[nodiscard]] double lambda_for_sealed(double sealed) const;

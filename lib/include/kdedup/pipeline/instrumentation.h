@@ -112,6 +112,8 @@ class AuditedFilter final : public filter::SlidingFilter {
 
  private:
   void after_batch();
+  /// Copies the inner filter's stats() into the probe now.
+  void publish_stats();
 
   std::unique_ptr<filter::SlidingFilter> inner_;
   std::optional<metrics::AuditSampler> sampler_;
