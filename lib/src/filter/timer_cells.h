@@ -450,7 +450,11 @@ struct WindowCount {
   std::size_t current = 0;  // ring slot of the clock's bucket
 
   void init(std::uint32_t window) {
-    width = std::max<std::uint64_t>(1, (std::uint64_t{window} + 1 + 1023) / 1024);
+    init(window, std::max<std::uint64_t>(1, (std::uint64_t{window} + 1 + 1023) / 1024));
+  }
+  /// Buckets of `bucket_width` ticks over `window` ticks.
+  void init(std::uint32_t window, std::uint64_t bucket_width) {
+    width = bucket_width;
     ring.assign(window / width + 2, 0);
     first = 0;
     sum = 0;
@@ -510,6 +514,9 @@ struct TimerFilter::SubFilter {
     std::uint32_t factor = 1;
   };
   std::vector<Split> splits;
+  // Until this tick, a shrink waits for the echo of an expansion whose
+  // copies have just expired (maybe_fold()); not serialized.
+  Tick echo_until = 0;
 
   std::uint8_t* line(std::uint64_t i) const { return data.get() + i * kLineBytes; }
   std::uint64_t bytes() const { return lines * kLineBytes; }

@@ -107,10 +107,12 @@ void TimerFilter::clear_all(Tick now) {
     for (auto& s : subs_) {
       s->alive.advance(now, window);
       // An expansion's copies have expired once nothing inserted before it
-      // is left in the window.
-      std::erase_if(s->splits, [&](const SubFilter::Split& x) {
+      // is left in the window; what it made room for leaves from now on,
+      // and may come back (maybe_fold()).
+      const auto expired = std::erase_if(s->splits, [&](const SubFilter::Split& x) {
         return s->alive.sum_buckets(0, x.tick / s->alive.width) == 0;
       });
+      if (expired != 0) s->echo_until = now + window + 1;
     }
     // Free sealed sub-filters whose newest insertion left the window.
     const SubFilter* active = subs_.back().get();
@@ -118,6 +120,7 @@ void TimerFilter::clear_all(Tick now) {
       return s.get() != active && (s->inserts == 0 || now - s->last_insert > window);
     });
   }
+  queries_->advance(now, queries_span_);
   // The arrival rate: the queries since the last clock move, spread over
   // the ticks it moved, into a moving average of about W / 4 ticks.
   const double horizon =

@@ -33,6 +33,13 @@ Result<std::unique_ptr<TimerFilter>> TimerFilter::make_empty(const FilterConfig&
   f->model_ = sizing::BlockedModel::get(f->cells_per_line_, f->k_);
   f->target_ = config.fpp;
   f->lambda_full_ = layout.elements_per_block;
+  // Queries in the window's buckets over the growth horizon and a bucket
+  // more: recent() sums whole buckets.
+  WindowCount buckets;
+  buckets.init(config.ticks_per_window);
+  f->queries_span_ = static_cast<std::uint32_t>(f->growth_horizon() + buckets.width);
+  f->queries_ = std::make_unique<WindowCount>();
+  f->queries_->init(f->queries_span_, buckets.width);
   if (config.equal_timers > f->k_) {
     return fail("equal_timers (" + std::to_string(config.equal_timers) +
                 ") must not exceed the number of probes k = " + std::to_string(f->k_) +
@@ -375,6 +382,7 @@ template <unsigned Bits>
 Decision TimerFilter::test_and_insert(const Fingerprint& fp, Tick now) {
   if (now > clock_) move_clock(now);
   ++arrivals_;
+  queries_->add(1);
   switch (config_.timer_bits) {
     case 4:
       return decide<4>(fp);
@@ -433,6 +441,7 @@ template <unsigned Bits, class Prober>
     if (ticks[i] > clock_) move_clock(ticks[i]);
     std::size_t end = i;
     while (end < n && ticks[end] <= clock_) ++end;
+    const std::size_t from = i;
     i = view_.shrunk ? run_tick<Bits, Prober, TickView>(fps, out, i, end, prefetch_end)
                      : run_tick<Bits, Prober, UnshrunkView>(fps, out, i, end, prefetch_end);
     if (i < end) {
@@ -441,6 +450,9 @@ template <unsigned Bits, class Prober>
       out[i] = decide<Bits>(fps[i]);
       ++i;
     }
+    // Queries at the tick they were made at (domain_bound()).
+    arrivals_ += i - from;
+    queries_->add(i - from);
   }
 }
 
@@ -536,7 +548,6 @@ void TimerFilter::decide_batch_k(std::span<const Fingerprint> fps, std::span<con
 
 void TimerFilter::test_and_insert_batch(std::span<const Fingerprint> fps,
                                         std::span<const Tick> ticks, std::span<Decision> out) {
-  arrivals_ += fps.size();
   switch (config_.timer_bits) {
     case 4:
       return decide_batch_k<4>(fps, ticks, out);

@@ -1,6 +1,8 @@
 // Timer filter: sub-filter sizes, the memory budget, growth by sealing and
 // shrink by folding (seed 000 §5; "Dynamic size" in timer_filter.h).
 
+#include <limits>
+
 #include "timer_cells.h"
 
 namespace kdedup::filter {
@@ -203,16 +205,34 @@ void TimerFilter::refresh_threshold() {
   refresh_view();
 }
 
-double TimerFilter::recent_rate(Tick horizon) const {
-  if (insertions_ == 0) return -1;
+TimerFilter::Recent TimerFilter::recent(Tick horizon) const {
+  if (insertions_ == 0) return {};
   const Tick from = std::max({first_tick_, history_from_, clock_ > horizon ? clock_ - horizon : 0});
   const std::uint64_t width = subs_.back()->alive.width;
   // Whole buckets strictly before the clock's (the current one is partial).
   const std::uint64_t b_from = (from + width - 1) / width, b_to = clock_ / width;
-  if (b_to <= b_from) return -1;
+  if (b_to <= b_from) return {};
   std::uint64_t n = 0;
   for (const auto& s : subs_) n += s->alive.sum_buckets(b_from, b_to);
-  return static_cast<double>(n) / static_cast<double>((b_to - b_from) * width);
+  return {static_cast<double>(n), static_cast<double>(queries_->sum_buckets(b_from, b_to)),
+          static_cast<double>((b_to - b_from) * width)};
+}
+
+double TimerFilter::recent_rate(Tick horizon) const {
+  const Recent r = recent(horizon);
+  return r.ticks > 0 ? r.inserted / r.ticks : -1;
+}
+
+double TimerFilter::domain_bound() const {
+  // Identities drawn from a domain of D, n of them in the window: a query
+  // is new with probability 1 - n / D (uniform draws), so D = n / (the
+  // share of repeats). On a skewed stream the share of repeats is larger
+  // than that (the popular identities recur), and the bound is below what
+  // the window may reach: an expansion sized by it may be followed by
+  // another.
+  const Recent r = recent(growth_horizon());
+  if (!(r.queried > r.inserted)) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(alive_total()) * r.queried / (r.queried - r.inserted);
 }
 
 TimerFilter::GrowthTarget TimerFilter::growth_target() const {
@@ -376,19 +396,29 @@ void TimerFilter::maybe_expand() {
   if (!(lambda > 0)) return;
   const double room = capacity(a, lambda) - static_cast<double>(a.alive.sum);
   // Past its limit already (the target fell): the first insertion seals it.
-  if (room >= kExpandAhead * rate || !(room > 0)) return;
+  // On a steep climb (a rate that would more than double what the window
+  // holds), ahead by the growth horizon: the earlier, the more room is left
+  // that each line copied doubles, and the smaller the factor. (Not on the
+  // ripples of a steady stream: the identities of its first ticks leave
+  // together and come back, every window.)
+  const double soon = static_cast<double>(horizon);
+  const bool steep =
+      rate * static_cast<double>(window + 1) > kSteepClimb * static_cast<double>(alive_total());
+  if (room >= (steep ? std::max(kExpandAhead, soon) : kExpandAhead) * rate || !(room > 0)) return;
   const std::uint64_t width = a.alive.width;
   const std::uint64_t b_now = clock_ / width + 1;
   // After an expansion by m every entry held now counts m times (copies),
   // and so does the room it frees when it expires. The room must keep up
   // with the insertions at the current rate: over the next `horizon` ticks,
   // in which the oldest entries leave, and, with kFoldHeadroom over it,
-  // over a window, in which all of them do. m is 5-smooth, so that a later
-  // fold finds divisors.
+  // over a window, in which all of them do, up to what the window can hold
+  // (domain_bound(): a burst of repeats brings new identities fast at first,
+  // and fewer as the domain fills). m is 5-smooth, so that a later fold
+  // finds divisors.
   const std::uint64_t b_leave = std::min(b_now, (clock_ + horizon - window) / width);
-  const double soon = static_cast<double>(horizon);
   const double near = rate * soon / (room + a.copies_before(b_leave));
-  const double far = rate * static_cast<double>(window + 1) / (room + counted(a));
+  const double far =
+      std::min(rate * static_cast<double>(window + 1), domain_bound()) / (room + counted(a));
   // The entries that leave keep up with the rate, over the next ticks and
   // over a window, and this tick fits (with kGrowthHeadroom to spare): a
   // steady stream at its limit, which frees a tick's worth at every tick.
@@ -541,8 +571,12 @@ void TimerFilter::maybe_fold() {
   // rate that is not falling may be climbing back (after a burst of
   // repeats, the rate of new identities dips and then rises for a window),
   // and what it needs is not known yet.
+  // Nor within a window of an expansion's copies expiring: what it made
+  // room for (the first ticks of a burst) leaves together from then on,
+  // and on a stream that recurs comes straight back (the echo).
   const double keep = content + rate;
   if (subs_.size() != 1 || keep < turnover || keep > kSettled * turnover) return;
+  if (clock_ < a.echo_until) return;
   if (capacity(a, lambda) < kShrinkFrom * headroom * keep) return;
   const std::uint64_t lines = shrink_size(a, kFoldHeadroom * keep, lambda);
   if (lines < a.lines) remap_by(a, a.span, lines);

@@ -206,6 +206,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
   }
   if (auto end = r.expect_end("timer filter state"); !end) return tl::unexpected(end.error());
   f->history_from_ = f->first_tick_;
+  f->queries_->advance(f->clock_, f->queries_span_);
   // A snapshot of an oversized filter (an old capacity-sized one, or one
   // taken at the peak of a burst) folds to what its content and rate need,
   // as it would at its next tick.

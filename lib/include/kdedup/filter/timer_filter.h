@@ -132,7 +132,20 @@
 // holds less than sealing would (m - 1 times its lines at most what a new
 // rate-sized sub-filter would get), and never a probe; up to kMaxSplits
 // expansions may have live copies, and a fold or shrink waits until they
-// have expired. A shrunk sub-filter (below) keeps its shape: m L lines
+// have expired. The window can hold no more than the stream's domain: on a
+// burst of repeats, new identities arrive fast at first (those outside the
+// window) and fewer as the domain fills, so the rate over a window is capped
+// by domain_bound(), what the window holds over the share of the last W / 8
+// ticks' queries that were repeats (the domain, for uniform draws; below
+// what a skewed stream's window reaches, and a second expansion may
+// follow). On a steep climb (the rate would bring more than kSteepClimb x
+// what the window holds) it expands once the room left would last fewer
+// than W / 8 ticks, not kExpandAhead: the more room left when the lines are
+// copied, the smaller the factor. And within a window of an expansion's
+// copies expiring, the active does not shrink by less than 2x (below): what
+// it made room for leaves together then, and on a stream that recurs comes
+// straight back (the echo), which a shrink would meet with another
+// expansion. A shrunk sub-filter (below) keeps its shape: m L lines
 // over m times its (even) hash range, whose doubled lines are the copies of
 // its doubled lines, so the same estimate counts them. A step in the rate
 // that fills the active within a tick still seals it. The rate here is read
@@ -231,6 +244,8 @@
 
 namespace kdedup::filter {
 
+struct WindowCount;
+
 /// Largest ticks_per_window that leaves the scrub a margin with b-bit timers.
 constexpr std::uint32_t max_timer_ticks_per_window(std::uint8_t timer_bits) {
   return static_cast<std::uint32_t>((1ULL << timer_bits) - 1) - 3;
@@ -273,8 +288,12 @@ class TimerFilter final : public SlidingFilter {
   /// this share of its lines.
   static constexpr double kDrainStep = 0.25;
   /// The active expands in place when the room it has left would last
-  /// fewer than this many ticks at the current rate.
+  /// fewer than this many ticks at the current rate (on a steep climb, the
+  /// growth horizon's, if more).
   static constexpr double kExpandAhead = 2.0;
+  /// A climb is steep when the current rate would bring this many times
+  /// what the window holds.
+  static constexpr double kSteepClimb = 2.0;
   /// Rejecting at least this share of what arrives, a filter's demand
   /// counts what arrives (publish_demand()).
   static constexpr double kRejectedShare = 0.01;
@@ -492,6 +511,19 @@ class TimerFilter final : public SlidingFilter {
   /// Insertions per tick over the complete ticks of the last `horizon`
   /// ticks (since the first insertion if later); -1 if there are none.
   [[nodiscard]] double recent_rate(Tick horizon) const;
+  /// The most the window can hold on a stream whose identities recur: what
+  /// it holds now over the share of the queries of the last growth_horizon()
+  /// ticks that were repeats (see "Growth in place"); +inf when none were
+  /// or there were no queries.
+  [[nodiscard]] double domain_bound() const;
+  /// Queries and insertions over the complete buckets of the last
+  /// `horizon` ticks (since the first insertion if later), and their ticks.
+  struct Recent {
+    double inserted = 0;
+    double queried = 0;
+    double ticks = 0;
+  };
+  [[nodiscard]] Recent recent(Tick horizon) const;
   /// Lines holding `elements` at `lambda` elements per line, within
   /// min/max_bytes, rounded up to a multiple of kFoldGrain.
   [[nodiscard]] std::uint64_t lines_for(double elements, double lambda) const;
@@ -570,6 +602,10 @@ class TimerFilter final : public SlidingFilter {
   // so its demand comes from what arrives (publish_demand()).
   std::uint64_t arrivals_ = 0;
   std::uint64_t arrivals_booked_ = 0;  // ... counted into arrival_rate_
+  // Queries per tick over the last growth_horizon() ticks and a window
+  // bucket more (domain_bound(); not serialized).
+  std::unique_ptr<WindowCount> queries_;
+  std::uint32_t queries_span_ = 0;  // ... in ticks
   double arrival_rate_ = 0;
   // New identities judged duplicates for want of room (overfull_ at its
   // limit), and their rate per tick, averaged as arrival_rate_.
