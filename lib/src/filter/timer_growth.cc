@@ -405,6 +405,9 @@ void TimerFilter::maybe_expand() {
   const bool steep =
       rate * static_cast<double>(window + 1) > kSteepClimb * static_cast<double>(alive_total());
   if (room >= (steep ? std::max(kExpandAhead, soon) : kExpandAhead) * rate || !(room > 0)) return;
+  // The window test reads a steep climb's own rate too: the last two
+  // buckets' (the horizon's still holds the ticks before the climb).
+  const double climb_rate = steep ? std::max(rate, recent_rate(2 * a.alive.width)) : rate;
   const std::uint64_t width = a.alive.width;
   const std::uint64_t b_now = clock_ / width + 1;
   // After an expansion by m every entry held now counts m times (copies),
@@ -418,7 +421,7 @@ void TimerFilter::maybe_expand() {
   const std::uint64_t b_leave = std::min(b_now, (clock_ + horizon - window) / width);
   const double near = rate * soon / (room + a.copies_before(b_leave));
   const double far =
-      std::min(rate * static_cast<double>(window + 1), domain_bound()) / (room + counted(a));
+      std::min(climb_rate * static_cast<double>(window + 1), domain_bound()) / (room + counted(a));
   // The entries that leave keep up with the rate, over the next ticks and
   // over a window, and this tick fits (with kGrowthHeadroom to spare): a
   // steady stream at its limit, which frees a tick's worth at every tick.

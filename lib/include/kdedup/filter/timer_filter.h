@@ -141,7 +141,9 @@
 // follow). On a steep climb (the rate would bring more than kSteepClimb x
 // what the window holds) it expands once the room left would last fewer
 // than W / 8 ticks, not kExpandAhead: the more room left when the lines are
-// copied, the smaller the factor. And within a window of an expansion's
+// copied, the smaller the factor; and its window test reads the rate of the
+// last two buckets too (the climb's own; the W / 8 ticks' rate still holds
+// the ticks before it). And within a window of an expansion's
 // copies expiring, the active does not shrink by less than 2x (below): what
 // it made room for leaves together then, and on a stream that recurs comes
 // straight back (the echo), which a shrink would meet with another
@@ -602,10 +604,6 @@ class TimerFilter final : public SlidingFilter {
   // so its demand comes from what arrives (publish_demand()).
   std::uint64_t arrivals_ = 0;
   std::uint64_t arrivals_booked_ = 0;  // ... counted into arrival_rate_
-  // Queries per tick over the last growth_horizon() ticks and a window
-  // bucket more (domain_bound(); not serialized).
-  std::unique_ptr<WindowCount> queries_;
-  std::uint32_t queries_span_ = 0;  // ... in ticks
   double arrival_rate_ = 0;
   // New identities judged duplicates for want of room (overfull_ at its
   // limit), and their rate per tick, averaged as arrival_rate_.
@@ -613,6 +611,11 @@ class TimerFilter final : public SlidingFilter {
   std::uint64_t rejected_booked_ = 0;
   double rejected_rate_ = 0;
   std::uint64_t overfull_limit_ = 0;  // elements the active may hold while overfull_
+  // Queries per window bucket over the last growth_horizon() ticks and a
+  // bucket more, at the tick they were made at (domain_bound(); not
+  // serialized).
+  std::unique_ptr<WindowCount> queries_;
+  std::uint32_t queries_span_ = 0;  // ... in ticks
 };
 
 }  // namespace kdedup::filter
