@@ -449,9 +449,11 @@ struct WindowCount {
   std::uint64_t sum = 0;
   std::size_t current = 0;  // ring slot of the clock's bucket
 
-  void init(std::uint32_t window) {
-    init(window, std::max<std::uint64_t>(1, (std::uint64_t{window} + 1 + 1023) / 1024));
+  /// Ticks per bucket for a window of `window` ticks (at most 1024 buckets).
+  static std::uint64_t width_for(std::uint32_t window) {
+    return std::max<std::uint64_t>(1, (std::uint64_t{window} + 1 + 1023) / 1024);
   }
+  void init(std::uint32_t window) { init(window, width_for(window)); }
   /// Buckets of `bucket_width` ticks over `window` ticks.
   void init(std::uint32_t window, std::uint64_t bucket_width) {
     width = bucket_width;

@@ -35,11 +35,10 @@ Result<std::unique_ptr<TimerFilter>> TimerFilter::make_empty(const FilterConfig&
   f->lambda_full_ = layout.elements_per_block;
   // Queries in the window's buckets over the growth horizon and a bucket
   // more: recent() sums whole buckets.
-  WindowCount buckets;
-  buckets.init(config.ticks_per_window);
-  f->queries_span_ = static_cast<std::uint32_t>(f->growth_horizon() + buckets.width);
+  const std::uint64_t width = WindowCount::width_for(config.ticks_per_window);
+  f->queries_span_ = static_cast<std::uint32_t>(f->growth_horizon() + width);
   f->queries_ = std::make_unique<WindowCount>();
-  f->queries_->init(f->queries_span_, buckets.width);
+  f->queries_->init(f->queries_span_, width);
   if (config.equal_timers > f->k_) {
     return fail("equal_timers (" + std::to_string(config.equal_timers) +
                 ") must not exceed the number of probes k = " + std::to_string(f->k_) +

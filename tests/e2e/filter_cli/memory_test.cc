@@ -127,6 +127,20 @@ TimerMemory run_timer(const std::string& input, const std::string& bits, std::in
   return run.memory;
 }
 
+/// The "ts" of every record `kdedup filter` emitted, in order.
+std::vector<std::int64_t> emitted_stamps(const std::string& out) {
+  std::vector<std::int64_t> stamps;
+  simdjson::dom::parser parser;
+  for (std::size_t at = 0, next = 0; at < out.size(); at = next + 1) {
+    next = out.find('\n', at);
+    if (next == std::string::npos) next = out.size();
+    auto ts = parser.parse(out.substr(at, next - at))["ts"].get_int64();
+    EXPECT_FALSE(ts.error()) << out.substr(at, next - at);
+    if (!ts.error()) stamps.push_back(ts.value());
+  }
+  return stamps;
+}
+
 /// Bytes of a timer filter with `bits`-bit timers and `ticks` ticks a
 /// window at fpp 1%, pre-sized for `ids` identities a window.
 double presized_timer_bytes(const std::string& bits, std::int64_t ticks, std::uint64_t ids) {
@@ -245,15 +259,10 @@ TEST(FilterCli, TimerFilterSizedInTheFirstWindowShrinksOnceTheRateIsKnown) {
       most_bytes = std::max(most_bytes, run.memory.final);
       // What the window holds at the end: the records emitted in its last
       // 10 s (each a distinct identity).
-      simdjson::dom::parser parser;
-      std::size_t in_window = 0;
-      for (std::size_t at = 0, next = 0; at < run.out.size(); at = next + 1) {
-        next = run.out.find('\n', at);
-        if (next == std::string::npos) next = run.out.size();
-        auto ts = parser.parse(run.out.substr(at, next - at))["ts"].get_int64();
-        ASSERT_FALSE(ts.error());
-        if (ts.value() > end_ms - 1 - 10'000) ++in_window;
-      }
+      const std::vector<std::int64_t> emitted = emitted_stamps(run.out);
+      const auto in_window = static_cast<std::size_t>(
+          std::count_if(emitted.begin(), emitted.end(),
+                        [&](std::int64_t ts) { return ts > end_ms - 1 - 10'000; }));
       most_in_window = std::max(most_in_window, in_window);
     }
     const double presized = presized_timer_bytes(bits, ticks, most_in_window);
@@ -372,15 +381,7 @@ TEST(FilterCli, TimerFilterHoldsABurstOfRepeatsWithinTwiceWhatItsPeakNeeds) {
               1.2 * 0.01 * static_cast<double>(v.first_queries) + 5)
         << v.first_query_false_positives << " of " << v.first_queries << " first queries";
     // The most records emitted within one window (each a distinct identity).
-    std::vector<std::int64_t> emitted;
-    simdjson::dom::parser parser;
-    for (std::size_t at = 0, next = 0; at < run.out.size(); at = next + 1) {
-      next = run.out.find('\n', at);
-      if (next == std::string::npos) next = run.out.size();
-      auto ts = parser.parse(run.out.substr(at, next - at))["ts"].get_int64();
-      ASSERT_FALSE(ts.error());
-      emitted.push_back(ts.value());
-    }
+    const std::vector<std::int64_t> emitted = emitted_stamps(run.out);
     std::size_t most_in_window = 0;
     for (std::size_t lo = 0, hi = 0; hi < emitted.size(); ++hi) {
       while (emitted[lo] <= emitted[hi] - 40'960) ++lo;
