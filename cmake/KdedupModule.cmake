@@ -62,6 +62,10 @@ function(kdedup_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} kdedup::test_support GTest::gmock GTest::gtest_main)
   kdedup_warnings(${name})
+  # A test's own code at -O1 in an optimised build: the code it tests (the
+  # modules, test_support's stream generators) stays at -O3, and the test
+  # files compile in two thirds of the time.
+  target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-O1>)
   kdedup_sanitizer_runtime(${name})
   target_compile_definitions(${name} PRIVATE
     KDEDUP_BINARY="${KDEDUP_BINARY}"
