@@ -41,9 +41,12 @@ namespace {
 // build that reads only version 1 restores every other snapshot. Version 3
 // adds, after the hash range, the expansions whose copies may be alive
 // (count, then tick and factor of each); written only when some sub-filter
-// has one.
+// has one. Version 4 is version 3 and, after the sub-filters, the growth
+// state (TimerFilter::GrowthState in timer_snapshot.cc); written once the
+// filter has taken a record.
 constexpr std::uint16_t kVersionShrunk = 2;
-constexpr std::uint16_t kVersion = 3;
+constexpr std::uint16_t kVersionSplit = 3;
+constexpr std::uint16_t kVersion = 4;
 constexpr std::uint64_t kLineBytes = 64;
 constexpr std::uint64_t kScrubPrefetchLines = 8;
 constexpr std::uint32_t kMaxProbes = 16;  // k <= 64 / log2(cells per line) <= 12
@@ -505,7 +508,7 @@ struct TimerFilter::SubFilter {
   std::uint64_t inserts = 0;   // since creation (Growth::kCardinality)
   std::uint64_t nonempty = 0;  // cells != 0
   WindowCount alive;           // insertions in the window
-  double share = 1.0;          // of the target it may take (probes: kProbeShare); not serialized
+  double share = 1.0;          // of the target it may take (probes: kProbeShare)
   MemoryCharge charge;         // its cells in the MemoryBudget, if any
   // Expansions in place ("Growth in place" in timer_filter.h) whose copies
   // may still be alive, oldest first: an entry inserted before `tick` (a
@@ -517,7 +520,7 @@ struct TimerFilter::SubFilter {
   };
   std::vector<Split> splits;
   // Until this tick, a shrink waits for the echo of an expansion whose
-  // copies have just expired (maybe_fold()); not serialized.
+  // copies have just expired (maybe_fold()).
   Tick echo_until = 0;
 
   std::uint8_t* line(std::uint64_t i) const { return data.get() + i * kLineBytes; }

@@ -1,5 +1,7 @@
-// Timer filter: serialized state (envelope kind FilterType::kTimer, versions 1 to 3)
+// Timer filter: serialized state (envelope kind FilterType::kTimer, versions 1 to 4)
 // and its validation on restore.
+
+#include <cmath>
 
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/config_codec.h"
@@ -53,6 +55,98 @@ std::string expansions_error(const std::vector<Split>& splits, std::uint64_t lin
 
 }  // namespace
 
+// Format 4's growth state, after the sub-filters: what the growth rules
+// remember beyond the cells and the window counts. Without it a filter
+// restored at a burst's start expanded for the first ticks' rate (the query
+// counts that bound it to the domain were empty: 2.89x the pre-sized bytes
+// where the filter never restarted held 1.45x), and one restored in an
+// echo shrank and expanded again (2.36x).
+class TimerFilter::GrowthState {
+ public:
+  // A filter that never took a record holds the state make_empty() gives.
+  static bool needed(const TimerFilter& f) { return f.insertions_ != 0 || f.arrivals_ != 0; }
+
+  static std::size_t bytes(const TimerFilter& f) {
+    return f.subs_.size() * 16 + 8 * 8 + 1 + 4 + f.queries_->ring.size() * 4;
+  }
+
+  static void write(const TimerFilter& f, ByteWriter& w) {
+    for (const auto& s : f.subs_) {
+      w.put<Tick>(s->echo_until);
+      w.put<double>(s->share);
+    }
+    w.put<Tick>(f.history_from_);
+    w.put<std::uint64_t>(f.tick_inserts_);
+    w.put<std::uint64_t>(f.arrivals_ - f.arrivals_booked_);
+    w.put<double>(f.arrival_rate_);
+    w.put<std::uint64_t>(f.rejected_ - f.rejected_booked_);
+    w.put<double>(f.rejected_rate_);
+    w.put<std::uint8_t>(f.overfull_ ? 1 : 0);
+    w.put<std::uint64_t>(f.overfull_limit_);
+    w.put<std::uint64_t>(f.queries_->first);
+    w.put<std::uint32_t>(static_cast<std::uint32_t>(f.queries_->ring.size()));
+    for (std::uint32_t c : f.queries_->ring) w.put<std::uint32_t>(c);
+  }
+
+  // Reads it into `f`, whose sub-filters and clock are restored; what is
+  // wrong with it, or "".
+  static std::string read(TimerFilter& f, ByteReader& r) {
+    const Tick window = f.config_.ticks_per_window;
+    for (auto& s : f.subs_) {
+      auto echo = r.get<Tick>("echo hold");
+      auto share = r.get<double>("share of the target");
+      if (!echo || !share) return "truncated growth state";
+      if (*echo > f.clock_ + window + 1) return "echo hold beyond a window after the clock";
+      if (!(*share > 0 && *share <= 1)) return "share of the target outside (0, 1]";
+      s->echo_until = *echo;
+      s->share = *share;
+    }
+    auto history_from = r.get<Tick>("history start");
+    auto tick_inserts = r.get<std::uint64_t>("tick insertions");
+    auto arrivals = r.get<std::uint64_t>("tick arrivals");
+    auto arrival_rate = r.get<double>("arrival rate");
+    auto rejected = r.get<std::uint64_t>("tick rejections");
+    auto rejected_rate = r.get<double>("rejection rate");
+    auto overfull = r.get<std::uint8_t>("overfull flag");
+    auto overfull_limit = r.get<std::uint64_t>("overfull limit");
+    auto first = r.get<std::uint64_t>("query counts first bucket");
+    auto ring_size = r.get<std::uint32_t>("query counts ring size");
+    if (!history_from || !tick_inserts || !arrivals || !arrival_rate || !rejected ||
+        !rejected_rate || !overfull || !overfull_limit || !first || !ring_size) {
+      return "truncated growth state";
+    }
+    if (*history_from > f.clock_) return "history start after the clock";
+    if (*tick_inserts > f.insertions_) return "the tick's insertions exceed all insertions";
+    const auto rate_ok = [](double v) { return std::isfinite(v) && v >= 0; };
+    if (!rate_ok(*arrival_rate) || !rate_ok(*rejected_rate)) return "rate not finite or negative";
+    if (*overfull > 1) return "overfull flag not 0 or 1";
+    WindowCount& q = *f.queries_;
+    if (*ring_size != q.ring.size()) return "query counts ring size does not match the config";
+    if (*ring_size > r.remaining() / 4) return "query counts ring exceeds input";
+    std::uint64_t sum = 0;
+    for (auto& c : q.ring) {
+      c = *r.get<std::uint32_t>("query counts");
+      sum += c;
+    }
+    const std::uint64_t span = f.queries_span_;
+    if (*first != (f.clock_ >= span ? (f.clock_ - span) / q.width : 0)) {
+      return "query counts position does not match the clock";
+    }
+    q.first = *first;
+    q.sum = sum;
+    q.current = (f.clock_ / q.width) % q.ring.size();
+    f.history_from_ = *history_from;
+    f.tick_inserts_ = *tick_inserts;
+    f.arrivals_ = *arrivals;
+    f.arrival_rate_ = *arrival_rate;
+    f.rejected_ = *rejected;
+    f.rejected_rate_ = *rejected_rate;
+    f.overfull_ = *overfull == 1;
+    f.overfull_limit_ = *overfull_limit;
+    return "";
+  }
+};
+
 std::string TimerFilter::serialize() const {
   // The payload is written once, after room for the envelope header, into a
   // buffer reserved at its final size: the cell arrays (nearly all the bytes,
@@ -66,7 +160,12 @@ std::string TimerFilter::serialize() const {
             s->splits.size() * (sizeof(Tick) + sizeof(std::uint32_t)) +
             s->alive.ring.size() * sizeof(std::uint32_t) + s->bytes();
   }
-  const std::uint16_t version = split ? kVersion : shrunk ? kVersionShrunk : std::uint16_t{1};
+  const bool growth = GrowthState::needed(*this);
+  if (growth) tail += GrowthState::bytes(*this);
+  const std::uint16_t version = growth   ? kVersion
+                                : split  ? kVersionSplit
+                                : shrunk ? kVersionShrunk
+                                         : std::uint16_t{1};
   std::string out(kEnvelopeHeaderBytes, '\0');
   ByteWriter w(out);
   write_config(w, config_);
@@ -79,7 +178,7 @@ std::string TimerFilter::serialize() const {
   for (const auto& s : subs_) {
     w.put<std::uint64_t>(s->lines);
     if (version >= kVersionShrunk) w.put<std::uint64_t>(s->span);
-    if (version >= kVersion) {
+    if (version >= kVersionSplit) {
       w.put<std::uint32_t>(static_cast<std::uint32_t>(s->splits.size()));
       for (const auto& x : s->splits) {
         w.put<Tick>(x.tick);
@@ -96,6 +195,7 @@ std::string TimerFilter::serialize() const {
     for (std::uint32_t c : s->alive.ring) w.put<std::uint32_t>(c);
     w.put_bytes(std::string_view(reinterpret_cast<const char*>(s->data.get()), s->bytes()));
   }
+  if (growth) GrowthState::write(*this, w);
   return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kTimer), version,
                                 std::move(out));
 }
@@ -133,7 +233,7 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     auto lines = r.get<std::uint64_t>("lines");
     auto span = version >= kVersionShrunk ? r.get<std::uint64_t>("hash range") : lines;
     std::vector<SubFilter::Split> splits;
-    if (version >= kVersion) {
+    if (version >= kVersionSplit) {
       if (const std::string why = read_expansions(r, *clock, kMaxSplits, splits); !why.empty()) {
         return bad(why);
       }
@@ -204,13 +304,19 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
     }
     f->subs_.push_back(std::move(s));
   }
-  if (auto end = r.expect_end("timer filter state"); !end) return tl::unexpected(end.error());
   f->history_from_ = f->first_tick_;
   f->queries_->advance(f->clock_, f->queries_span_);
-  // A snapshot of an oversized filter (an old capacity-sized one, or one
-  // taken at the peak of a burst) folds to what its content and rate need,
-  // as it would at its next tick.
-  f->maybe_fold();
+  if (version >= kVersion) {
+    if (const std::string why = GrowthState::read(*f, r); !why.empty()) return bad(why);
+  }
+  if (auto end = r.expect_end("timer filter state"); !end) return tl::unexpected(end.error());
+  // A snapshot of an older format may be oversized (capacity-sized, or
+  // taken at the peak of a burst before its growth state was kept): it
+  // folds to what its content and rate need now. One of format 4 carries
+  // what the growth rules read, and folds at its next tick as the filter it
+  // was taken from would have (a fold now, with the tick's queries already
+  // counted, would differ from the one at the tick's start).
+  if (version < kVersion) f->maybe_fold();
   f->refresh_threshold();
   return std::unique_ptr<SlidingFilter>(std::move(f));
 }

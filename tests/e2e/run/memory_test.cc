@@ -587,7 +587,7 @@ TEST_F(RateFall, ThenAClimbGrowsTheShrunkFilterInPlaceAndItRestoresWithItsCopies
   // (docs/performance.md, "Growth in place"), where it was sealed beside a
   // new sub-filter before.
   // The instance stops within a window of that, so its snapshot holds the
-  // copies still alive (timer state format 3). The next instance restores
+  // copies still alive (timer state format 3 on). The next instance restores
   // it unrefused and as large, drops every identity of the window sent
   // again (those from before the expansion are found through the copies),
   // and takes new identities into the same sub-filter.

@@ -8,8 +8,10 @@
 
 #include <random>
 
+#include "kdedup/common/bytes.h"
 #include "kdedup/filter/sliding_filter.h"
 #include "streams.h"
+#include "timer_state.h"
 
 namespace kdedup::filter {
 namespace {
@@ -97,6 +99,8 @@ TEST_P(Insert, RebuildFromDeliveriesDecidesLikeTheOriginal) {
 
 // For the exact, timer and compact filters the rebuilt state is the
 // original's, byte for byte: the same cells are written at the same ticks.
+// The timer filter's growth state (format 4) is left out: it counts the
+// queries, and a rebuild sees only what was delivered.
 TEST_P(Insert, RebuiltStateEqualsTheOriginal) {
   if (GetParam() == FilterType::kAging) {
     GTEST_SKIP() << "the aging filter's generations also count the clock moves of duplicates";
@@ -112,7 +116,16 @@ TEST_P(Insert, RebuiltStateEqualsTheOriginal) {
   }
   b->advance(t);
   a->advance(t);
-  EXPECT_EQ(a->serialize(), b->serialize());
+  if (GetParam() != FilterType::kTimer) {
+    EXPECT_EQ(a->serialize(), b->serialize());
+    return;
+  }
+  auto ea = open_envelope(a->serialize(), "original");
+  auto eb = open_envelope(b->serialize(), "rebuilt");
+  ASSERT_TRUE(ea && eb);
+  const std::size_t subs = a->stats().subfilters;
+  EXPECT_EQ(ea->payload.substr(0, growth_state_at(ea->payload, subs)),
+            eb->payload.substr(0, growth_state_at(eb->payload, subs)));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryType, Insert,

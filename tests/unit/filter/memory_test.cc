@@ -442,6 +442,14 @@ std::size_t first_lines_at(const FilterConfig& c) {
   return config_bytes.size() + 4 + 3 * 8 + 4;
 }
 
+// The first sub-filter's expansion count in the payload of a timer filter's
+// state of format 3 or 4 (after its line count and hash range).
+std::uint32_t first_expansions(const FilterConfig& c, std::string_view payload) {
+  std::uint32_t n = 0;
+  std::memcpy(&n, payload.data() + first_lines_at(c) + 16, 4);
+  return n;
+}
+
 // A run_against_oracle callback that calls `at(tick)` at the first event of
 // every tick.
 template <class Fn>
@@ -600,11 +608,12 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
     auto restored = restore_filter(state);
     ASSERT_TRUE(restored) << restored.error().message;
     EXPECT_EQ((*restored)->serialize(), state);
-    // Its state is format 2 (each sub-filter's hash range after its line
-    // count), and a hash range outside lines .. 2 x lines is refused.
+    // Its state holds each sub-filter's hash range after its line count
+    // (format 2 on; 4 with the growth state), and a hash range outside
+    // lines .. 2 x lines is refused.
     auto env = open_envelope(state, "test");
     ASSERT_TRUE(env);
-    EXPECT_EQ(env->version, 2);
+    EXPECT_EQ(env->version, 4);
     const std::size_t lines_at = first_lines_at(f->config());
     std::uint64_t lines = 0, span = 0;
     std::memcpy(&lines, env->payload.data() + lines_at, 8);
@@ -614,7 +623,7 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
     for (const std::uint64_t bad : {lines - 1, 2 * lines + 1}) {
       std::string p(env->payload);
       std::memcpy(p.data() + lines_at + 8, &bad, 8);
-      auto r = restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 2, p));
+      auto r = restore_filter(seal_envelope(env->kind, env->version, p));
       ASSERT_FALSE(r);
       EXPECT_NE(r.error().message.find("hash range"), std::string::npos) << r.error().message;
     }
@@ -690,8 +699,9 @@ TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace)
   // the seal path held the full active and a successor sized for the new
   // rate together: 2.06x, 4-bit), no false negative, false positives and
   // the estimate within the target; the batch path expands at the same
-  // ticks; a snapshot taken while the copies are alive is format 3,
-  // restores to the same decisions, and its expansion record is validated.
+  // ticks; a snapshot taken while the copies are alive holds them (format
+  // 3 on), restores to the same decisions, and its expansion record is
+  // validated.
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
@@ -719,7 +729,7 @@ TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace)
     ASSERT_FALSE(run.state.empty()) << "the active never expanded";
     auto env = open_envelope(run.state, "test");
     ASSERT_TRUE(env);
-    EXPECT_EQ(env->version, 3);
+    EXPECT_EQ(env->version, 4);
     expect_state_replays(c, run.state, run.state_at, events);
     // The record after the hash range: a count, then tick and factor each.
     const std::size_t count_at = first_lines_at(f->config()) + 8 + 8;
@@ -732,7 +742,7 @@ TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace)
                              const std::string& why) {
       std::string p(env->payload);
       std::memcpy(p.data() + at, bytes, size);
-      auto r = restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 3, p));
+      auto r = restore_filter(seal_envelope(env->kind, env->version, p));
       ASSERT_FALSE(r) << why;
       EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
     };
@@ -755,7 +765,7 @@ TEST(MemoryFollowsLoad, AShrunkActiveExpandsInPlaceWhenTheRateClimbsBack) {
   // the pre-sized figure for 21k (1.89-1.96x; the seal path held two:
   // 2.39-2.40x) and an end within 1.5x (1.25-1.27x), no false negative,
   // false positives and the estimate within the target, the batch path
-  // alike; a snapshot taken while the copies are alive (format 3, a hash
+  // alike; a snapshot taken while the copies are alive (format 3 on, a hash
   // range wider than the lines) restores to the same decisions, and one
   // whose range before the expansion was odd is refused.
   for (std::uint8_t bits : {4, 8, 16}) {
@@ -777,7 +787,7 @@ TEST(MemoryFollowsLoad, AShrunkActiveExpandsInPlaceWhenTheRateClimbsBack) {
           run.peak = std::max(run.peak, st.bytes);
           if (run.state.empty()) {
             std::string now = f->serialize();
-            if (auto env = open_envelope(now, "test"); env && env->version == 3) {
+            if (auto env = open_envelope(now, "test"); env && first_expansions(c, env->payload)) {
               run.state = std::move(now);
               run.state_at = i;
             }
@@ -807,7 +817,8 @@ TEST(MemoryFollowsLoad, AShrunkActiveExpandsInPlaceWhenTheRateClimbsBack) {
     const std::uint64_t odd = factor * (before % 2 == 1 ? before + 2 : before + 1);
     std::string p(env->payload);
     std::memcpy(p.data() + lines_at + 8, &odd, 8);
-    auto r = restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 3, p));
+    auto r = restore_filter(
+        seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), env->version, p));
     ASSERT_FALSE(r);
     EXPECT_NE(r.error().message.find("hash range was odd"), std::string::npos) << r.error().message;
   }
@@ -1048,6 +1059,63 @@ TEST(MemoryFollowsLoad, ARestoredOversizedFilterShrinks) {
     EXPECT_LT(f.stats().bytes, peak / 3);
     EXPECT_LE(static_cast<double>(f.stats().bytes), 1.5 * static_cast<double>(presized));
     EXPECT_LE(f.stats().fpp_estimate, c.fpp);
+  }
+}
+
+TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNeverRestored) {
+  // A restart must not change what the filter does next. The timer filter
+  // is snapshotted and restored at every eighth of a window (every tick at
+  // 4 bits) along family_bench's uniform 5x burst of repeats, a Zipf 5x
+  // burst and a 5x burst of new identities, beside one never restored: each
+  // decision and each state in between is the same. Before the growth state
+  // was serialized (timer state format 4), a restore at the burst's start
+  // expanded for its first ticks' rate (8-bit peak 2.89x the pre-sized
+  // figure, 1.45x unrestored) and one in the echo shrank and expanded
+  // again (2.36x).
+  for (const std::uint8_t bits : {4, 8, 16}) {
+    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
+    const std::uint32_t window = c.ticks_per_window;
+    StreamSpec spec;
+    spec.domain = 49'152;
+    spec.base_rate = 49'152.0 / (window + 1);
+    spec.ticks = 6 * (window + 1);
+    spec.burst_factor = 5;
+    spec.seed = 7;
+    StreamSpec zipf = spec;
+    zipf.distribution = testing::Distribution::kZipf;
+    const std::pair<const char*, std::vector<Event>> streams[] = {
+        {"uniform", generate_stream(spec)},
+        {"zipf", generate_stream(zipf)},
+        {"new identities", burst_stream(window, 20'000.0 / (window + 1), 3)}};
+    for (const auto& [name, events] : streams) {
+      SCOPED_TRACE(std::to_string(int(bits)) + "-bit, " + name);
+      auto never = make(c);
+      auto restored = make(c);
+      const Tick every = std::max<Tick>(1, (window + 1) / 8);
+      Tick next = every;
+      std::uint64_t restores = 0, resized = 0, bytes = 0;
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        const Event& e = events[i];
+        if (e.tick >= next) {
+          next = e.tick + every;
+          const std::string state = restored->serialize();
+          ASSERT_EQ(state, never->serialize())
+              << "before event " << i << " (tick " << e.tick << ")";
+          auto again = restore_filter(state);
+          ASSERT_TRUE(again) << again.error().message;
+          restored = std::move(*again);
+          ++restores;
+          // Resized since the last restore, after the first window.
+          resized += e.tick > window + 1 && never->stats().bytes != bytes ? 1 : 0;
+          bytes = never->stats().bytes;
+        }
+        ASSERT_EQ(restored->test_and_insert(e.fp, e.tick), never->test_and_insert(e.fp, e.tick))
+            << "event " << i << " (tick " << e.tick << ")";
+      }
+      EXPECT_EQ(restored->serialize(), never->serialize());
+      EXPECT_GE(restores, 40U);
+      EXPECT_GE(resized, 2U) << "the burst must grow the filter and its end shrink it";
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -20,6 +21,7 @@
 #include "kdedup/filter/simd.h"
 #include "kdedup/filter/sizing.h"
 #include "streams.h"
+#include "timer_state.h"
 
 namespace kdedup::filter {
 namespace {
@@ -587,40 +589,70 @@ TEST(TimerFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   const std::string blob = f->serialize();
   auto env = open_envelope(blob, "test");
   ASSERT_TRUE(env);
+  ASSERT_EQ(env->version, 4);
   const std::string payload(env->payload);
   // Offsets after the config: k (u32), clock, first tick, insertions, count.
   std::string config_bytes;
   ByteWriter w(config_bytes);
   write_config(w, as_timer(*f).config());
   const std::size_t k_at = config_bytes.size();
-  auto reseal = [&](std::size_t at, std::uint64_t value, std::size_t width) {
-    std::string p = payload;
-    std::memcpy(p.data() + at, &value, width);
-    return seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, p);
+  const auto seal = [](std::uint16_t version, const std::string& p) {
+    return seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), version, p);
   };
-  EXPECT_FALSE(restore_filter(reseal(k_at, 3, 4)));              // k
-  EXPECT_FALSE(restore_filter(reseal(k_at + 4 + 8, 11, 8)));     // first tick > clock
-  EXPECT_FALSE(restore_filter(reseal(k_at + 4 + 24, 0, 4)));     // no sub-filters
-  EXPECT_FALSE(restore_filter(reseal(k_at + 4 + 24, 1000, 4)));  // too many
+  const auto refused = [&](std::size_t at, const auto& value, const std::string& why) {
+    std::string p = payload;
+    std::memcpy(p.data() + at, &value, sizeof value);
+    auto r = restore_filter(seal(4, p));
+    ASSERT_FALSE(r) << why;
+    EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
+  };
+  refused(k_at, std::uint32_t{3}, "k 3");
+  refused(k_at + 4 + 8, Tick{11}, "first tick after clock");
+  refused(k_at + 4 + 24, std::uint32_t{0}, "sub-filter count 0");
+  refused(k_at + 4 + 24, std::uint32_t{1000}, "sub-filter count 1000");
+  // One sub-filter: lines, hash range, expansion count, created, swept,
+  // last insert, inserts, live cells, the window ring's first bucket and
+  // size, the ring, the cells.
   const std::size_t sub_at = k_at + 4 + 24 + 4;
-  EXPECT_FALSE(restore_filter(reseal(sub_at, 1ULL << 40, 8)));  // lines beyond input
-  EXPECT_FALSE(restore_filter(reseal(sub_at + 40, 7, 8)));      // nonempty count
+  refused(sub_at, std::uint64_t{1} << 40, "exceeds input");
+  refused(sub_at + 52, std::uint64_t{7}, "live cell count");
   // The cells themselves: flipping one nonzero cell to zero breaks the count.
+  const std::size_t growth_at = growth_state_at(payload, 1);
   std::string p = payload;
-  const std::size_t cells_at = p.size() - as_timer(*f).subfilter_bytes().back();
-  std::size_t nz = cells_at;
+  std::size_t nz = growth_at - as_timer(*f).subfilter_bytes().back();
   while (p[nz] == 0) ++nz;
   p[nz] = 0;
-  EXPECT_FALSE(restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, p)));
+  EXPECT_FALSE(restore_filter(seal(4, p)));
+  // The growth state: each sub-filter's echo hold and share of the target,
+  // then the history start, the tick's insertions, arrivals, the arrival
+  // rate, rejections, the rejection rate, the overfull flag and limit, and
+  // the query counts (first bucket, ring size, ring). The clock is 10.
+  refused(growth_at, Tick{10 + 50 + 2}, "echo hold");
+  refused(growth_at + 8, 0.0, "share of the target");
+  refused(growth_at + 8, std::numeric_limits<double>::quiet_NaN(), "share of the target");
+  refused(growth_at + 16, Tick{11}, "history start after the clock");
+  refused(growth_at + 24, std::uint64_t{101}, "insertions exceed");
+  refused(growth_at + 40, -1.0, "rate not finite or negative");
+  refused(growth_at + 56, std::numeric_limits<double>::infinity(), "rate not finite");
+  refused(growth_at + 64, std::uint8_t{2}, "overfull flag");
+  refused(growth_at + 73, std::uint64_t{1}, "query counts position");
+  std::uint32_t ring = 0;
+  std::memcpy(&ring, payload.data() + growth_at + 81, 4);
+  refused(growth_at + 81, ring + 1, "ring size");
+  EXPECT_FALSE(restore_filter(seal(4, payload.substr(0, payload.size() - 1))));
+  EXPECT_FALSE(restore_filter(seal(4, payload + "x")));
   // Unchanged payload still restores (the test edits are what break it).
-  EXPECT_TRUE(
-      restore_filter(seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), 1, payload)));
-  // Version 2 reads a hash range after each line count, version 3 also an
-  // expansion record: this payload read so is inconsistent; version 4 is
-  // unknown.
-  for (const std::uint16_t version : {2, 3, 4}) {
-    EXPECT_FALSE(restore_filter(
-        seal_envelope(static_cast<std::uint16_t>(FilterType::kTimer), version, payload)));
+  EXPECT_TRUE(restore_filter(seal(4, payload)));
+  // Without its growth state it is the format 3 an older kdedup wrote: it
+  // restores and still holds every identity; read as format 3 with the
+  // growth state, or as 1 or 2, it is inconsistent; version 5 is unknown.
+  auto old = restore_filter(seal(3, payload.substr(0, growth_at)));
+  ASSERT_TRUE(old) << old.error().message;
+  for (std::uint64_t id = 0; id < 100; ++id) {
+    EXPECT_EQ((*old)->test_and_insert(identity_fingerprint(id, 2), 20), Decision::kDuplicate);
+  }
+  for (const std::uint16_t version : {1, 2, 3, 5}) {
+    EXPECT_FALSE(restore_filter(seal(version, payload))) << version;
   }
 }
 

@@ -226,9 +226,14 @@
 //
 // Serialized form: envelope kind FilterType::kTimer, checksummed; version 1,
 // version 2 (each sub-filter's hash range after its line count) when a
-// sub-filter is shrunk, or version 3 (also each sub-filter's expansions with
-// live copies: tick and factor) when one has such; every field is validated
-// on restore.
+// sub-filter is shrunk, version 3 (also each sub-filter's expansions with
+// live copies: tick and factor) when one has such, or version 4 (version 3
+// and what the growth rules remember beyond the cells: each sub-filter's
+// echo hold and share of the target, the queries per window bucket, the
+// arrival and rejection rates, the current tick's counts) once the filter
+// has taken a record. A filter restored from version 4 grows, shrinks and
+// decides as the one it was taken from; every field is validated on
+// restore.
 //
 // Threading: owned by one thread (the worker owning its Slice); no method is
 // thread-safe.
@@ -355,6 +360,7 @@ class TimerFilter final : public SlidingFilter {
 
  private:
   struct SubFilter;
+  class GrowthState;
 
   // What the insert path reads during one tick, as plain values: rebuilt by
   // refresh_view() whenever the clock moves or the sub-filters change. The
@@ -599,7 +605,7 @@ class TimerFilter final : public SlidingFilter {
   std::uint64_t tick_inserts_ = 0;  // insertions at the current clock value
   std::uint64_t insertions_ = 0;
   // Queries (test_and_insert), and their rate per tick: a moving average
-  // over about kFoldHorizonShare of the window (not serialized). An
+  // over about kFoldHorizonShare of the window. An
   // overfull filter inserts only what it does not mistake for a duplicate,
   // so its demand comes from what arrives (publish_demand()).
   std::uint64_t arrivals_ = 0;
@@ -612,8 +618,7 @@ class TimerFilter final : public SlidingFilter {
   double rejected_rate_ = 0;
   std::uint64_t overfull_limit_ = 0;  // elements the active may hold while overfull_
   // Queries per window bucket over the last growth_horizon() ticks and a
-  // bucket more, at the tick they were made at (domain_bound(); not
-  // serialized).
+  // bucket more, at the tick they were made at (domain_bound()).
   std::unique_ptr<WindowCount> queries_;
   std::uint32_t queries_span_ = 0;  // ... in ticks
 };
