@@ -64,7 +64,9 @@ std::string expansions_error(const std::vector<Split>& splits, std::uint64_t lin
 class TimerFilter::GrowthState {
  public:
   // A filter that never took a record holds the state make_empty() gives.
-  static bool needed(const TimerFilter& f) { return f.insertions_ != 0 || f.arrivals_ != 0; }
+  static bool needed(const TimerFilter& f) {
+    return f.insertions_ != 0 || f.arrivals_ != 0 || f.queries_->sum != 0;
+  }
 
   static std::size_t bytes(const TimerFilter& f) {
     return f.subs_.size() * 16 + 8 * 8 + 1 + 4 + f.queries_->ring.size() * 4;

@@ -120,8 +120,9 @@ TEST_P(Insert, RebuiltStateEqualsTheOriginal) {
     EXPECT_EQ(a->serialize(), b->serialize());
     return;
   }
-  auto ea = open_envelope(a->serialize(), "original");
-  auto eb = open_envelope(b->serialize(), "rebuilt");
+  const std::string sa = a->serialize(), sb = b->serialize();  // the envelopes view into them
+  auto ea = open_envelope(sa, "original");
+  auto eb = open_envelope(sb, "rebuilt");
   ASSERT_TRUE(ea && eb);
   const std::size_t subs = a->stats().subfilters;
   EXPECT_EQ(ea->payload.substr(0, growth_state_at(ea->payload, subs)),

@@ -450,6 +450,19 @@ std::uint32_t first_expansions(const FilterConfig& c, std::string_view payload) 
   return n;
 }
 
+// family_bench's "uniform 5x burst" on filter ticks: `domain` draws a
+// window from a domain of as many identities for six windows, 5x as often
+// in the middle third.
+StreamSpec repeats_burst(std::uint32_t window, std::uint64_t domain) {
+  StreamSpec spec;
+  spec.domain = domain;
+  spec.base_rate = static_cast<double>(domain) / (window + 1);
+  spec.ticks = 6 * (window + 1);
+  spec.burst_factor = 5;
+  spec.seed = 7;
+  return spec;
+}
+
 // A run_against_oracle callback that calls `at(tick)` at the first event of
 // every tick.
 template <class Fn>
@@ -994,14 +1007,7 @@ TEST(MemoryFollowsLoad, ABurstOfRepeatsExpandsTheActiveForWhatTheDomainHolds) {
   for (std::uint8_t bits : {8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
-    const std::uint32_t window = c.ticks_per_window;
-    StreamSpec spec;
-    spec.domain = 196'608;
-    spec.base_rate = 196'608.0 / (window + 1);
-    spec.ticks = 6 * (window + 1);
-    spec.burst_factor = 5;
-    spec.seed = 7;
-    const auto events = generate_stream(spec);
+    const auto events = generate_stream(repeats_burst(c.ticks_per_window, 196'608));
     auto f = make(c);
     const LoadRun run = run_load(*f, events);
     EXPECT_EQ(run.counts.false_negatives, 0U);
@@ -1075,12 +1081,7 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
   for (const std::uint8_t bits : {4, 8, 16}) {
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
     const std::uint32_t window = c.ticks_per_window;
-    StreamSpec spec;
-    spec.domain = 49'152;
-    spec.base_rate = 49'152.0 / (window + 1);
-    spec.ticks = 6 * (window + 1);
-    spec.burst_factor = 5;
-    spec.seed = 7;
+    const StreamSpec spec = repeats_burst(window, 49'152);
     StreamSpec zipf = spec;
     zipf.distribution = testing::Distribution::kZipf;
     const std::pair<const char*, std::vector<Event>> streams[] = {
