@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,13 +30,6 @@ namespace {
 
 using kdedup::testbroker::ControlChannel;
 using kdedup::testbroker::MockCluster;
-
-int g_signal_pipe[2] = {-1, -1};
-
-void on_stop_signal(int sig) {
-  unsigned char b = static_cast<unsigned char>(sig);
-  [[maybe_unused]] auto n = write(g_signal_pipe[1], &b, 1);
-}
 
 // Closes a file descriptor when it goes out of scope.
 struct Fd {
@@ -163,8 +157,8 @@ void read_commands(ControlInput& input, ControlChannel& channel) {
 }
 
 /// Serves control commands from stdin and the control port (`listener`,
-/// fd -1 = none) until a stop signal arrives on `stop_signal`, a `quit`, or
-/// poll fails. Returns the exit status.
+/// fd -1 = none) until SIGTERM or SIGINT is readable on `stop_signal` (a
+/// signalfd), a `quit`, or poll fails. Returns the exit status.
 int serve_control(ControlChannel& channel, const Fd& stop_signal, const Fd& listener) {
   std::vector<ControlInput> inputs;
   inputs.push_back(ControlInput{Fd(dup(STDIN_FILENO)), STDOUT_FILENO, {}});
@@ -233,16 +227,19 @@ int testbroker_main(int argc, char** argv) {
     topics.push_back(*t);
   }
 
-  // Signals are turned into bytes on a pipe so the poll loop handles them.
-  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
-    return fail_with(std::string("pipe: ") + std::strerror(errno), 1);
+  // SIGTERM and SIGINT are blocked in every thread (the mock cluster's
+  // threads inherit the mask) and read from a signalfd by the poll loop: no
+  // handler runs on whichever thread the kernel picks, so a stop is never
+  // held back by a thread that is busy or a sanitizer's deferred delivery.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  if (int err = pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr); err != 0) {
+    return fail_with(std::string("pthread_sigmask: ") + std::strerror(err), 1);
   }
-  Fd sig_read(g_signal_pipe[0]), sig_write(g_signal_pipe[1]);
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  Fd sig_read(signalfd(-1, &stop_signals, SFD_CLOEXEC));
+  if (sig_read.fd < 0) return fail_with(std::string("signalfd: ") + std::strerror(errno), 1);
   signal(SIGPIPE, SIG_IGN);
 
   auto cluster = MockCluster::start(brokers);
