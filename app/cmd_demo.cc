@@ -442,7 +442,7 @@ int demo_main(int argc, char** argv) {
   return Demo(o, **work, *cfg, std::move(overrides)).run();
 }
 
-const kdedup::app::CommandRegistration kRegistration{
+const kdedup::app::CommandRegistration kDemoCommand{
     "demo", "End-to-end demo: test broker, two instances, click stream, exact check", demo_main};
 
 }  // namespace

@@ -731,7 +731,7 @@ int filter_main(int argc, char** argv) {
   return run_filter(o);
 }
 
-const CommandRegistration kRegistration{
+const CommandRegistration kFilterCommand{
     "filter", "deduplicate newline-delimited records from files or stdin (no Kafka)", filter_main};
 
 }  // namespace

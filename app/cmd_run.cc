@@ -309,7 +309,7 @@ int run_main(int argc, char** argv) {
   return ok ? 0 : 1;
 }
 
-const kdedup::app::CommandRegistration kRegistration{
+const kdedup::app::CommandRegistration kRunCommand{
     "run", "run the deduplication service (consumer group member)", run_main};
 
 }  // namespace

@@ -286,7 +286,7 @@ int snapshot_main(int argc, char** argv) {
   return erase(dir, topic, partition);
 }
 
-const CommandRegistration kRegistration{
+const CommandRegistration kSnapshotCommand{
     "snapshot", "inspect or delete filter snapshots in a state dir (read-only inspect)",
     snapshot_main};
 

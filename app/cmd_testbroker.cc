@@ -273,7 +273,7 @@ int testbroker_main(int argc, char** argv) {
   return serve_control(channel, sig_read, listener);
 }
 
-const kdedup::app::CommandRegistration kRegistration{
+const kdedup::app::CommandRegistration kTestbrokerCommand{
     "testbroker", "Kafka-protocol test cluster on loopback with fault injection", testbroker_main};
 
 }  // namespace

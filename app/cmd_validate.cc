@@ -54,7 +54,7 @@ int validate_main(int argc, char** argv) {
   return 0;
 }
 
-const kdedup::app::CommandRegistration kRegistration{
+const kdedup::app::CommandRegistration kValidateCommand{
     "validate", "check a config file and print every error with its key path", validate_main};
 
 }  // namespace

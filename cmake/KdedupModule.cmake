@@ -66,6 +66,11 @@ function(kdedup_test name)
   # modules, test_support's stream generators) stays at -O3, and the test
   # files compile in two thirds of the time.
   target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-O1>)
+  # Test files compile four to a translation unit: GoogleTest's and the
+  # project's headers are parsed, and their templates instantiated, once
+  # per four files, not once per file (a third less compile time; each
+  # file's helpers therefore carry names of their own).
+  set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 4)
   kdedup_sanitizer_runtime(${name})
   target_compile_definitions(${name} PRIVATE
     KDEDUP_BINARY="${KDEDUP_BINARY}"

@@ -18,7 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr std::int64_t kWindowMs = 3'600'000;
+constexpr std::int64_t kVerifyWindowMs = 3'600'000;
 
 struct Scenario {
   std::unique_ptr<TestBroker> broker;
@@ -81,7 +81,7 @@ PhaseTwo phase_two(Scenario& s, Instance& instance) {
 }
 
 void expect_exact(Scenario& s, const std::string& output = "out") {
-  auto report = verify_topics(*s.broker, "in", output, kWindowMs);
+  auto report = verify_topics(*s.broker, "in", output, kVerifyWindowMs);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_TRUE(report->ok()) << report->to_string();
   EXPECT_EQ(report->input_records, 3500u);
@@ -191,7 +191,7 @@ TEST(RecoveryE2E, SnapshotAheadOfTheCommitIsRefused) {
     std::cout << "refusal: " << refusal.value_or("(none)") << std::endl;
   }
   EXPECT_EQ(second.stop(), 0) << second.log_tail();
-  auto report = verify_topics(*s.broker, "in", "out2", kWindowMs);
+  auto report = verify_topics(*s.broker, "in", "out2", kVerifyWindowMs);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_TRUE(report->ok()) << report->to_string();
   EXPECT_EQ(report->input_records, 2000u);

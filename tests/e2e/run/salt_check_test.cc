@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kWeakSalt = "tiny-salt";  // 9 bytes
 
-std::string config_yaml(const std::string& bootstrap, const std::string& salt) {
+std::string salted_config(const std::string& bootstrap, const std::string& salt) {
   return "group_id: salt-group\n"
          "input:\n  topics: [in]\n"
          "output:\n  topic: out\n"
@@ -38,10 +38,10 @@ std::string config_yaml(const std::string& bootstrap, const std::string& salt) {
 
 /// Runs `kdedup run` until `out` holds `expected` records, then SIGTERM;
 /// returns its stderr.
-std::string run_until(TestBroker& broker, const TempDir& dir, const std::string& name,
-                      const std::string& salt, std::size_t expected) {
+std::string run_salted_until(TestBroker& broker, const TempDir& dir, const std::string& name,
+                             const std::string& salt, std::size_t expected) {
   const std::string config = dir.file(name + ".yaml");
-  write_file(config, config_yaml(broker.bootstrap(), salt));
+  write_file(config, salted_config(broker.bootstrap(), salt));
   return run_until_output(broker, config, dir.file(name + ".log"), expected,
                           {"--set", "state.dir=" + dir.file("state")});
 }
@@ -55,7 +55,7 @@ TEST(RunE2E, SnapshotsStoreASlowSaltCheckAndAShortSaltIsWarnedAbout) {
     records.push_back({"id-" + std::to_string(i), "v", 0, {}, i % 2});
   }
   ASSERT_TRUE((*broker)->produce("in", records));
-  const std::string log = run_until(**broker, dir, "first", kWeakSalt, 200);
+  const std::string log = run_salted_until(**broker, dir, "first", kWeakSalt, 200);
   EXPECT_NE(log.find("warning: identity.salt: 9 bytes, shorter than 16"), std::string::npos) << log;
   EXPECT_EQ(log.find(kWeakSalt), std::string::npos) << "the salt itself was printed:\n" << log;
 
@@ -76,7 +76,8 @@ TEST(RunE2E, SnapshotsStoreASlowSaltCheckAndAShortSaltIsWarnedAbout) {
     records.push_back({"id-" + std::to_string(i), "v", 0, {}, i % 2});
   }
   ASSERT_TRUE((*broker)->produce("in", records));
-  const std::string second = run_until(**broker, dir, "second", "another-salt-of-20-bytes", 300);
+  const std::string second =
+      run_salted_until(**broker, dir, "second", "another-salt-of-20-bytes", 300);
   EXPECT_NE(second.find("snapshot not usable (config_changed)"), std::string::npos) << second;
   EXPECT_NE(second.find("taken with another salt"), std::string::npos) << second;
 }

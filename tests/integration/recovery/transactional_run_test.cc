@@ -36,7 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 using testbroker::ChildProcess;
 
-std::string config_yaml(const std::string& bootstrap, const std::string& state_dir) {
+std::string transactional_config(const std::string& bootstrap, const std::string& state_dir) {
   return "group_id: txn-group\n"
          "input:\n  topics: [in]\n"
          "output:\n  topic: out\n"
@@ -63,7 +63,7 @@ std::string config_yaml(const std::string& bootstrap, const std::string& state_d
 }
 
 /// A `kdedup run` child with its log (stderr) in a file.
-struct Instance {
+struct TransactionalInstance {
   std::unique_ptr<ChildProcess> process;
   std::string log_path;
   std::string log() const { return read_file(log_path); }
@@ -85,8 +85,8 @@ struct Instance {
   }
 };
 
-Instance start_instance(const TempDir& dir, const std::string& config_path) {
-  Instance i;
+TransactionalInstance start_instance(const TempDir& dir, const std::string& config_path) {
+  TransactionalInstance i;
   i.log_path = dir.file("run.log");
   testbroker::ChildOptions o;
   o.stderr_file = i.log_path;
@@ -182,7 +182,7 @@ class TransactionalRun : public ::testing::Test {
     auto b = TestBroker::start({.brokers = 1, .topics = {"in:2", "out:2", "dlq:1"}});
     ASSERT_TRUE(b) << b.error().message;
     broker_ = std::move(*b);
-    write_file(dir_.file("c.yaml"), config_yaml(broker_->bootstrap(), dir_.file("state")));
+    write_file(dir_.file("c.yaml"), transactional_config(broker_->bootstrap(), dir_.file("state")));
   }
 
   TestBroker& b() { return *broker_; }
@@ -309,7 +309,7 @@ TEST_F(TransactionalRun, FencedProducerStopsWithExitOne) {
 
 TEST(TransactionalRunConfig, AStableInstanceIdIsRequired) {
   TempDir dir;
-  std::string text = config_yaml("127.0.0.1:1", dir.file("state"));
+  std::string text = transactional_config("127.0.0.1:1", dir.file("state"));
   const std::string instance = "group.instance.id: member-1\n  ";
   text.replace(text.find(instance), instance.size(), "");
   write_file(dir.file("c.yaml"), text);

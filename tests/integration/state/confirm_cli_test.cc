@@ -14,7 +14,7 @@ namespace {
 using kdedup::testing::run_kdedup;
 using kdedup::testing::TempDir;
 
-constexpr filter::TickScale kScale(60'000, 192);
+constexpr filter::TickScale kConfirmScale(60'000, 192);
 
 TEST(ConfirmCli, InspectShowsTheConfirmStorePerPartition) {
   TempDir tmp;
@@ -30,8 +30,8 @@ TEST(ConfirmCli, InspectShowsTheConfirmStorePerPartition) {
   ASSERT_TRUE(f);
   // orders/2: 3,000 deliveries, 2,000 of them below the snapshot at offset
   // 2,000; orders/5: deliveries but no snapshot yet (nothing bound).
-  auto p2 = (*store)->confirm()->attach({"orders", 2}, kScale, std::nullopt);
-  auto p5 = (*store)->confirm()->attach({"orders", 5}, kScale, std::nullopt);
+  auto p2 = (*store)->confirm()->attach({"orders", 2}, kConfirmScale, std::nullopt);
+  auto p5 = (*store)->confirm()->attach({"orders", 5}, kConfirmScale, std::nullopt);
   ASSERT_TRUE(p2);
   ASSERT_TRUE(p5);
   std::vector<ConfirmWrite> w;
@@ -41,8 +41,8 @@ TEST(ConfirmCli, InspectShowsTheConfirmStorePerPartition) {
   }
   ASSERT_TRUE((*p2)->record(w));
   ASSERT_TRUE((*p5)->record(std::span(w).first(10)));
-  ASSERT_TRUE(
-      (*store)->write(capture_snapshot({"orders", 2}, **f, kScale, 2000, kScale.start_ms(66), 9)));
+  ASSERT_TRUE((*store)->write(
+      capture_snapshot({"orders", 2}, **f, kConfirmScale, 2000, kConfirmScale.start_ms(66), 9)));
 
   // The owner still holds the database: inspect reads it read-only.
   auto table = run_kdedup({"snapshot", "inspect", "--state-dir", dir, "--verify"});

@@ -18,7 +18,7 @@
 namespace kdedup::filter {
 namespace {
 
-constexpr Tick kW = 24;
+constexpr Tick kWindowTicks = 24;
 // Real ticks count from the epoch; tick 0 is never a record's tick.
 constexpr Tick kT0 = 10'000;
 
@@ -26,7 +26,7 @@ struct Variant {
   FilterType type;
   std::uint8_t timer_bits = 8;
   std::string name;
-  std::uint32_t ticks = kW;  ///< ticks per window
+  std::uint32_t ticks = kWindowTicks;  ///< ticks per window
 };
 
 std::unique_ptr<SlidingFilter> make(const Variant& v) {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "fixed_now.h"
+
 namespace kdedup::pipeline {
 namespace {
-
-constexpr std::int64_t kWall = 1'700'000'000'000;
 
 /// Records what the processor hands over, and what the offset tracker held
 /// at the time of the first output.

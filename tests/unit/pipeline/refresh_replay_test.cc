@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "fixed_now.h"
 #include "kdedup/pipeline/partition_processor.h"
 
 namespace kdedup::pipeline {
 namespace {
 
-constexpr std::int64_t kWall = 1'700'000'000'000;
 constexpr std::int64_t kWindowMs = 60'000;
 
 class OffsetSinks final : public RecordSinks {

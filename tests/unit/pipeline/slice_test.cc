@@ -6,14 +6,14 @@
 
 #include <vector>
 
+#include "fixed_now.h"
+
 namespace kdedup::pipeline {
 namespace {
 
 using filter::Decision;
 using filter::Fingerprint;
 using filter::Tick;
-
-constexpr std::int64_t kWall = 1'700'000'000'000;  // a fixed "now" for the tests
 
 TEST(PartitionClock, IsTheMaximumTimestampSeen) {
   PartitionClock c(60'000);

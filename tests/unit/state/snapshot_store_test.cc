@@ -33,7 +33,7 @@ using filter::Fingerprint;
 using kdedup::testing::TempDir;
 
 constexpr std::uint64_t kSalt = 0x5a17;
-constexpr filter::TickScale kScale(60'000, 192);
+constexpr filter::TickScale kSnapshotScale(60'000, 192);
 
 FilterConfig config_of(FilterType type, std::uint32_t ticks = 64) {
   FilterConfig c;
@@ -168,11 +168,11 @@ TEST_P(RoundTrip, LoadedFilterMakesTheSameDecisions) {
   TempDir tmp;
   auto store = open_store(tmp.file("state"));
   const PartitionKey key{std::string("in-") + filter::to_string(type), 3};
-  auto report = store->write(capture_snapshot(key, f, kScale, 20'000, 123'456, kSalt));
+  auto report = store->write(capture_snapshot(key, f, kSnapshotScale, 20'000, 123'456, kSalt));
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_TRUE(report->full);
 
-  auto loaded = store->load(key, state_fingerprint(f.config(), kScale, kSalt));
+  auto loaded = store->load(key, state_fingerprint(f.config(), kSnapshotScale, kSalt));
   ASSERT_TRUE(loaded) << loaded.error().message;
   EXPECT_EQ(loaded->info.next_offset, 20'000);
   EXPECT_EQ(loaded->info.clock_ms, 123'456);
@@ -209,11 +209,11 @@ TEST(SnapshotStore, ChangedConfigWindowOrSaltIsRefused) {
   auto store = open_store(tmp.file("state"));
   auto f = filled_exact(1000);
   const PartitionKey key{"t", 1};
-  ASSERT_TRUE(store->write(capture_snapshot(key, *f, kScale, 1000, 5, kSalt)));
+  ASSERT_TRUE(store->write(capture_snapshot(key, *f, kSnapshotScale, 1000, 5, kSalt)));
 
   FilterConfig other = f->config();
   other.ticks_per_window += 1;
-  auto changed = store->load(key, state_fingerprint(other, kScale, kSalt));
+  auto changed = store->load(key, state_fingerprint(other, kSnapshotScale, kSalt));
   ASSERT_FALSE(changed);
   EXPECT_EQ(changed.error().reason, LoadFailure::kConfigChanged);
   EXPECT_NE(changed.error().message.find("filter configuration"), std::string::npos);
@@ -226,12 +226,12 @@ TEST(SnapshotStore, ChangedConfigWindowOrSaltIsRefused) {
   EXPECT_EQ(window.error().reason, LoadFailure::kConfigChanged);
   EXPECT_NE(window.error().message.find("window"), std::string::npos);
 
-  auto salted = store->load(key, state_fingerprint(f->config(), kScale, kSalt + 1));
+  auto salted = store->load(key, state_fingerprint(f->config(), kSnapshotScale, kSalt + 1));
   ASSERT_FALSE(salted);
   EXPECT_EQ(salted.error().reason, LoadFailure::kConfigChanged);
   EXPECT_NE(salted.error().message.find("salt"), std::string::npos);
 
-  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kScale, kSalt)));
+  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kSnapshotScale, kSalt)));
 }
 
 TEST(SnapshotStore, IncrementalWriteStoresOnlyChangedChunks) {
@@ -279,15 +279,15 @@ TEST(SnapshotStore, IncrementalWriteOfAGrowingExactFilter) {
   auto store = open_store(tmp.file("state"));
   const PartitionKey key{"t", 0};
   auto f = filled_exact(50'000);  // ~1.2 MB of state
-  auto first = store->write(capture_snapshot(key, *f, kScale, 50'000, 1, kSalt));
+  auto first = store->write(capture_snapshot(key, *f, kSnapshotScale, 50'000, 1, kSalt));
   ASSERT_TRUE(first);
   for (std::uint64_t i = 0; i < 50; ++i) f->test_and_insert({~i, i}, 50'000 / 16);
-  auto second = store->write(capture_snapshot(key, *f, kScale, 50'050, 2, kSalt));
+  auto second = store->write(capture_snapshot(key, *f, kSnapshotScale, 50'050, 2, kSalt));
   ASSERT_TRUE(second);
   // Header chunk (clock, counts) + tail chunk(s) + manifest, not 1.2 MB.
   EXPECT_LE(second->chunks_written, 3u);
   EXPECT_LT(second->bytes_written * 20, first->bytes_written);
-  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kScale, kSalt)));
+  EXPECT_TRUE(store->load(key, state_fingerprint(f->config(), kSnapshotScale, kSalt)));
 }
 
 TEST(SnapshotStore, RepeatedChunksAreStoredOnce) {

@@ -10,13 +10,14 @@
 namespace kdedup::testing {
 namespace {
 
-constexpr std::int64_t kT0 = 1'700'000'000'000;
+constexpr std::int64_t kStart = 1'700'000'000'000;
 
-InputRecord in(std::int32_t p, std::int64_t off, const std::string& id, std::int64_t ts) {
-  return InputRecord{"in", p, off, id, kT0 + ts, id, "v" + std::to_string(p) + std::to_string(off)};
+InputRecord at(std::int32_t p, std::int64_t off, const std::string& id, std::int64_t ts) {
+  return InputRecord{
+      "in", p, off, id, kStart + ts, id, "v" + std::to_string(p) + std::to_string(off)};
 }
 
-OutputRecord out(std::int64_t off, const InputRecord& src) {
+OutputRecord emitted(std::int64_t off, const InputRecord& src) {
   OutputRecord o;
   o.offset = off;
   o.source_topic = src.topic;
@@ -27,18 +28,19 @@ OutputRecord out(std::int64_t off, const InputRecord& src) {
   return o;
 }
 
-const VerifySpec kSpec{.window_ms = 60'000, .tick_ms = 1'000};
+const VerifySpec kIdentitySpec{.window_ms = 60'000, .tick_ms = 1'000};
 
 // "a" in partitions 0, 1 and 2 within the window; "b" twice in partition 1;
 // "a" again 100 s later (past the window): two emissions of "a" expected.
 std::vector<InputRecord> spread_input() {
-  return {in(0, 0, "a", 0),     in(1, 0, "a", 1'000), in(2, 0, "a", 2'000),
-          in(1, 1, "b", 3'000), in(1, 2, "b", 4'000), in(2, 1, "a", 100'000)};
+  return {at(0, 0, "a", 0),     at(1, 0, "a", 1'000), at(2, 0, "a", 2'000),
+          at(1, 1, "b", 3'000), at(1, 2, "b", 4'000), at(2, 1, "a", 100'000)};
 }
 
 TEST(IdentityVerifier, OneEmissionPerIdentityAndWindowPasses) {
   const auto i = spread_input();
-  auto r = verify_by_identity(i, {out(0, i[1]), out(1, i[3]), out(2, i[5])}, kSpec);
+  auto r =
+      verify_by_identity(i, {emitted(0, i[1]), emitted(1, i[3]), emitted(2, i[5])}, kIdentitySpec);
   EXPECT_TRUE(r.ok()) << r.to_string();
   EXPECT_EQ(r.oracle_distinct, 3u);
 }
@@ -47,7 +49,8 @@ TEST(IdentityVerifier, CopiesFromOtherPartitionsAreDuplicates) {
   const auto i = spread_input();
   // Each partition deduplicated alone: "a" out of partitions 0, 1 and 2.
   auto r = verify_by_identity(
-      i, {out(0, i[0]), out(1, i[1]), out(2, i[2]), out(3, i[3]), out(4, i[5])}, kSpec);
+      i, {emitted(0, i[0]), emitted(1, i[1]), emitted(2, i[2]), emitted(3, i[3]), emitted(4, i[5])},
+      kIdentitySpec);
   EXPECT_EQ(r.duplicated, 2u) << r.to_string();
   EXPECT_EQ(r.lost, 0u);
   EXPECT_FALSE(r.ok());
@@ -55,11 +58,11 @@ TEST(IdentityVerifier, CopiesFromOtherPartitionsAreDuplicates) {
 
 TEST(IdentityVerifier, AnIdentityNeverEmittedIsLostAndProvenanceIsChecked) {
   const auto i = spread_input();
-  OutputRecord stranger = out(9, i[3]);
+  OutputRecord stranger = emitted(9, i[3]);
   stranger.source_offset = 77;
-  OutputRecord altered = out(10, i[5]);
+  OutputRecord altered = emitted(10, i[5]);
   altered.value = "changed";
-  auto r = verify_by_identity(i, {out(0, i[0]), stranger, altered}, kSpec);
+  auto r = verify_by_identity(i, {emitted(0, i[0]), stranger, altered}, kIdentitySpec);
   EXPECT_EQ(r.lost, 3u) << "b twice, and the late a: " << r.to_string();
   EXPECT_EQ(r.unexpected, 2u);
   EXPECT_FALSE(r.ok());
