@@ -17,6 +17,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "figures.h"
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/config_codec.h"
 #include "kdedup/filter/exact_filter.h"
@@ -566,6 +567,7 @@ TEST(CompactFilter, AfterAUniformBurstItEndsOnOneTable) {
   //   table was added (23.3 bits instead of 15.2).
   // One table at the end, within 1.5x of a table sized for the identities of
   // its window.
+  KDEDUP_FIGURES_TEST();
   const std::uint32_t window = 10;
   const std::vector<Event> events = uniform_burst(48, window);
   for (double fpp : {0.01, 0.1}) {
@@ -582,6 +584,7 @@ TEST(CompactFilter, AfterAUniformBurstItEndsOnOneTableWhateverTheFingerprints) {
   // the bits of one; the same through `kdedup filter`, whose fingerprints
   // differ from these). Every table's line count is a multiple of
   // kLineGrain now.
+  KDEDUP_FIGURES_TEST();
   const std::uint32_t window = 10;
   for (std::uint64_t seed : {1, 2, 3}) {
     SCOPED_TRACE(seed);
@@ -613,6 +616,7 @@ TEST(CompactFilter, AfterATenfoldBurstTheFallRuleWaitsWhileTheRateClimbs) {
   // the new identities of the one before: folded for the mean of two
   // climbing ticks, it filled three ticks later, a table was added, and the
   // stream ended on two tables (32.4 bits an identity; 18.4 on one now).
+  KDEDUP_FIGURES_TEST();
   const std::uint32_t window = 10;
   expect_ends_on_one_table(uniform_burst(48, window, 10), window, 0.01);
 }
@@ -624,6 +628,7 @@ TEST(CompactFilter, AReplacementMadeAcrossABurstsEndHoldsItsBusiestTick) {
   // then, was sized for 1.25x the mean of the two (83k identities), filled
   // as the rate climbed, and the stream ended on two tables (23.1 bits an
   // identity); it holds a window at the busier tick's rate now.
+  KDEDUP_FIGURES_TEST();
   const std::uint32_t window = 10;
   expect_ends_on_one_table(uniform_burst(48, window, 10), window, 0.1);
 }
@@ -636,6 +641,7 @@ TEST(CompactFilter, ALoneTableRightSizedAfterAFallKeepsHeadroomWhileTheRateClimb
   // rate of the last ticks, the replacement filled as its predecessor
   // drained, and the streams ended on two tables (21.7 and 37.8 bits an
   // identity); with the fold's headroom they end on one.
+  KDEDUP_FIGURES_TEST();
   const std::uint32_t window = 10;
   expect_ends_on_one_table(uniform_burst(48, window, 3), window, 0.1);
   expect_ends_on_one_table(uniform_burst(48, window, 10), window, 0.001);
@@ -651,6 +657,7 @@ TEST(CompactFilter, ALoneTableRightSizedWhileTheRateClimbsBackHoldsTheRate) {
   // predecessor drained, and a second table was added, two for a window
   // more (37 bits an identity through the seventh window); sized for the
   // rate, it is alone from that tick on, within 1.5x.
+  KDEDUP_FIGURES_TEST();
   const std::uint32_t window = 10;
   expect_ends_on_one_table(uniform_burst(48, window, 2, 1), window, 0.001);
 }
@@ -665,6 +672,7 @@ TEST(CompactFilter, ARightSizedTableIsNotReplacedForASmallMisfit) {
   // added is right-sized at 4% (kShrinkFactor). No false negative, and a
   // snapshot taken in the last phase restores to the same bytes and the
   // same decisions.
+  KDEDUP_FIGURES_TEST();
   const std::uint32_t window = 10;
   std::vector<Event> events;
   std::uint64_t id = 0;
@@ -816,6 +824,7 @@ TEST(CompactFilter, LongWindowsAndNarrowLinesKeepOneTableInTheSteadyState) {
   // holds 21 entries: at a load of 0.9 two choices would miss often enough
   // (about 1 insertion in 5,000 and 1 in 1,000) to seal table after table.
   // Sized at safe_load() the filter settles on one table, as at 10 ticks.
+  KDEDUP_FIGURES_TEST();
   struct Steady {
     std::uint32_t window;
     double fpp;

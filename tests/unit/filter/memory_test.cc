@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "figures.h"
 #include "kdedup/common/bytes.h"
 #include "kdedup/filter/aging_filter.h"
 #include "kdedup/filter/compact_filter.h"
@@ -475,6 +476,7 @@ auto once_per_tick(Fn at) {
 }
 
 TEST(MemoryFollowsLoad, TimerGrowsUnderABurstAndFoldsBackAfterIt) {
+  KDEDUP_FIGURES_TEST();
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);  // 100x too large
@@ -521,6 +523,7 @@ TEST(MemoryFollowsLoad, ASteepBurstOfNewIdentitiesExpandsOnceForItsOwnRate) {
   // (1.09x). Sized by the last W / 8 ticks' rate, which still held the
   // ticks before the climb, it expanded by 3 and then again (1.63x);
   // expanding only when about to fill, by 5 (1.36x).
+  KDEDUP_FIGURES_TEST();
   const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, 8);
   const std::uint32_t window = c.ticks_per_window;
   constexpr std::uint32_t kFine = 4096;
@@ -584,6 +587,7 @@ TEST(MemoryFollowsLoad, ARateFallingByLessThanHalfShrinksInPlace) {
   // false negative, false positives within the target; the batch path
   // shrinks at the same ticks, and a snapshot of the shrunk filter restores
   // to the same decisions.
+  KDEDUP_FIGURES_TEST();
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
@@ -715,6 +719,7 @@ TEST(MemoryFollowsLoad, ALoadClimbingAfterTheFirstWindowExpandsTheActiveInPlace)
   // ticks; a snapshot taken while the copies are alive holds them (format
   // 3 on), restores to the same decisions, and its expansion record is
   // validated.
+  KDEDUP_FIGURES_TEST();
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
@@ -781,6 +786,7 @@ TEST(MemoryFollowsLoad, AShrunkActiveExpandsInPlaceWhenTheRateClimbsBack) {
   // alike; a snapshot taken while the copies are alive (format 3 on, a hash
   // range wider than the lines) restores to the same decisions, and one
   // whose range before the expansion was odd is refused.
+  KDEDUP_FIGURES_TEST();
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
@@ -851,6 +857,7 @@ TEST(MemoryFollowsLoad, ASubFilterSizedInTheFirstWindowShrinksOnceTheRateIsKnown
   // false negative, the estimate within the target, and false
   // positives on first queries within it (on a skewed stream one false
   // positive on a popular identity repeats at each of its arrivals).
+  KDEDUP_FIGURES_TEST();
   for (std::uint8_t bits : {4, 8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
@@ -969,6 +976,7 @@ TEST(MemoryFollowsLoad, AStreamsStartEchoingEveryWindowDoesNotExpandASteadyFilte
   // (2.65x the pre-sized figure to the end). The rate is now read over at
   // least two ticks: at most 2x at the peak and 1.5x at the end, one
   // sub-filter at the end, no false negative.
+  KDEDUP_FIGURES_TEST();
   const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, 4);
   const std::uint32_t window = c.ticks_per_window;
   const auto events = zipf_steady(window, 4);
@@ -1004,6 +1012,7 @@ TEST(MemoryFollowsLoad, ABurstOfRepeatsExpandsTheActiveForWhatTheDomainHolds) {
   // held (8-bit 1.45x, 16-bit 1.49x; 2.89x and 3.54x before), no false
   // negative, the estimate within the target, false positives within 1.2x
   // of it, and the batch path alike.
+  KDEDUP_FIGURES_TEST();
   for (std::uint8_t bits : {8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
