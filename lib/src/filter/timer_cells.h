@@ -464,9 +464,13 @@ struct WindowCount {
     first = 0;
     sum = 0;
   }
+  /// The oldest bucket a count over `window` ticks keeps at `now`.
+  std::uint64_t first_at(Tick now, std::uint64_t window) const {
+    return now >= window ? (now - window) / width : 0;
+  }
   void advance(Tick now, std::uint32_t window) {
     current = (now / width) % ring.size();
-    const std::uint64_t next = now >= window ? (now - window) / width : 0;
+    const std::uint64_t next = first_at(now, window);
     if (next <= first) return;
     if (next - first >= ring.size()) {
       std::fill(ring.begin(), ring.end(), 0);

@@ -53,6 +53,24 @@ std::string expansions_error(const std::vector<Split>& splits, std::uint64_t lin
   return "";
 }
 
+// Reads the counts of `count`'s ring (sized by init()) and places it at
+// `clock`, counting over `span` ticks: its oldest bucket, read before the
+// ring as `first`, must be where advance() keeps it. `what` names the ring
+// in the error; "" when the ring is read and placed.
+std::string read_window_count(ByteReader& r, std::uint64_t first, Tick clock, std::uint64_t span,
+                              const std::string& what, WindowCount& count) {
+  if (count.ring.size() > r.remaining() / 4) return what + " exceeds input";
+  count.sum = 0;
+  for (auto& c : count.ring) {
+    c = *r.get<std::uint32_t>("window counts");
+    count.sum += c;
+  }
+  if (first != count.first_at(clock, span)) return what + " position does not match the clock";
+  count.first = first;
+  count.current = (clock / count.width) % count.ring.size();
+  return "";
+}
+
 }  // namespace
 
 // Format 4's growth state, after the sub-filters: what the growth rules
@@ -122,21 +140,12 @@ class TimerFilter::GrowthState {
     const auto rate_ok = [](double v) { return std::isfinite(v) && v >= 0; };
     if (!rate_ok(*arrival_rate) || !rate_ok(*rejected_rate)) return "rate not finite or negative";
     if (*overfull > 1) return "overfull flag not 0 or 1";
-    WindowCount& q = *f.queries_;
-    if (*ring_size != q.ring.size()) return "query counts ring size does not match the config";
-    if (*ring_size > r.remaining() / 4) return "query counts ring exceeds input";
-    std::uint64_t sum = 0;
-    for (auto& c : q.ring) {
-      c = *r.get<std::uint32_t>("query counts");
-      sum += c;
+    if (*ring_size != f.queries_->ring.size()) {
+      return "query counts ring size does not match the config";
     }
-    const std::uint64_t span = f.queries_span_;
-    if (*first != (f.clock_ >= span ? (f.clock_ - span) / q.width : 0)) {
-      return "query counts position does not match the clock";
-    }
-    q.first = *first;
-    q.sum = sum;
-    q.current = (f.clock_ / q.width) % q.ring.size();
+    const std::string why =
+        read_window_count(r, *first, f.clock_, f.queries_span_, "query counts ring", *f.queries_);
+    if (!why.empty()) return why;
     f.history_from_ = *history_from;
     f.tick_inserts_ = *tick_inserts;
     f.arrivals_ = *arrivals;
@@ -272,18 +281,12 @@ Result<std::unique_ptr<SlidingFilter>> TimerFilter::restore(std::string_view pay
       if (x.tick % s->alive.width != 0) return bad("expansion tick not at a window bucket");
     }
     s->splits = std::move(splits);
-    if (*ring_size > r.remaining() / 4) return bad("window ring exceeds input");
-    std::uint64_t sum = 0;
-    for (auto& c : s->alive.ring) {
-      c = *r.get<std::uint32_t>("window ring");
-      sum += c;
+    if (const std::string why =
+            read_window_count(r, *first, *clock, window, "window ring", s->alive);
+        !why.empty()) {
+      return bad(why);
     }
-    if (sum > *inserts) return bad("window count exceeds insertions");
-    const std::uint64_t expect_first = *clock >= window ? (*clock - window) / s->alive.width : 0;
-    if (*first != expect_first) return bad("window ring position does not match the clock");
-    s->alive.first = *first;
-    s->alive.sum = sum;
-    s->alive.current = (*clock / s->alive.width) % s->alive.ring.size();
+    if (s->alive.sum > *inserts) return bad("window count exceeds insertions");
     auto cells = r.get_bytes(*lines * kLineBytes, "cells");
     if (!cells) return bad("truncated cells");
     s->data.reset(allocate_cells(*lines * kLineBytes));

@@ -635,7 +635,7 @@ TEST(TimerFilter, RejectsInconsistentFieldsUnderAValidChecksum) {
   refused(growth_at + 40, -1.0, "rate not finite or negative");
   refused(growth_at + 56, std::numeric_limits<double>::infinity(), "rate not finite");
   refused(growth_at + 64, std::uint8_t{2}, "overfull flag");
-  refused(growth_at + 73, std::uint64_t{1}, "query counts position");
+  refused(growth_at + 73, std::uint64_t{1}, "query counts ring position");
   std::uint32_t ring = 0;
   std::memcpy(&ring, payload.data() + growth_at + 81, 4);
   refused(growth_at + 81, ring + 1, "ring size");
