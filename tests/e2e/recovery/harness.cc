@@ -107,6 +107,14 @@ std::optional<int> Instance::wait_exit(std::chrono::milliseconds timeout) {
 
 bool Instance::running() { return process_ && !process_->poll_exit(); }
 
+bool crashed_by_itself(const std::string& name, std::optional<int> exited,
+                       const std::string& run_log, const std::string& when) {
+  if (exited != 128 + SIGSEGV) return false;
+  if (run_log.find("kdedup: fatal signal") != std::string::npos) return false;
+  std::cout << name << " had crashed by itself (SIGSEGV in librdkafka) " << when << std::endl;
+  return true;
+}
+
 std::string Instance::log() const { return read_file(log_path_); }
 
 std::string Instance::run_log() const {

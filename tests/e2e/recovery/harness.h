@@ -110,6 +110,19 @@ class Instance {
   std::optional<int> port_;
 };
 
+/// Whether a run that ended with `exited` (Instance::wait_exit(0ms) or
+/// stop()) and wrote `run_log` met librdkafka 2.0.2's cooperative-sticky
+/// assignor fault: a SIGSEGV without kdedup's crash report. The group
+/// leader's assignor, on librdkafka's main thread, sometimes faults when
+/// members are killed and restarted within seconds, or leave while one is
+/// stopping (lib/src/pipeline/README.md); librdkafka's threads block every
+/// signal, so the kernel ends the process at once, without the report that
+/// a fault in kdedup's own threads writes ("kdedup: fatal signal"). A test
+/// that kills members judges such a run as it would a kill. Prints
+/// "<name> had crashed by itself (SIGSEGV in librdkafka) <when>" when it is.
+bool crashed_by_itself(const std::string& name, std::optional<int> exited,
+                       const std::string& run_log, const std::string& when);
+
 /// Produces a keyed stream with duplicates to `topic` from its own thread:
 /// identity n = a draw of a uniform EventStream over `domain` identities
 /// (seeded), shifted by the drift, key "id-n", value {"id":n,"seq":i}, partition n % partitions

@@ -85,7 +85,8 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
     const std::optional<int> exited = victim.wait_exit(std::chrono::milliseconds(0));
     const bool was_running = !exited;
     victim.kill9();
-    const auto recovered = recovery_lines(victim.run_log());
+    const std::string killed_log = victim.run_log();
+    const auto recovered = recovery_lines(killed_log);
     const int down = down_ms(rng);
     std::this_thread::sleep_for(std::chrono::milliseconds(down));
     ASSERT_TRUE(victim.start()) << victim.log_tail();
@@ -93,17 +94,10 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
               << " (pid " << pid << (was_running ? "" : ", had already exited") << "), feeder at "
               << feeder.produced() << " records, restarted after " << down << " ms as pid "
               << victim.pid() << "; the killed run had: " << recovered.to_string() << std::endl;
-    // A segmentation fault is a crash like the kill: librdkafka 2.0.2's
-    // cooperative-sticky assignor (the group leader's, on its main thread)
-    // sometimes faults when members are killed and restarted this fast
-    // (lib/src/pipeline/README.md); the run is judged as it would be after
-    // a kill. It leaves no crash report: librdkafka's threads block every
-    // signal, so the kernel ends the process at once. Any other end (an
-    // error exit, an abort) fails the test.
-    if (exited == 128 + SIGSEGV) {
-      std::cout << "cycle " << cycle << ": " << victim.name()
-                << " had crashed by itself (SIGSEGV) before the kill" << std::endl;
-    } else {
+    // A segmentation fault is a crash like the kill (crashed_by_itself);
+    // any other end (an error exit, an abort) fails the test.
+    if (!crashed_by_itself(victim.name(), exited, killed_log,
+                           "before the kill in cycle " + std::to_string(cycle))) {
       ASSERT_TRUE(was_running) << victim.name() << " exited by itself before the kill, status "
                                << exited.value_or(-1) << "\n"
                                << victim.log_tail();
@@ -128,15 +122,17 @@ void torture(const std::string& group, int cycles, const std::string& partitioni
   for (auto& i : instances) {
     std::cout << i->name() << " over all runs: " << recovery_lines(i->log()).to_string()
               << std::endl;
-    // The assignor's fault (above) also comes after the last kill, while
-    // the group settles: the other member then took the partitions over
-    // and drained them (wait_committed_to_end), and the output is judged
-    // as always. An instance still running must stop cleanly.
-    if (i->wait_exit(0ms) == 128 + SIGSEGV) {
-      std::cout << i->name() << " had crashed by itself (SIGSEGV) after the last kill" << std::endl;
+    // The assignor's fault also comes after the last kill, while the group
+    // settles: the other member then took the partitions over and drained
+    // them (wait_committed_to_end), and the output is judged as always. An
+    // instance still running must stop cleanly.
+    if (crashed_by_itself(i->name(), i->wait_exit(0ms), i->run_log(), "after the last kill")) {
       continue;
     }
-    EXPECT_EQ(i->stop(), 0) << i->log_tail();
+    const int status = i->stop();
+    if (!crashed_by_itself(i->name(), status, i->run_log(), "while stopping")) {
+      EXPECT_EQ(status, 0) << i->log_tail();
+    }
   }
   auto report = verify_topics(b, s);
   ASSERT_TRUE(report) << report.error().message;
