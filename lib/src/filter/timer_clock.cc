@@ -139,7 +139,10 @@ void TimerFilter::clear_all(Tick now) {
   give_back();
   fold_drained();
   maybe_fold();
-  maybe_expand();
+  // An expansion gives the active the room a sealed sub-filter's fold was
+  // held back for (its guard): the sealed ones fold in the same tick, not
+  // a tick later beside the expanded active (the peak of a climb).
+  if (maybe_expand()) fold_drained();
   publish_demand();
   refresh_threshold();  // and the view
 }

@@ -367,23 +367,23 @@ std::uint64_t TimerFilter::growth_lines(const GrowthTarget& want) const {
   return lines_for(want.elements, lambda);
 }
 
-void TimerFilter::maybe_expand() {
+bool TimerFilter::maybe_expand() {
   // Runs at every tick: the usual answer (room for more than a few ticks)
   // comes from a few compares.
   SubFilter& a = *subs_.back();
   // A shrunk one keeps its shape (expand()), which needs an even hash range.
   if (config_.growth != Growth::kDensity || overfull_ || (a.shrunk() && a.span % 2 != 0) ||
       a.share < 1.0 || a.splits.size() >= kMaxSplits) {
-    return;
+    return false;
   }
   const std::uint32_t window = config_.ticks_per_window;
   // Copies make room only as the entries they copy expire: not before the
   // stream's first window has turned over (nothing expires in it).
-  if (clock_ - std::max(first_tick_, history_from_) <= window) return;
+  if (clock_ - std::max(first_tick_, history_from_) <= window) return false;
   // At the start of a bucket of the window counts (every tick but with the
   // longest windows), before this tick's first insertion: the entries it
   // copies are those of the earlier buckets (SubFilter::copies_before).
-  if (clock_ % a.alive.width != 0 || tick_inserts_ != 0) return;
+  if (clock_ % a.alive.width != 0 || tick_inserts_ != 0) return false;
   const Tick horizon = growth_horizon();
   // Over at least two ticks: with the shortest windows (a 4-bit filter's
   // tick is a ninth of its window) one tick can insert a quarter more than
@@ -391,9 +391,9 @@ void TimerFilter::maybe_expand() {
   // its popular identities come straight back, every window), and a
   // steady filter shrunk to 10% over what it holds doubled on it.
   const double rate = growth_rate(2);
-  if (!(rate > 0)) return;
+  if (!(rate > 0)) return false;
   const double lambda = active_lambda();
-  if (!(lambda > 0)) return;
+  if (!(lambda > 0)) return false;
   const double room = capacity(a, lambda) - static_cast<double>(a.alive.sum);
   // Past its limit already (the target fell): the first insertion seals it.
   // On a steep climb (a rate that would more than double what the window
@@ -404,7 +404,8 @@ void TimerFilter::maybe_expand() {
   const double soon = static_cast<double>(horizon);
   const bool steep =
       rate * static_cast<double>(window + 1) > kSteepClimb * static_cast<double>(alive_total());
-  if (room >= (steep ? std::max(kExpandAhead, soon) : kExpandAhead) * rate || !(room > 0)) return;
+  if (room >= (steep ? std::max(kExpandAhead, soon) : kExpandAhead) * rate || !(room > 0))
+    return false;
   // The window test reads a steep climb's own rate too: the last two
   // buckets' (the horizon's still holds the ticks before the climb).
   const double climb_rate = steep ? std::max(rate, recent_rate(2 * a.alive.width)) : rate;
@@ -425,23 +426,23 @@ void TimerFilter::maybe_expand() {
   // The entries that leave keep up with the rate, over the next ticks and
   // over a window, and this tick fits (with kGrowthHeadroom to spare): a
   // steady stream at its limit, which frees a tick's worth at every tick.
-  if (near <= 1.0 && far <= 1.0 && room >= kGrowthHeadroom * rate) return;
+  if (near <= 1.0 && far <= 1.0 && room >= kGrowthHeadroom * rate) return false;
   // (Capped where no expansion could be worth it: the check below.)
   const auto factor = smooth_ceil(static_cast<std::uint64_t>(
       std::clamp(std::ceil(std::max(near, kFoldHeadroom * far)), 2.0, 1024.0)));
   // Worth it only when it holds less than the seal path would for the next
   // window: the active (sealed) and a new sub-filter sized from the rate.
   const GrowthTarget want = growth_target();
-  if (want.probe) return;
+  if (want.probe) return false;
   const std::uint64_t max_lines = std::max(floor_lines(), config_.max_bytes / kLineBytes);
-  if ((factor - 1) * a.lines > growth_lines(want) || factor * a.lines > max_lines) return;
+  if ((factor - 1) * a.lines > growth_lines(want) || factor * a.lines > max_lines) return false;
   const std::uint64_t extra = (factor - 1) * a.lines * kLineBytes;
   if (budget_) {
     if (const double part = budget_part();
         part >= 0 && static_cast<double>(held_bytes() + extra) > part) {
-      return;  // over budget, this filter holds its share of it already
+      return false;  // over budget, this filter holds its share of it already
     }
-    if (!budget_->try_reserve(extra)) return;
+    if (!budget_->try_reserve(extra)) return false;
   }
   bool done = false;
   switch (config_.timer_bits) {
@@ -462,6 +463,7 @@ void TimerFilter::maybe_expand() {
       budget_->release(extra);
     }
   }
+  return done;
 }
 
 template <unsigned Bits>

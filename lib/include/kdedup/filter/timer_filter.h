@@ -492,8 +492,8 @@ class TimerFilter final : public SlidingFilter {
   /// Expands the active in place by an integer factor (every line copied
   /// into the lines that replace it) when it is about to fill, the window
   /// has turned over, and that holds less than sealing it and adding one
-  /// sized by growth_target() would ("Growth in place").
-  void maybe_expand();
+  /// sized by growth_target() would ("Growth in place"); true if it did.
+  bool maybe_expand();
   /// Lines a new sub-filter sized by `want` gets (seal_and_grow()'s share
   /// of the target).
   [[nodiscard]] std::uint64_t growth_lines(const GrowthTarget& want) const;
