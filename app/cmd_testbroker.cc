@@ -4,7 +4,6 @@
 // TCP port. Prints the bootstrap servers as its first stdout line.
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>

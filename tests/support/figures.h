@@ -13,15 +13,7 @@
 
 #include <gtest/gtest.h>
 
-namespace kdedup::testing {
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitizerBuild = true;
-#else
-inline constexpr bool kSanitizerBuild = false;
-#endif
-
-}  // namespace kdedup::testing
+#include "sanitizer.h"
 
 /// First statement of a figures test: skips it in a sanitizer build.
 #define KDEDUP_FIGURES_TEST()                                                   \

@@ -468,8 +468,10 @@ struct WindowCount {
   std::uint64_t first_at(Tick now, std::uint64_t window) const {
     return now >= window ? (now - window) / width : 0;
   }
+  /// The ring slot of the bucket that holds `now`.
+  std::size_t slot_at(Tick now) const { return (now / width) % ring.size(); }
   void advance(Tick now, std::uint32_t window) {
-    current = (now / width) % ring.size();
+    current = slot_at(now);
     const std::uint64_t next = first_at(now, window);
     if (next <= first) return;
     if (next - first >= ring.size()) {

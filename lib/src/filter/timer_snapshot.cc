@@ -67,7 +67,7 @@ std::string read_window_count(ByteReader& r, std::uint64_t first, Tick clock, st
   }
   if (first != count.first_at(clock, span)) return what + " position does not match the clock";
   count.first = first;
-  count.current = (clock / count.width) % count.ring.size();
+  count.current = count.slot_at(clock);
   return "";
 }
 

@@ -115,6 +115,16 @@ bool crashed_by_itself(const std::string& name, std::optional<int> exited,
   return true;
 }
 
+std::optional<int> stop_after_kills(Instance& i) {
+  const bool ended = !i.running();
+  const int status = i.stop();
+  if (crashed_by_itself(i.name(), status, i.run_log(),
+                        ended ? "after the last kill" : "while stopping")) {
+    return std::nullopt;
+  }
+  return status;
+}
+
 std::string Instance::log() const { return read_file(log_path_); }
 
 std::string Instance::run_log() const {

@@ -123,6 +123,12 @@ class Instance {
 bool crashed_by_itself(const std::string& name, std::optional<int> exited,
                        const std::string& run_log, const std::string& when);
 
+/// Stops `i` at the end of a test that killed members: its exit status, or
+/// nullopt when it met the assignor's fault (crashed_by_itself) after the
+/// last kill, while the group settled, or while it stopped and the other
+/// member left; such a test judges that run as killed.
+std::optional<int> stop_after_kills(Instance& i);
+
 /// Produces a keyed stream with duplicates to `topic` from its own thread:
 /// identity n = a draw of a uniform EventStream over `domain` identities
 /// (seeded), shifted by the drift, key "id-n", value {"id":n,"seq":i}, partition n % partitions
