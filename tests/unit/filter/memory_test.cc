@@ -464,6 +464,17 @@ StreamSpec repeats_burst(std::uint32_t window, std::uint64_t domain) {
   return spec;
 }
 
+// `spec` drawn for six windows at family_bench's 4096 fine ticks a window
+// (its burst, if any, in the middle third), laid on a filter's `window`
+// ticks.
+std::vector<Event> fine_stream_on_ticks(StreamSpec spec, std::uint32_t window) {
+  constexpr Tick kFine = 4096;
+  spec.ticks = 6 * kFine;
+  auto events = generate_stream(spec);
+  for (Event& e : events) e.tick = e.tick * window / kFine;
+  return events;
+}
+
 // A run_against_oracle callback that calls `at(tick)` at the first event of
 // every tick.
 template <class Fn>
@@ -525,16 +536,12 @@ TEST(MemoryFollowsLoad, ASteepBurstOfNewIdentitiesExpandsOnceForItsOwnRate) {
   // expanding only when about to fill, by 5 (1.36x).
   KDEDUP_FIGURES_TEST();
   const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, 8);
-  const std::uint32_t window = c.ticks_per_window;
-  constexpr std::uint32_t kFine = 4096;
   StreamSpec spec;
   spec.domain = 1ULL << 40;
   spec.base_rate = 24;
-  spec.ticks = 6 * kFine;
   spec.burst_factor = 5;
   spec.seed = 17;
-  auto events = generate_stream(spec);
-  for (Event& e : events) e.tick = e.tick * window / kFine;
+  const auto events = fine_stream_on_ticks(spec, c.ticks_per_window);
   auto f = make(c);
   const LoadRun run = run_load(*f, events);
   EXPECT_EQ(run.counts.false_negatives, 0U);
@@ -1046,17 +1053,13 @@ TEST(MemoryFollowsLoad, ASealedSubFilterFoldsInTheTickTheActiveExpands) {
   // alike.
   KDEDUP_FIGURES_TEST();
   const FilterConfig c = config_of(FilterType::kTimer, 196'608, 4);
-  const std::uint32_t window = c.ticks_per_window;
-  constexpr Tick kFine = 4096;  // family_bench's fine ticks a window
   StreamSpec spec;
   spec.distribution = testing::Distribution::kZipf;
-  spec.domain = 10 * 48 * kFine;
+  spec.domain = 10 * 48 * 4096;
   spec.base_rate = 48;
-  spec.ticks = 6 * kFine;
   spec.burst_factor = 5;
   spec.seed = 7;
-  auto events = generate_stream(spec);
-  for (Event& e : events) e.tick = e.tick * window / kFine;
+  const auto events = fine_stream_on_ticks(spec, c.ticks_per_window);
   auto watched = make(c);
   auto& timer = dynamic_cast<TimerFilter&>(*watched);
   std::vector<std::uint64_t> before;
