@@ -1152,9 +1152,7 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
   for (const Kind& kind : kinds) {
     const FilterConfig c = config_of(kind.type, 1'000'000, kind.bits);
     const std::uint32_t window = c.ticks_per_window;
-    // A domain whose window needs well over the 64 KiB floor.
-    const StreamSpec spec =
-        repeats_burst(window, kind.type == FilterType::kTimer ? 49'152 : 196'608);
+    const StreamSpec spec = repeats_burst(window, 49'152);
     StreamSpec zipf = spec;
     zipf.distribution = testing::Distribution::kZipf;
     const std::pair<const char*, std::vector<Event>> streams[] = {
