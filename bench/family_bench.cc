@@ -125,7 +125,7 @@ using kdedup::testing::Event;
 using kdedup::testing::StreamSpec;
 using Clock = std::chrono::steady_clock;
 
-constexpr Tick kFineTicks = 4096;  // fine ticks per window in generated streams
+constexpr Tick kFineTicks = kdedup::testing::kFineTicksPerWindow;
 constexpr std::size_t kBatch = 256;
 
 struct Contender {
@@ -160,7 +160,7 @@ std::unique_ptr<SlidingFilter> build(const FilterConfig& c) {
 // The events of a fine-tick stream on a filter's own tick scale.
 std::vector<Event> on_ticks(const std::vector<Event>& fine, std::uint32_t window) {
   std::vector<Event> out(fine);
-  for (Event& e : out) e.tick = e.tick * window / kFineTicks;
+  kdedup::testing::lay_on_ticks(out, window);
   return out;
 }
 

@@ -88,6 +88,10 @@ std::vector<Event> generate_stream(const StreamSpec& spec) {
   return events;
 }
 
+void lay_on_ticks(std::vector<Event>& events, std::uint32_t window) {
+  for (Event& e : events) e.tick = e.tick * window / kFineTicksPerWindow;
+}
+
 double OracleCounts::fp_rate() const {
   const std::uint64_t not_delivered = true_negatives + false_positives;
   return not_delivered == 0

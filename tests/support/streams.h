@@ -76,6 +76,15 @@ class EventStream {
 /// All events of a stream, in order.
 [[nodiscard]] std::vector<Event> generate_stream(const StreamSpec& spec);
 
+/// Ticks a window of the streams family_bench generates (and the tests that
+/// measure its streams): finer than any filter's ticks, so that every filter
+/// sees the same events on its own tick scale (lay_on_ticks()).
+inline constexpr Tick kFineTicksPerWindow = 4096;
+
+/// `events`, generated at kFineTicksPerWindow ticks a window, on a filter's
+/// `window` ticks a window.
+void lay_on_ticks(std::vector<Event>& events, std::uint32_t window);
+
 /// Outcome of scoring a filter against the oracle. "Delivered" means the
 /// filter under test emitted the identity as distinct within the window.
 struct OracleCounts {

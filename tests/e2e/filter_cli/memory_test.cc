@@ -232,7 +232,7 @@ TEST(FilterCli, TimerFilterSizedInTheFirstWindowShrinksOnceTheRateIsKnown) {
   // each of its records).
   StreamSpec spec;
   spec.distribution = Distribution::kZipf;
-  constexpr std::uint64_t kFine = 4096;  // ticks of the generated stream in a window
+  constexpr std::uint64_t kFine = kFineTicksPerWindow;
   spec.base_rate = 48;
   spec.domain = 10 * 48 * kFine;
   spec.ticks = kFine * 5 / 4;
@@ -319,9 +319,9 @@ TEST(FilterCli, CompactFilterMemoryFollowsABurst) {
 std::string stream_records(Distribution dist, double factor) {
   StreamSpec spec;
   spec.distribution = dist;
-  spec.domain = (dist == Distribution::kUniform ? 1 : 10) * 48 * 4096;
+  spec.domain = (dist == Distribution::kUniform ? 1 : 10) * 48 * kFineTicksPerWindow;
   spec.base_rate = 48;
-  spec.ticks = 6 * 4096;
+  spec.ticks = 6 * kFineTicksPerWindow;
   spec.burst_factor = factor;
   spec.seed = 7;
   std::string input;

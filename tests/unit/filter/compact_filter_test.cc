@@ -464,7 +464,7 @@ void expect_restores_alike(SlidingFilter& f, std::span<const Event> rest, std::s
 // window's events: generated at kFineTicks a window for six windows, then
 // `more` windows at the base rate, then put on `window` filter ticks.
 // `seed` draws the events and salts the identities' fingerprints.
-constexpr std::uint64_t kFineTicks = 4096;
+constexpr std::uint64_t kFineTicks = testing::kFineTicksPerWindow;
 
 std::vector<Event> uniform_burst(std::uint64_t rate, std::uint32_t window, double factor = 5,
                                  std::uint64_t more = 0, std::uint64_t seed = 7) {
@@ -483,7 +483,7 @@ std::vector<Event> uniform_burst(std::uint64_t rate, std::uint32_t window, doubl
     const auto rest = generate_stream(tail);
     events.insert(events.end(), rest.begin(), rest.end());
   }
-  for (Event& e : events) e.tick = e.tick * window / kFineTicks;
+  testing::lay_on_ticks(events, window);
   return events;
 }
 

@@ -464,14 +464,12 @@ StreamSpec repeats_burst(std::uint32_t window, std::uint64_t domain) {
   return spec;
 }
 
-// `spec` drawn for six windows at family_bench's 4096 fine ticks a window
-// (its burst, if any, in the middle third), laid on a filter's `window`
-// ticks.
+// `spec` drawn for six windows at family_bench's fine ticks (its burst, if
+// any, in the middle third), laid on a filter's `window` ticks.
 std::vector<Event> fine_stream_on_ticks(StreamSpec spec, std::uint32_t window) {
-  constexpr Tick kFine = 4096;
-  spec.ticks = 6 * kFine;
+  spec.ticks = 6 * testing::kFineTicksPerWindow;
   auto events = generate_stream(spec);
-  for (Event& e : events) e.tick = e.tick * window / kFine;
+  testing::lay_on_ticks(events, window);
   return events;
 }
 
@@ -1055,7 +1053,7 @@ TEST(MemoryFollowsLoad, ASealedSubFilterFoldsInTheTickTheActiveExpands) {
   const FilterConfig c = config_of(FilterType::kTimer, 196'608, 4);
   StreamSpec spec;
   spec.distribution = testing::Distribution::kZipf;
-  spec.domain = 10 * 48 * 4096;
+  spec.domain = 10 * 48 * testing::kFineTicksPerWindow;
   spec.base_rate = 48;
   spec.burst_factor = 5;
   spec.seed = 7;
