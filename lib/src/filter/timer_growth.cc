@@ -404,8 +404,9 @@ bool TimerFilter::maybe_expand() {
   const double soon = static_cast<double>(horizon);
   const bool steep =
       rate * static_cast<double>(window + 1) > kSteepClimb * static_cast<double>(alive_total());
-  if (room >= (steep ? std::max(kExpandAhead, soon) : kExpandAhead) * rate || !(room > 0))
+  if (room >= (steep ? std::max(kExpandAhead, soon) : kExpandAhead) * rate || !(room > 0)) {
     return false;
+  }
   // The window test reads a steep climb's own rate too: the last two
   // buckets' (the horizon's still holds the ticks before the climb).
   const double climb_rate = steep ? std::max(rate, recent_rate(2 * a.alive.width)) : rate;
