@@ -86,10 +86,6 @@ class TimerFilter::GrowthState {
     return f.insertions_ != 0 || f.arrivals_ != 0 || f.queries_->sum != 0;
   }
 
-  static std::size_t bytes(const TimerFilter& f) {
-    return f.subs_.size() * 16 + 8 * 8 + 1 + 4 + f.queries_->ring.size() * 4;
-  }
-
   static void write(const TimerFilter& f, ByteWriter& w) {
     for (const auto& s : f.subs_) {
       w.put<Tick>(s->echo_until);
@@ -171,8 +167,15 @@ std::string TimerFilter::serialize() const {
             s->splits.size() * (sizeof(Tick) + sizeof(std::uint32_t)) +
             s->alive.ring.size() * sizeof(std::uint32_t) + s->bytes();
   }
+  // The growth state (at most a few KiB) is written first, to size the
+  // buffer.
   const bool growth = GrowthState::needed(*this);
-  if (growth) tail += GrowthState::bytes(*this);
+  std::string growth_state;
+  if (growth) {
+    ByteWriter g(growth_state);
+    GrowthState::write(*this, g);
+  }
+  tail += growth_state.size();
   const std::uint16_t version = growth   ? kVersion
                                 : split  ? kVersionSplit
                                 : shrunk ? kVersionShrunk
@@ -206,7 +209,7 @@ std::string TimerFilter::serialize() const {
     for (std::uint32_t c : s->alive.ring) w.put<std::uint32_t>(c);
     w.put_bytes(std::string_view(reinterpret_cast<const char*>(s->data.get()), s->bytes()));
   }
-  if (growth) GrowthState::write(*this, w);
+  w.put_bytes(growth_state);
   return seal_envelope_in_place(static_cast<std::uint16_t>(FilterType::kTimer), version,
                                 std::move(out));
 }
