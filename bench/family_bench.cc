@@ -70,7 +70,7 @@
 //
 // Usage: family_bench [--scale X] [--skip-streams] [--skip-compact] [--skip-table2]
 //                     [--skip-misset] [--skip-budget] [--compact-bursts F,F,...]
-//                     [--compact-seeds N]
+//                     [--compact-seeds N] [--timer-scales S,S,...]
 //   --scale multiplies every stream's rate (default 1: ~200k events per
 //   window at the base rate, ~1M in-window identities in Table 2, ~100k
 //   in-window identities at the base rate of the mis-set streams).
@@ -81,6 +81,11 @@
 //   the most tables, the highest peak (section 3's measure), and which seeds
 //   ended on two tables or over 1.5x the pre-sized figure (whether a table
 //   folds or fills a tick early turns on the fingerprints).
+//   --timer-scales S,S,...: last, section 1's 5x bursts drawn at each scale
+//   (events and identities alike), every timer width: the peak bits per
+//   in-window id against the pre-sized figure for the most the window held
+//   (whether an expansion leaves room enough turns on a few percent, which
+//   one scale can hide).
 
 #include <algorithm>
 #include <chrono>
@@ -204,6 +209,7 @@ class LoadTrack {
   }
   [[nodiscard]] double worst_bits() const { return worst_bits_; }
   [[nodiscard]] std::uint64_t peak_bytes() const { return peak_bytes_; }
+  [[nodiscard]] std::uint64_t peak_in_window() const { return peak_in_window_; }
   [[nodiscard]] std::uint64_t in_window() const { return in_window_; }
 
  private:
@@ -226,7 +232,8 @@ struct StreamResult {
   double fp_beyond_first = 0;  // the same, per identity (first query of each absence)
   std::uint64_t false_negatives = 0;
   std::uint32_t subfilters = 0;
-  double peak_bits = 0;  // LoadTrack
+  double peak_bits = 0;              // LoadTrack
+  std::uint64_t peak_in_window = 0;  // the most the window held (LoadTrack)
 };
 
 StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& events,
@@ -287,6 +294,7 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
   const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
   load.sample(*f);
   r.peak_bits = load.peak_bits();
+  r.peak_in_window = load.peak_in_window();
   const FilterStats st = f->stats();
   r.bytes = st.bytes;
   r.subfilters = st.subfilters;
@@ -833,29 +841,81 @@ void budget_section(double scale) {
 
 }  // namespace
 
+// The streams of section 1 with 5x bursts, drawn at other scales (events
+// and identities alike): per timer width, the peak bits per in-window id
+// (section 3's measure) against the pre-sized figure for the most the
+// window held, at each scale; false negatives over every run.
+void timer_scales_section(const std::vector<double>& scales) {
+  std::printf(
+      "## The timer filter's peak on 5x bursts by scale (fpp 1%%, x the pre-sized figure)\n\n");
+  std::printf("| stream | filter |");
+  for (double s : scales) std::printf(" scale %g |", s);
+  std::printf(" FN |\n|---|---|");
+  for (std::size_t i = 0; i <= scales.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  const std::uint8_t widths[] = {4, 8, 16};
+  for (Distribution dist : {Distribution::kUniform, Distribution::kZipf}) {
+    std::vector<std::string> rows(std::size(widths));
+    std::vector<std::uint64_t> false_negatives(std::size(widths), 0);
+    for (double scale : scales) {
+      const auto fine = kdedup::testing::generate_stream(stream_spec(dist, 5.0, scale));
+      const auto per_window = static_cast<std::uint64_t>(48 * scale * kFineTicks);
+      for (std::size_t w = 0; w < std::size(widths); ++w) {
+        const FilterConfig c = config_of(FilterType::kTimer, 0.01, per_window, widths[w]);
+        const StreamResult r = run_stream(c, on_ticks(fine, c.ticks_per_window), false);
+        const double presized = presized_bits(c, {}, std::max<std::uint64_t>(1, r.peak_in_window));
+        char cell[48];
+        std::snprintf(cell, sizeof cell, " %.1f (%.2f) |", r.peak_bits, r.peak_bits / presized);
+        rows[w] += cell;
+        false_negatives[w] += r.false_negatives;
+      }
+    }
+    for (std::size_t w = 0; w < std::size(widths); ++w) {
+      std::printf("| %s | timer-%u |%s %" PRIu64 " |\n", stream_name(dist, 5.0).c_str(), widths[w],
+                  rows[w].c_str(), false_negatives[w]);
+    }
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
+// A list of factors "F,F,..." each at least `least` into `out`; false when
+// `arg` is not one.
+bool parse_factors(const char* arg, double least, std::vector<double>& out) {
+  out.clear();
+  for (const char* at = arg;;) {
+    char* end = nullptr;
+    const double f = std::strtod(at, &end);
+    if (end == at || !(f >= least) || (*end != ',' && *end != '\0')) return false;
+    out.push_back(f);
+    if (*end == '\0') return true;
+    at = end + 1;
+  }
+}
+
 int main(int argc, char** argv) {
   double scale = 1.0;
   bool streams = true, compact = true, table2 = true, misset = true, budget = true;
   std::vector<double> bursts = {1.0, 2.0, 5.0};
   int seeds = 0;
+  std::vector<double> timer_scales;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
       scale = std::atof(argv[++i]);
     } else if (std::strcmp(argv[i], "--compact-bursts") == 0 && i + 1 < argc) {
-      bursts.clear();
-      const char* at = argv[++i];
-      for (;;) {
-        char* end = nullptr;
-        const double b = std::strtod(at, &end);
-        if (end == at || !(b >= 1.0) || (*end != ',' && *end != '\0')) {
-          std::fprintf(stderr,
-                       "--compact-bursts: '%s' is not a list of factors >= 1, such as 1,2,5\n",
-                       argv[i]);
-          return 2;
-        }
-        bursts.push_back(b);
-        if (*end == '\0') break;
-        at = end + 1;
+      if (!parse_factors(argv[++i], 1.0, bursts)) {
+        std::fprintf(stderr,
+                     "--compact-bursts: '%s' is not a list of factors >= 1, such as 1,2,5\n",
+                     argv[i]);
+        return 2;
+      }
+    } else if (std::strcmp(argv[i], "--timer-scales") == 0 && i + 1 < argc) {
+      if (!parse_factors(argv[++i], 0.01, timer_scales) || timer_scales.size() > 16) {
+        std::fprintf(stderr,
+                     "--timer-scales: '%s' is not a list of up to 16 scales >= 0.01, such as "
+                     "0.2,0.5,1\n",
+                     argv[i]);
+        return 2;
       }
     } else if (std::strcmp(argv[i], "--compact-seeds") == 0 && i + 1 < argc) {
       seeds = std::atoi(argv[++i]);
@@ -878,7 +938,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--scale X] [--skip-streams] [--skip-compact] [--skip-table2] "
                    "[--skip-misset] [--skip-budget] [--compact-bursts F,F,...] "
-                   "[--compact-seeds N]\n",
+                   "[--compact-seeds N] [--timer-scales S,S,...]\n",
                    argv[0]);
       return 2;
     }
@@ -894,5 +954,6 @@ int main(int argc, char** argv) {
   if (compact && seeds > 0) compact_seeds_section(scale, bursts, seeds);
   if (misset) misset_section(scale);
   if (budget) budget_section(scale);
+  if (!timer_scales.empty()) timer_scales_section(timer_scales);
   return 0;
 }

@@ -315,12 +315,14 @@ TEST(FilterCli, CompactFilterMemoryFollowsABurst) {
 // family_bench's streams (streams.h) as records: 48 events every 10 ms,
 // six windows of 40.96 s with `factor` times the rate in the middle two;
 // uniform draws over a domain of one window's events (196,608 identities),
-// or Zipf draws over ten times that.
-std::string stream_records(Distribution dist, double factor) {
+// or Zipf draws over ten times that; `scale` times as many events and
+// identities (family_bench --scale).
+std::string stream_records(Distribution dist, double factor, double scale = 1.0) {
   StreamSpec spec;
   spec.distribution = dist;
-  spec.domain = (dist == Distribution::kUniform ? 1 : 10) * 48 * kFineTicksPerWindow;
-  spec.base_rate = 48;
+  spec.base_rate = 48 * scale;
+  spec.domain = static_cast<std::uint64_t>((dist == Distribution::kUniform ? 1 : 10) *
+                                           spec.base_rate * kFineTicksPerWindow);
   spec.ticks = 6 * kFineTicksPerWindow;
   spec.burst_factor = factor;
   spec.seed = 7;
@@ -359,6 +361,30 @@ std::size_t most_emitted_in_ticks(const std::string& out, std::int64_t tick_ms,
     most = std::max(most, sum);
   }
   return most;
+}
+
+// family_bench's uniform 5x burst at `scale` through `kdedup filter` with 8-
+// and 16-bit timers: false positives on first queries within the target,
+// and memory at its peak (the stats file) above and within 2x of the
+// pre-sized figure for the most records emitted within a window.
+void expect_repeats_burst_held(double scale) {
+  const std::string input = stream_records(Distribution::kUniform, 5, scale);
+  for (const auto& [bits, ticks] : {std::pair<std::string, std::int64_t>{"8", 192}, {"16", 4096}}) {
+    SCOPED_TRACE(bits);
+    const TimerRun run = run_timer_on(input, bits, ticks, 40'960);
+    const Verdict& v = run.verdict;
+    EXPECT_LE(static_cast<double>(v.first_query_false_positives),
+              1.2 * 0.01 * static_cast<double>(v.first_queries) + 5)
+        << v.first_query_false_positives << " of " << v.first_queries << " first queries";
+    const std::size_t most_in_window = most_emitted_within(run.out, 40'960);
+    const double presized = presized_timer_bytes(bits, ticks, most_in_window);
+    std::printf("%s-bit: peak %.2fx the pre-sized figure for %zu\n", bits.c_str(),
+                static_cast<double>(run.memory.peak) / presized, most_in_window);
+    EXPECT_GT(static_cast<double>(run.memory.peak), presized) << "the burst must grow the filter";
+    EXPECT_LE(static_cast<double>(run.memory.peak), 2.0 * presized)
+        << static_cast<double>(run.memory.peak) / presized << "x the pre-sized figure for "
+        << most_in_window;
+  }
 }
 
 TEST(FilterCli, CompactFilterMemoryFollowsABurstOfRepeats) {
@@ -404,21 +430,20 @@ TEST(FilterCli, TimerFilterHoldsABurstOfRepeatsWithinTwiceWhatItsPeakNeeds) {
   // window): 8-bit 1.62x, 16-bit 1.81x, where it expanded by 4 for the
   // burst's first rate before (2.93x and 2.98x); no false negative, false
   // positives on first queries within the target.
-  const std::string input = stream_records(Distribution::kUniform, 5);
-  for (const auto& [bits, ticks] : {std::pair<std::string, std::int64_t>{"8", 192}, {"16", 4096}}) {
-    SCOPED_TRACE(bits);
-    const TimerRun run = run_timer_on(input, bits, ticks, 40'960);
-    const Verdict& v = run.verdict;
-    EXPECT_LE(static_cast<double>(v.first_query_false_positives),
-              1.2 * 0.01 * static_cast<double>(v.first_queries) + 5)
-        << v.first_query_false_positives << " of " << v.first_queries << " first queries";
-    const std::size_t most_in_window = most_emitted_within(run.out, 40'960);
-    const double presized = presized_timer_bytes(bits, ticks, most_in_window);
-    EXPECT_GT(static_cast<double>(run.memory.peak), presized) << "the burst must grow the filter";
-    EXPECT_LE(static_cast<double>(run.memory.peak), 2.0 * presized)
-        << static_cast<double>(run.memory.peak) / presized << "x the pre-sized figure for "
-        << most_in_window;
-  }
+  expect_repeats_burst_held(1.0);
+}
+
+TEST(FilterCli, TimerFilterHoldsABurstOfRepeatsWithOneExpansionAtAFifthOfTheScale) {
+  // The same burst at a fifth of its size (39k draws a window from a
+  // domain of as many identities). The burst's first expansion by 2 is
+  // enough once the copied entries leave and the domain fills; the filter
+  // expanded by 2 again a few ticks later, and held twice the memory the
+  // burst needed (2.86x at both widths, where family_bench's own scale
+  // held by a few percent of room). Now 1.59x at 8 bits and 1.76x at 16
+  // against the most records emitted within a window (the stats file's
+  // peak counts the first window too); no false negative, false positives
+  // on first queries within the target.
+  expect_repeats_burst_held(0.2);
 }
 
 TEST(FilterCli, TimerFilterFoldsItsSealedPartWhenItExpandsOnASkewedBurst) {

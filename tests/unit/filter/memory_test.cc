@@ -476,6 +476,26 @@ std::vector<Event> fine_stream_on_ticks(StreamSpec spec, std::uint32_t window) {
   return events;
 }
 
+// Runs `events` through a filter of config `c` (run_load()): no false
+// negative, the estimate within the target, false positives within 1.2x of
+// it, memory at its peak within 2x of the pre-sized figure for the most
+// the window held, and the batch path alike. Returns the run.
+LoadRun expect_burst_held(const FilterConfig& c, const std::vector<Event>& events) {
+  auto f = make(c);
+  const LoadRun run = run_load(*f, events);
+  EXPECT_EQ(run.counts.false_negatives, 0U);
+  EXPECT_LE(run.worst_estimate, c.fpp);
+  EXPECT_LE(run.counts.fp_rate(), 1.2 * c.fpp);
+  const double most = static_cast<double>(presized_bytes(c, run.most));
+  EXPECT_LE(static_cast<double>(run.peak), 2.0 * most)
+      << static_cast<double>(run.peak) / most << "x";
+  auto batch = make(c);
+  auto seq = run_against_oracle(*batch, events, 128);
+  EXPECT_EQ(seq.false_positives, run.counts.false_positives);
+  EXPECT_EQ(batch->serialize(), f->serialize());
+  return run;
+}
+
 // A run_against_oracle callback that calls `at(tick)` at the first event of
 // every tick.
 template <class Fn>
@@ -1024,19 +1044,34 @@ TEST(MemoryFollowsLoad, ABurstOfRepeatsExpandsTheActiveForWhatTheDomainHolds) {
   for (std::uint8_t bits : {8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
-    const auto events = generate_stream(repeats_burst(c.ticks_per_window, 196'608));
-    auto f = make(c);
-    const LoadRun run = run_load(*f, events);
-    EXPECT_EQ(run.counts.false_negatives, 0U);
-    EXPECT_LE(run.worst_estimate, c.fpp);
-    EXPECT_LE(run.counts.fp_rate(), 1.2 * c.fpp);
-    const double most = static_cast<double>(presized_bytes(c, run.most));
-    EXPECT_LE(static_cast<double>(run.peak), 2.0 * most)
-        << static_cast<double>(run.peak) / most << "x";
-    auto batch = make(c);
-    auto seq = run_against_oracle(*batch, events, 128);
-    EXPECT_EQ(seq.false_positives, run.counts.false_positives);
-    EXPECT_EQ(batch->serialize(), f->serialize());
+    expect_burst_held(c, generate_stream(repeats_burst(c.ticks_per_window, 196'608)));
+  }
+}
+
+TEST(MemoryFollowsLoad, ABurstOfRepeatsExpandsOnceAtEveryScale) {
+  // family_bench's "uniform 5x burst" at a fifth, half and 0.7 of its size
+  // (a window of 39k to 138k draws from a domain of as many identities):
+  // the same stream, scaled. The burst's first expansion by 2 leaves room
+  // for the rest of it only once the copied entries leave and the domain
+  // fills, and the rule that reads the rate as holding over the next W / 8
+  // ticks expanded the active by 2 again a few ticks later, at most of
+  // these scales (2.77x-2.86x; family_bench's own scale held by a few
+  // percent of room, 1.46x). The window's schedule followed tick by tick
+  // (schedule_factor()) holds it: one expansion, memory at its peak within
+  // 2x of the pre-sized figure for the most the window held (1.39x-1.43x),
+  // no false negative, the estimate within the target, false positives
+  // within 1.2x of it, and the batch path alike.
+  KDEDUP_FIGURES_TEST();
+  for (const auto& [bits, scale] :
+       {std::pair<std::uint8_t, double>{8, 0.2}, {8, 0.5}, {16, 0.2}, {16, 0.7}}) {
+    SCOPED_TRACE(std::to_string(bits) + "-bit, scale " + std::to_string(scale));
+    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
+    StreamSpec spec;
+    spec.base_rate = 48 * scale;
+    spec.domain = static_cast<std::uint64_t>(spec.base_rate * testing::kFineTicksPerWindow);
+    spec.burst_factor = 5;
+    spec.seed = 7;
+    EXPECT_EQ(expect_burst_held(c, fine_stream_on_ticks(spec, c.ticks_per_window)).expansions, 1U);
   }
 }
 

@@ -138,16 +138,23 @@
 // by domain_bound(), what the window holds over the share of the last W / 8
 // ticks' queries that were repeats (the domain, for uniform draws; below
 // what a skewed stream's window reaches, and a second expansion may
-// follow). On a steep climb (the rate would bring more than kSteepClimb x
-// what the window holds) it expands once the room left would last fewer
-// than W / 8 ticks, not kExpandAhead: the more room left when the lines are
-// copied, the smaller the factor; and its window test reads the rate of the
-// last two buckets too (the climb's own; the W / 8 ticks' rate still holds
-// the ticks before it). And within a window of an expansion's
-// copies expiring, the active does not shrink by less than 2x (below): what
-// it made room for leaves together then, and on a stream that recurs comes
-// straight back (the echo), which a shrink would meet with another
-// expansion. A shrunk sub-filter (below) keeps its shape: m L lines
+// follow). Both tests read the worst of such a burst (the rate holding for
+// W / 8 ticks; the window reaching the domain while every copy is held):
+// the expansion waits while the window followed tick by tick fits the
+// room within kGrowthHeadroom (schedule_factor(): q queries a tick bring
+// q (1 - N / D) new identities as the window's content N grows, and each
+// bucket's copies leave a window after it), as long as the room lasts
+// kExpandAhead ticks at the climb's rate and no sealed sub-filter waits
+// for the room to fold. On a steep climb (the rate would bring more than
+// kSteepClimb x what the window holds) it expands once the room left would
+// last fewer than W / 8 ticks, not kExpandAhead: the more room left when
+// the lines are copied, the smaller the factor; and its window test reads
+// the rate of the last two buckets too (the climb's own; the W / 8
+// ticks' rate still holds the ticks before it). And within a window of an
+// expansion's copies expiring, the active does not shrink by less than 2x
+// (below): what it made room for leaves together then, and on a stream that
+// recurs comes straight back (the echo), which a shrink would meet with
+// another expansion. A shrunk sub-filter (below) keeps its shape: m L lines
 // over m times its (even) hash range, whose doubled lines are the copies of
 // its doubled lines, so the same estimate counts them. A step in the rate
 // that fills the active within a tick still seals it. The rate here is read
@@ -524,6 +531,11 @@ class TimerFilter final : public SlidingFilter {
   /// ticks that were repeats (see "Growth in place"); +inf when none were
   /// or there were no queries.
   [[nodiscard]] double domain_bound() const;
+  /// The least factor by which the active `a`, with `room` left, keeps up
+  /// over the next window with new identities arriving at `rate` now and
+  /// fewer as the domain fills (see "Growth in place": the window's
+  /// schedule).
+  [[nodiscard]] double schedule_factor(const SubFilter& a, double room, double rate) const;
   /// Queries and insertions over the complete buckets of the last
   /// `horizon` ticks (since the first insertion if later), and their ticks.
   struct Recent {
