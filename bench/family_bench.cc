@@ -839,8 +839,6 @@ void budget_section(double scale) {
   std::printf("\n");
 }
 
-}  // namespace
-
 // The streams of section 1, drawn at other scales (events and identities
 // alike): per timer width, the peak bits per in-window id (section 3's
 // measure) against the pre-sized figure for the most the window held, at
@@ -894,6 +892,8 @@ bool parse_factors(const char* arg, double least, std::vector<double>& out) {
     at = end + 1;
   }
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   double scale = 1.0;
