@@ -561,18 +561,12 @@ struct TimerFilter::SubFilter {
   // split happens before the first insertion of its tick, at the start of a
   // bucket, so the entries it copied are exactly those of earlier buckets.
   double copies_before(std::uint64_t to) const {
-    double n = static_cast<double>(alive.sum_buckets(0, to));
-    double after = 1;  // P_{i+1}
-    for (auto it = splits.rbegin(); it != splits.rend(); ++it) {
-      const double p = after * it->factor;
-      const std::uint64_t end = std::min(to, it->tick / alive.width);
-      n += (p - after) * static_cast<double>(alive.sum_buckets(0, end));
-      after = p;
-    }
+    double n = 0;
+    for (std::uint64_t b = alive.first; b < to; ++b) n += copies_in(b);
     return n;
   }
-  // The entries of bucket `b` counted as copies_before() counts them
-  // (copies_before(b + 1) - copies_before(b)).
+  // The entries of bucket `b`, each once per line holding a copy of it: P_i
+  // for the first split i after the bucket, 1 after the last.
   double copies_in(std::uint64_t b) const {
     double m = 1;
     for (const Split& x : splits) {

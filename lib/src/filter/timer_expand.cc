@@ -62,8 +62,9 @@ bool TimerFilter::maybe_expand() {
   // finds divisors.
   const std::uint64_t b_leave = std::min(b_now, (clock_ + horizon - window) / width);
   const double near = rate * soon / (room + a.copies_before(b_leave));
+  const double bound = domain_bound();
   const double far =
-      std::min(climb_rate * static_cast<double>(window + 1), domain_bound()) / (room + counted(a));
+      std::min(climb_rate * static_cast<double>(window + 1), bound) / (room + counted(a));
   // The entries that leave keep up with the rate, over the next ticks and
   // over a window, and this tick fits (with kGrowthHeadroom to spare): a
   // steady stream at its limit, which frees a tick's worth at every tick.
@@ -80,7 +81,7 @@ bool TimerFilter::maybe_expand() {
   // every scale".) Not beside a sealed sub-filter: the expansion also
   // gives it the room its fold waits for (fold_drained()).
   if (subs_.size() == 1 && room >= kExpandAhead * climb_rate &&
-      schedule_factor(a, room, climb_rate) <= kGrowthHeadroom) {
+      schedule_factor(a, room, climb_rate, bound) <= kGrowthHeadroom) {
     return false;
   }
   // (Capped where no expansion could be worth it: the check below.)
@@ -122,11 +123,12 @@ bool TimerFilter::maybe_expand() {
   return done;
 }
 
-double TimerFilter::schedule_factor(const SubFilter& a, double room, double rate) const {
+double TimerFilter::schedule_factor(const SubFilter& a, double room, double rate,
+                                    double bound) const {
   // After an expansion by m every entry held now counts m times until it
   // leaves, and what arrives counts once: the active keeps up at every
   // tick t of the next window when m (room + the copies that have left by
-  // t) >= what has arrived by t. On draws from a domain of D
+  // t) >= what has arrived by t. On draws from a domain of D = `bound`
   // (domain_bound()), q queries a tick bring q (1 - N / D) new identities,
   // N the window's content: the rate now gives q, and N follows what
   // arrives and what leaves (each bucket a window after it). Without
@@ -134,7 +136,6 @@ double TimerFilter::schedule_factor(const SubFilter& a, double room, double rate
   // have the same width).
   const Tick window = config_.ticks_per_window;
   const std::uint64_t width = a.alive.width;
-  const double bound = domain_bound();
   const double held = static_cast<double>(alive_total());
   const bool domain = std::isfinite(bound) && bound > held;
   const double queries = domain ? rate / (1.0 - held / bound) : rate;

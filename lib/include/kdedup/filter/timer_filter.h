@@ -533,9 +533,10 @@ class TimerFilter final : public SlidingFilter {
   [[nodiscard]] double domain_bound() const;
   /// The least factor by which the active `a`, with `room` left, keeps up
   /// over the next window with new identities arriving at `rate` now and
-  /// fewer as the domain fills (see "Growth in place": the window's
-  /// schedule).
-  [[nodiscard]] double schedule_factor(const SubFilter& a, double room, double rate) const;
+  /// fewer as the domain of `bound` (domain_bound()) fills (see "Growth in
+  /// place": the window's schedule).
+  [[nodiscard]] double schedule_factor(const SubFilter& a, double room, double rate,
+                                       double bound) const;
   /// Queries and insertions over the complete buckets of the last
   /// `horizon` ticks (since the first insertion if later), and their ticks.
   struct Recent {
