@@ -92,6 +92,15 @@ void lay_on_ticks(std::vector<Event>& events, std::uint32_t window) {
   for (Event& e : events) e.tick = e.tick * window / kFineTicksPerWindow;
 }
 
+std::size_t most_within(const std::vector<std::int64_t>& stamps, std::int64_t window_ms) {
+  std::size_t most = 0;
+  for (std::size_t lo = 0, hi = 0; hi < stamps.size(); ++hi) {
+    while (stamps[lo] <= stamps[hi] - window_ms) ++lo;
+    most = std::max(most, hi - lo + 1);
+  }
+  return most;
+}
+
 double OracleCounts::fp_rate() const {
   const std::uint64_t not_delivered = true_negatives + false_positives;
   return not_delivered == 0

@@ -85,6 +85,12 @@ inline constexpr Tick kFineTicksPerWindow = 4096;
 /// `window` ticks a window.
 void lay_on_ticks(std::vector<Event>& events, std::uint32_t window);
 
+/// The most of `stamps` (ascending, in ms) within one window of
+/// `window_ms`: the most identities delivered within a window, when they
+/// are the stamps of the deliveries.
+[[nodiscard]] std::size_t most_within(const std::vector<std::int64_t>& stamps,
+                                      std::int64_t window_ms);
+
 /// Outcome of scoring a filter against the oracle. "Delivered" means the
 /// filter under test emitted the identity as distinct within the window.
 struct OracleCounts {

@@ -338,13 +338,7 @@ std::string stream_records(Distribution dist, double factor, double scale = 1.0)
 // The most records of `out` emitted within one window of `window_ms` (each
 // a distinct identity).
 std::size_t most_emitted_within(const std::string& out, std::int64_t window_ms) {
-  const std::vector<std::int64_t> emitted = emitted_stamps(out);
-  std::size_t most = 0;
-  for (std::size_t lo = 0, hi = 0; hi < emitted.size(); ++hi) {
-    while (emitted[lo] <= emitted[hi] - window_ms) ++lo;
-    most = std::max(most, hi - lo + 1);
-  }
-  return most;
+  return most_within(emitted_stamps(out), window_ms);
 }
 
 // The most records of `out` emitted within `ticks` consecutive ticks of

@@ -658,16 +658,6 @@ std::vector<std::int64_t> delivered_stamps(const std::vector<TestRecord>& record
   return delivered;
 }
 
-/// The most of `stamps` (ascending) within one window of `window_ms`.
-std::size_t most_within(const std::vector<std::int64_t>& stamps, std::int64_t window_ms) {
-  std::size_t most = 0;
-  for (std::size_t lo = 0, hi = 0; hi < stamps.size(); ++hi) {
-    while (stamps[lo] <= stamps[hi] - window_ms) ++lo;
-    most = std::max(most, hi - lo + 1);
-  }
-  return most;
-}
-
 /// Bytes of the timer filter `kdedup run` builds at fpp 1% (8-bit timers,
 /// their default ticks a window), pre-sized for `ids` identities a window.
 double presized_run_timer_bytes(std::uint64_t ids) {
@@ -744,7 +734,7 @@ TEST(RunMemory, ABurstOfRepeatsGrowsTheTimerFilterOnceWithinTwiceWhatItsPeakNeed
   }
   ASSERT_EQ(sent, records.size());
   const std::vector<std::int64_t> delivered = delivered_stamps(records, 10'000);
-  const std::size_t most = most_within(delivered, 10'000);
+  const std::size_t most = testing::most_within(delivered, 10'000);
   // What the last window delivers.
   const auto end = static_cast<std::size_t>(std::count_if(
       delivered.begin(), delivered.end(), [&](std::int64_t ts) { return ts >= t0 + 50'000; }));
