@@ -398,17 +398,25 @@ void TimerFilter::maybe_fold() {
   const auto need = std::max(
       floor,
       static_cast<std::uint64_t>(std::ceil(kFoldHeadroom * std::max(content, turnover) / lambda)));
+  const bool young = clock_ - a.created <= window;
   // Fold once the window has turned over at the current rate: what it holds
   // is what the rate brings, so the need is final and one fold lands close
   // to it (an earlier fold could land on a line count without a divisor
-  // near the final need).
-  if (content > kSettled * turnover) return;
+  // near the final need). A young one holding more than that is the case
+  // shrink_young() is for (its rate fell since it was sized), and it
+  // shrinks in the tick the stream has lived a window, not a few hundred
+  // ticks later beside the first window's probes (docs/performance.md,
+  // "The first window of a skewed stream").
+  if (content > kSettled * turnover) {
+    if (young) shrink_young(a, rate, lambda);
+    return;
+  }
   if (const std::uint64_t folded = fold_lines(a, need); folded != 0) {
     remap_by(a, folded, folded);
     return;
   }
   // Younger than a window: see shrink_young().
-  if (clock_ - a.created <= window) {
+  if (young) {
     shrink_young(a, rate, lambda);
     return;
   }

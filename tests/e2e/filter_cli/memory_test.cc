@@ -440,6 +440,49 @@ TEST(FilterCli, TimerFilterHoldsABurstOfRepeatsWithOneExpansionAtAFifthOfTheScal
   expect_repeats_burst_held(0.2);
 }
 
+// The records of `input` (stream_records(): stamps in order) stamped at
+// most `last_ms`.
+std::string records_through(const std::string& input, std::int64_t last_ms) {
+  std::size_t end = 0;
+  while (end < input.size()) {
+    const std::size_t ts = input.find("\"ts\":", end);
+    if (std::stoll(input.substr(ts + 5)) > last_ms) break;
+    end = input.find('\n', ts) + 1;
+  }
+  return input.substr(0, end);
+}
+
+TEST(FilterCli, TimerFilterShrinksItsFirstSubFilterWithTheFirstRecordAfterTheFirstWindow) {
+  // family_bench's "zipf1 steady" at a tenth of its size (about 8k
+  // identities a window of 40.96 s) on 16-bit timers (4,096 ticks of
+  // 10 ms). The sub-filter added at 3.3 s is sized from the rate of the
+  // stream's first seconds, twice what the window reaches as the popular
+  // identities recur. Up to the window's last tick the filter keeps it
+  // (everything in it is alive); the first record after the window finds
+  // it shrunk to what the window holds (the library's test
+  // AYoungSubFilterShrinksInTheTickTheStreamHasLivedAWindow), where it was
+  // held a few seconds longer beside the first window's probe (2.2x the
+  // pre-sized figure). No false negative, false positives on first queries
+  // within the target.
+  const std::string all = stream_records(Distribution::kZipf, 1, 0.1);
+  const TimerRun last_tick = run_timer_on(records_through(all, 40'960), "16", 4096, 40'960);
+  const TimerRun next_tick = run_timer_on(records_through(all, 40'970), "16", 4096, 40'960);
+  const std::size_t most_in_window = most_emitted_within(next_tick.out, 40'960);
+  const double presized = presized_timer_bytes("16", 4096, most_in_window);
+  std::printf("window's last tick: %.2fx, the next: %.2fx the pre-sized figure for %zu\n",
+              static_cast<double>(last_tick.memory.final) / presized,
+              static_cast<double>(next_tick.memory.final) / presized, most_in_window);
+  EXPECT_GT(static_cast<double>(last_tick.memory.final), 2.0 * presized)
+      << "the first window's sub-filters are all alive at its last tick";
+  EXPECT_LE(static_cast<double>(next_tick.memory.final), 2.0 * presized);
+  for (const TimerRun* run : {&last_tick, &next_tick}) {
+    const Verdict& v = run->verdict;
+    EXPECT_LE(static_cast<double>(v.first_query_false_positives),
+              1.2 * 0.01 * static_cast<double>(v.first_queries) + 5)
+        << v.first_query_false_positives << " of " << v.first_queries << " first queries";
+  }
+}
+
 TEST(FilterCli, TimerFilterFoldsItsSealedPartWhenItExpandsOnASkewedBurst) {
   // family_bench's "zipf1 5x burst" on a 4-bit timer filter (a tick is an
   // eighth of the 40.96 s window): the step seals the active within a

@@ -1075,6 +1075,27 @@ TEST(MemoryFollowsLoad, ABurstOfRepeatsExpandsOnceAtEveryScale) {
   }
 }
 
+TEST(MemoryFollowsLoad, AYoungSubFilterShrinksInTheTickTheStreamHasLivedAWindow) {
+  // family_bench's "zipf1 steady" at a tenth of its size, 16-bit timers:
+  // the first window's new identities come fewer as the popular ones
+  // recur, and the sub-filter sized from the rate of its first few hundred
+  // ticks is twice what the window reaches. shrink_young() cuts it once the
+  // stream has lived a window, but the test that waits for a settled rate
+  // before any fold or shrink (what the active holds within 5% of what the
+  // rate brings) held it back a few hundred ticks, beside the first
+  // window's probe: 2.24x at the peak. Now the peak is within 2x of the
+  // pre-sized figure for the most the window held (1.76x), no false
+  // negative, the estimate within the target, the batch path alike.
+  KDEDUP_FIGURES_TEST();
+  const FilterConfig c = config_of(FilterType::kTimer, 19'660, 16);
+  StreamSpec spec;
+  spec.distribution = testing::Distribution::kZipf;
+  spec.base_rate = 4.8;
+  spec.domain = static_cast<std::uint64_t>(10 * spec.base_rate * testing::kFineTicksPerWindow);
+  spec.seed = 7;
+  expect_burst_held(c, fine_stream_on_ticks(spec, c.ticks_per_window));
+}
+
 TEST(MemoryFollowsLoad, ASealedSubFilterFoldsInTheTickTheActiveExpands) {
   // family_bench's "zipf1 5x burst" on a 4-bit filter (a tick is an eighth
   // of the window): the step seals the active within a tick, and the
