@@ -10,6 +10,8 @@
 //   also when a partition went quiet with the window it held, and also
 //   once no partition gets records any more;
 // - a budget smaller than the partitions' floors says so once;
+// - a burst across 256 partitions grows every partition's filter, and every
+//   one gives the memory back once the load falls;
 // - a filter grown by a burst shrinks once the load falls, and so does one
 //   restored from a snapshot taken at the peak of a burst, which still
 //   drops the burst's identities resent after the restart;
@@ -28,6 +30,7 @@
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <string>
 #include <thread>
 
@@ -66,9 +69,9 @@ double rss_bytes(pid_t pid) {
 class Instance {
  public:
   /// `extra`: more top-level config; `metrics`: more keys of the metrics
-  /// section (indented by two spaces).
+  /// section (indented by two spaces); `threads`: worker threads.
   Instance(const TempDir& dir, const std::string& name, const std::string& bootstrap,
-           const std::string& extra, const std::string& metrics = "")
+           const std::string& extra, const std::string& metrics = "", int threads = 2)
       : log_(dir.file(name + ".log")), port_(free_port()) {
     const std::string path = dir.file(name + ".yaml");
     write_file(path,
@@ -76,11 +79,13 @@ class Instance {
                "input:\n  topics: [in]\n"
                "output:\n  topic: out\n"
                "identity:\n  extractor: key\n  salt: memory-salt\n"
-               "threads: 2\n"
-               "on_invalid: drop\n"
-               "commit_interval: 200ms\n"
-               "shutdown_timeout: 20s\n"
-               "kafka:\n  bootstrap.servers: \"" +
+               "threads: " +
+                   std::to_string(threads) +
+                   "\n"
+                   "on_invalid: drop\n"
+                   "commit_interval: 200ms\n"
+                   "shutdown_timeout: 20s\n"
+                   "kafka:\n  bootstrap.servers: \"" +
                    bootstrap +
                    "\"\n"
                    "consumer:\n  session.timeout.ms: \"6000\"\n"
@@ -108,15 +113,20 @@ class Instance {
                            const std::vector<std::string>& labels = {}) const {
     return exposition_sum(scrape(), name, labels).value_or(-1.0);
   }
-  [[nodiscard]] double max(const std::string& name) const {
-    double m = -1;
+  /// The value of each series of `name`, in the order scraped.
+  [[nodiscard]] std::vector<double> values(const std::string& name) const {
+    std::vector<double> out;
     std::istringstream in(scrape());
     for (std::string line; std::getline(in, line);) {
       if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
       if (line[name.size()] != '{' && line[name.size()] != ' ') continue;
-      m = std::max(m, std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr));
+      out.push_back(std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr));
     }
-    return m;
+    return out;
+  }
+  [[nodiscard]] double max(const std::string& name) const {
+    const std::vector<double> all = values(name);
+    return all.empty() ? -1 : *std::max_element(all.begin(), all.end());
   }
 
   /// Waits until `done()` holds (polled every 100 ms) or `limit` passes.
@@ -214,6 +224,70 @@ TEST_P(IdlePartitions, TwoHundredFiftySixHoldTheirFloors) {
 INSTANTIATE_TEST_SUITE_P(RunMemory, IdlePartitions, ::testing::Values("timer", "compact"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
+TEST(RunMemory, ABurstAcrossTwoHundredFiftySixPartitionsGrowsEachFilterAndEachGivesItBack) {
+  // Memory follows the load per partition, at the partition count of the
+  // idle test above: a burst of about 1,000 new identities a partition,
+  // stamped within one second, then a trickle of 2 a partition a second
+  // for two and a half 10 s windows (event time: the partitions' clocks
+  // follow the stamps, not the test's pace). A 4 KiB floor (it holds about
+  // 330 identities at fpp 1%, 8-bit timers) keeps the records few. Every
+  // partition's filter grows past its floor for the burst, and every one
+  // gives the memory back once the burst has left its window; every
+  // record is taken and every key emitted at most once.
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:256", "out:256"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  Instance k(dir, "many", b.bootstrap(),
+             "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\n  capacity: 1000000\n"
+             "  min_bytes: 4KiB\nstate:\n  dir: \"\"\n");
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 256; }, 120s))
+      << k.log();
+  ASSERT_TRUE(k.wait_for([&] { return k.values("kdedup_filter_bytes").size() == 256; }, 10s))
+      << k.log();
+  // A floor's cells and the filter's bookkeeping, the same in every
+  // partition.
+  const std::vector<double> floors = k.values("kdedup_filter_bytes");
+  const double floor = floors.front();
+  EXPECT_EQ(std::count(floors.begin(), floors.end(), floor), 256);
+  EXPECT_GE(floor, 4096);
+  EXPECT_LT(floor, 2 * 4096);
+  const std::int64_t t0 = wall_ms() - 120'000;
+  const auto burst = stamped("burst-", 256'000, t0, 1);
+  const auto trickle = stamped("trickle-", 510, t0 + 1'000, 25);
+  auto took = [&](std::size_t n) {
+    return k.wait_for([&] { return k.sum("kdedup_records_in_total") == static_cast<double>(n); },
+                      120s);
+  };
+  ASSERT_TRUE(b.produce("in", burst));
+  ASSERT_TRUE(took(burst.size())) << k.log();
+  std::this_thread::sleep_for(1500ms);
+  const std::vector<double> grown = k.values("kdedup_filter_bytes");
+  ASSERT_EQ(grown.size(), 256U);
+  const double peak = std::accumulate(grown.begin(), grown.end(), 0.0);
+  EXPECT_GT(*std::min_element(grown.begin(), grown.end()), floor)
+      << "every partition's filter grows for its burst";
+  ASSERT_TRUE(b.produce("in", trickle));
+  ASSERT_TRUE(took(burst.size() + trickle.size())) << k.log();
+  std::this_thread::sleep_for(1500ms);
+  const std::vector<double> after = k.values("kdedup_filter_bytes");
+  ASSERT_EQ(after.size(), 256U);
+  const double held = std::accumulate(after.begin(), after.end(), 0.0);
+  std::printf(
+      "256 partitions: %.0f KiB at the floors, %.0f KiB after the burst, %.0f KiB after "
+      "the trickle (the largest %.0f KiB)\n",
+      256 * floor / 1024, peak / 1024, held / 1024,
+      *std::max_element(after.begin(), after.end()) / 1024);
+  // Each folds back to its floor or to the line count a fold by a whole
+  // factor reaches from what it grew to (under twice the floor).
+  EXPECT_LT(*std::max_element(after.begin(), after.end()), 2 * floor);
+  EXPECT_LT(held, peak / 3);
+  EXPECT_EQ(static_cast<double>(expect_each_key_once(b)) + k.sum("kdedup_records_duplicate_total"),
+            static_cast<double>(burst.size() + trickle.size()));
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
 struct BudgetCase {
   const char* type;
   int budget_kib;
@@ -237,13 +311,21 @@ TEST_P(UnderABudget, TheFppRisesEvenlyWithoutFalseNegatives) {
   // with 8-bit timers (1.5 MiB as they arrive, in a burst), about 150 KiB
   // with the compact filter; the budget is 640 KiB or 96 KiB, plus one
   // 4 KiB floor per partition. Every identity is audited (audit_sample: 1).
+  // One worker thread takes both partitions: with two, how their batches
+  // interleave on a loaded machine decided which filter took the budget's
+  // room first: in one CI run, and in one of five runs beside two busy
+  // cores (on the library before and after the change that came with this
+  // one), the level stopped a step lower (0.128) while a filter rejected
+  // new identities until its next tick (audited 0.188 and 0.163, within
+  // the estimate that counts them, 0.59 and 0.48). With one, the level
+  // reached 0.25 in four runs of four beside two busy cores.
   const BudgetCase& bc = GetParam();
   const double kBudget = bc.budget_kib * 1024.0, kFloors = 2 * 4 * 1024;
   Instance k(dir, "budget", b.bootstrap(),
              std::string("window: 20s\nfilter:\n  type: ") + bc.type +
                  "\n  fpp: 0.001\n  min_bytes: 4KiB\nmemory:\n  max_bytes: " +
                  std::to_string(bc.budget_kib) + "KiB\nstate:\n  dir: \"\"\n",
-             "  audit_sample: 1\n");
+             "  audit_sample: 1\n", 1);
   ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 2; }, 60s))
       << k.log();
   EXPECT_EQ(k.sum("kdedup_memory_budget_bytes"), kBudget);
@@ -312,7 +394,8 @@ TEST_P(UnderABudget, TheFppRisesEvenlyWithoutFalseNegatives) {
   // most a step every two of a filter's ticks; a filter that fills before
   // the next step rejects new identities until its next tick, and counts
   // them in its estimate (checked above). In one CI run on a loaded machine
-  // the level stopped a step lower than usual: 0.1345 against 0.128.
+  // the level stopped a step lower than usual: 0.1345 against 0.128 (two
+  // worker threads then; one since, above).
   EXPECT_LE(fp / fresh, 1.2 * worst_effective) << fp << " / " << fresh;
   // One warning per step up, not per record.
   const std::string log = k.log();
