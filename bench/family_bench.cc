@@ -70,7 +70,7 @@
 //
 // Usage: family_bench [--scale X] [--skip-streams] [--skip-compact] [--skip-table2]
 //                     [--skip-misset] [--skip-budget] [--compact-bursts F,F,...]
-//                     [--compact-seeds N] [--timer-scales S,S,...]
+//                     [--compact-seeds N] [--timer-scales S,S,...] [--short-bursts]
 //   --scale multiplies every stream's rate (default 1: ~200k events per
 //   window at the base rate, ~1M in-window identities in Table 2, ~100k
 //   in-window identities at the base rate of the mis-set streams).
@@ -86,6 +86,13 @@
 //   in-window id against the pre-sized figure for the most the window held
 //   (whether an expansion leaves room enough turns on a few percent, which
 //   one scale can hide).
+//   --short-bursts: last, a burst of new identities shorter than the window
+//   on an established stream (about 96k new identities a window, then 100k
+//   more within 1 tick, W / 16, W / 4, W / 2 or W ticks, from the fourth
+//   window on), and a step in the rate of new identities (2x to 10x)
+//   sustained for two windows, every growing filter at its own ticks: the
+//   peak bits per in-window id against the pre-sized figure for the most
+//   the window held.
 
 #include <algorithm>
 #include <chrono>
@@ -879,6 +886,96 @@ void timer_scales_section(const std::vector<double>& scales) {
   std::printf("\n");
 }
 
+// An established stream of new identities (`per_window` a window, for
+// seven windows) and, from the fourth window on, `burst` more new ones
+// within `ticks` ticks of a filter's `window`.
+std::vector<Event> short_burst_stream(std::uint32_t window, double per_window, double burst,
+                                      std::uint64_t ticks) {
+  StreamSpec base;
+  base.domain = std::uint64_t{1} << 40;  // every draw new
+  base.base_rate = per_window / (window + 1);
+  base.ticks = 7 * (std::uint64_t{window} + 1);
+  base.seed = 7;
+  StreamSpec step = base;
+  step.base_rate = burst / static_cast<double>(ticks);
+  step.first_tick = 3 * (std::uint64_t{window} + 1);
+  step.ticks = ticks;
+  step.seed = 8;
+  std::vector<Event> events = kdedup::testing::generate_stream(base);
+  const std::vector<Event> more = kdedup::testing::generate_stream(step);
+  events.insert(events.end(), more.begin(), more.end());
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.tick < b.tick; });
+  return events;
+}
+
+void short_bursts_section() {
+  const double shares[] = {0.0, 1.0 / 16, 0.25, 0.5, 1.0};  // of the window (0: one tick)
+  std::printf(
+      "## A burst shorter than the window (fpp 1%%, 96k new ids a window, then 100k more; x the "
+      "pre-sized figure for the most the window held)\n\n| filter | W |");
+  for (double share : shares) {
+    if (share == 0.0) {
+      std::printf(" within 1 tick |");
+    } else {
+      std::printf(" over %g W |", share);
+    }
+  }
+  std::printf(" FN |\n|---|---|");
+  for (std::size_t i = 0; i <= std::size(shares); ++i) std::printf("---|");
+  std::printf("\n");
+  const Contender contenders[] = {
+      {"timer-4", config_of(FilterType::kTimer, 0.01, 1'000'000, 4)},
+      {"timer-8", config_of(FilterType::kTimer, 0.01, 1'000'000, 8)},
+      {"timer-16", config_of(FilterType::kTimer, 0.01, 1'000'000, 16)},
+      {"aging", config_of(FilterType::kAging, 0.01, 1'000'000)},
+      {"compact", config_of(FilterType::kCompact, 0.01, 1'000'000)},
+  };
+  for (const Contender& c : contenders) {
+    const std::uint32_t window = c.config.ticks_per_window;
+    std::uint64_t false_negatives = 0;
+    std::printf("| %s | %u |", c.name, window);
+    for (double share : shares) {
+      const auto ticks = std::max<std::uint64_t>(
+          1, static_cast<std::uint64_t>(share * static_cast<double>(window + 1)));
+      const StreamResult r =
+          run_stream(c.config, short_burst_stream(window, 96'000, 100'000, ticks), false);
+      const double presized =
+          presized_bits(c.config, {}, std::max<std::uint64_t>(1, r.peak_in_window));
+      std::printf(" %.1f (%.2f) |", r.peak_bits, r.peak_bits / presized);
+      false_negatives += r.false_negatives;
+      std::fflush(stdout);
+    }
+    std::printf(" %" PRIu64 " |\n", false_negatives);
+  }
+  const double steps[] = {2, 3, 5, 6, 10};
+  std::printf(
+      "\n## A step sustained for two windows (fpp 1%%, 96k new ids a window, then the factor "
+      "times that; x the pre-sized figure for the most the window held)\n\n| filter | W |");
+  for (double f : steps) std::printf(" %gx |", f);
+  std::printf(" FN |\n|---|---|");
+  for (std::size_t i = 0; i <= std::size(steps); ++i) std::printf("---|");
+  std::printf("\n");
+  for (const Contender& c : contenders) {
+    const std::uint32_t window = c.config.ticks_per_window;
+    std::uint64_t false_negatives = 0;
+    std::printf("| %s | %u |", c.name, window);
+    for (double f : steps) {
+      const StreamResult r = run_stream(
+          c.config,
+          short_burst_stream(window, 96'000, (f - 1) * 2 * 96'000, 2 * (std::uint64_t{window} + 1)),
+          false);
+      const double presized =
+          presized_bits(c.config, {}, std::max<std::uint64_t>(1, r.peak_in_window));
+      std::printf(" %.1f (%.2f) |", r.peak_bits, r.peak_bits / presized);
+      false_negatives += r.false_negatives;
+      std::fflush(stdout);
+    }
+    std::printf(" %" PRIu64 " |\n", false_negatives);
+  }
+  std::printf("\n");
+}
+
 // A list of factors "F,F,..." each at least `least` into `out`; false when
 // `arg` is not one.
 bool parse_factors(const char* arg, double least, std::vector<double>& out) {
@@ -901,6 +998,7 @@ int main(int argc, char** argv) {
   std::vector<double> bursts = {1.0, 2.0, 5.0};
   int seeds = 0;
   std::vector<double> timer_scales;
+  bool short_bursts = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
       scale = std::atof(argv[++i]);
@@ -936,11 +1034,13 @@ int main(int argc, char** argv) {
       misset = false;
     } else if (std::strcmp(argv[i], "--skip-budget") == 0) {
       budget = false;
+    } else if (std::strcmp(argv[i], "--short-bursts") == 0) {
+      short_bursts = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--scale X] [--skip-streams] [--skip-compact] [--skip-table2] "
                    "[--skip-misset] [--skip-budget] [--compact-bursts F,F,...] "
-                   "[--compact-seeds N] [--timer-scales S,S,...]\n",
+                   "[--compact-seeds N] [--timer-scales S,S,...] [--short-bursts]\n",
                    argv[0]);
       return 2;
     }
@@ -957,5 +1057,6 @@ int main(int argc, char** argv) {
   if (misset) misset_section(scale);
   if (budget) budget_section(scale);
   if (!timer_scales.empty()) timer_scales_section(timer_scales);
+  if (short_bursts) short_bursts_section();
   return 0;
 }
