@@ -909,71 +909,61 @@ std::vector<Event> short_burst_stream(std::uint32_t window, double per_window, d
   return events;
 }
 
-void short_bursts_section() {
-  const double shares[] = {0.0, 1.0 / 16, 0.25, 0.5, 1.0};  // of the window (0: one tick)
-  std::printf(
-      "## A burst shorter than the window (fpp 1%%, 96k new ids a window, then 100k more; x the "
-      "pre-sized figure for the most the window held)\n\n| filter | W |");
-  for (double share : shares) {
-    if (share == 0.0) {
-      std::printf(" within 1 tick |");
-    } else {
-      std::printf(" over %g W |", share);
-    }
-  }
+// A table of the contenders' peaks (x the pre-sized figure for the most
+// the window held) on one stream per column: `events(window, column)` for
+// a filter of `window` ticks, the columns headed by `headers`.
+template <class Events>
+void peak_table(const std::vector<Contender>& contenders, const std::vector<double>& columns,
+                const std::vector<std::string>& headers, Events events) {
+  std::printf("| filter | W |");
+  for (const std::string& h : headers) std::printf(" %s |", h.c_str());
   std::printf(" FN |\n|---|---|");
-  for (std::size_t i = 0; i <= std::size(shares); ++i) std::printf("---|");
+  for (std::size_t i = 0; i <= headers.size(); ++i) std::printf("---|");
   std::printf("\n");
-  const Contender contenders[] = {
+  for (const Contender& c : contenders) {
+    const std::uint32_t window = c.config.ticks_per_window;
+    std::uint64_t false_negatives = 0;
+    std::printf("| %s | %u |", c.name, window);
+    for (double column : columns) {
+      const StreamResult r = run_stream(c.config, events(window, column), false);
+      const double presized =
+          presized_bits(c.config, {}, std::max<std::uint64_t>(1, r.peak_in_window));
+      std::printf(" %.1f (%.2f) |", r.peak_bits, r.peak_bits / presized);
+      false_negatives += r.false_negatives;
+      std::fflush(stdout);
+    }
+    std::printf(" %" PRIu64 " |\n", false_negatives);
+  }
+  std::printf("\n");
+}
+
+void short_bursts_section() {
+  const std::vector<Contender> contenders = {
       {"timer-4", config_of(FilterType::kTimer, 0.01, 1'000'000, 4)},
       {"timer-8", config_of(FilterType::kTimer, 0.01, 1'000'000, 8)},
       {"timer-16", config_of(FilterType::kTimer, 0.01, 1'000'000, 16)},
       {"aging", config_of(FilterType::kAging, 0.01, 1'000'000)},
       {"compact", config_of(FilterType::kCompact, 0.01, 1'000'000)},
   };
-  for (const Contender& c : contenders) {
-    const std::uint32_t window = c.config.ticks_per_window;
-    std::uint64_t false_negatives = 0;
-    std::printf("| %s | %u |", c.name, window);
-    for (double share : shares) {
-      const auto ticks = std::max<std::uint64_t>(
-          1, static_cast<std::uint64_t>(share * static_cast<double>(window + 1)));
-      const StreamResult r =
-          run_stream(c.config, short_burst_stream(window, 96'000, 100'000, ticks), false);
-      const double presized =
-          presized_bits(c.config, {}, std::max<std::uint64_t>(1, r.peak_in_window));
-      std::printf(" %.1f (%.2f) |", r.peak_bits, r.peak_bits / presized);
-      false_negatives += r.false_negatives;
-      std::fflush(stdout);
-    }
-    std::printf(" %" PRIu64 " |\n", false_negatives);
-  }
-  const double steps[] = {2, 3, 5, 6, 10};
   std::printf(
-      "\n## A step sustained for two windows (fpp 1%%, 96k new ids a window, then the factor "
-      "times that; x the pre-sized figure for the most the window held)\n\n| filter | W |");
-  for (double f : steps) std::printf(" %gx |", f);
-  std::printf(" FN |\n|---|---|");
-  for (std::size_t i = 0; i <= std::size(steps); ++i) std::printf("---|");
-  std::printf("\n");
-  for (const Contender& c : contenders) {
-    const std::uint32_t window = c.config.ticks_per_window;
-    std::uint64_t false_negatives = 0;
-    std::printf("| %s | %u |", c.name, window);
-    for (double f : steps) {
-      const StreamResult r = run_stream(
-          c.config,
-          short_burst_stream(window, 96'000, (f - 1) * 2 * 96'000, 2 * (std::uint64_t{window} + 1)),
-          false);
-      const double presized =
-          presized_bits(c.config, {}, std::max<std::uint64_t>(1, r.peak_in_window));
-      std::printf(" %.1f (%.2f) |", r.peak_bits, r.peak_bits / presized);
-      false_negatives += r.false_negatives;
-      std::fflush(stdout);
-    }
-    std::printf(" %" PRIu64 " |\n", false_negatives);
-  }
-  std::printf("\n");
+      "## A burst shorter than the window (fpp 1%%, 96k new ids a window, then 100k more; x the "
+      "pre-sized figure for the most the window held)\n\n");
+  // The burst's length as a share of the window (0: within one tick).
+  peak_table(contenders, {0.0, 1.0 / 16, 0.25, 0.5, 1.0},
+             {"within 1 tick", "over 1/16 W", "over 1/4 W", "over 1/2 W", "over W"},
+             [](std::uint32_t window, double share) {
+               const auto ticks = std::max<std::uint64_t>(
+                   1, static_cast<std::uint64_t>(share * static_cast<double>(window + 1)));
+               return short_burst_stream(window, 96'000, 100'000, ticks);
+             });
+  std::printf(
+      "## A step sustained for two windows (fpp 1%%, 96k new ids a window, then the factor "
+      "times that; x the pre-sized figure for the most the window held)\n\n");
+  peak_table(contenders, {2, 3, 5, 6, 10}, {"2x", "3x", "5x", "6x", "10x"},
+             [](std::uint32_t window, double factor) {
+               return short_burst_stream(window, 96'000, (factor - 1) * 2 * 96'000,
+                                         2 * (std::uint64_t{window} + 1));
+             });
 }
 
 // A list of factors "F,F,..." each at least `least` into `out`; false when
