@@ -3,6 +3,8 @@
 // on the window's schedule (schedule_factor()); seed 000 §5, "Growth in
 // place" in timer_filter.h.
 
+#include <limits>
+
 #include "timer_cells.h"
 
 namespace kdedup::filter {
@@ -88,8 +90,10 @@ bool TimerFilter::maybe_expand() {
   const auto factor = smooth_ceil(static_cast<std::uint64_t>(
       std::clamp(std::ceil(std::max(near, kFoldHeadroom * far)), 2.0, 1024.0)));
   // Worth it only when it holds less than the seal path would for the next
-  // window: the active (sealed) and a new sub-filter sized from the rate.
-  const GrowthTarget want = growth_target();
+  // window: the active (sealed) and a new sub-filter sized from the rate,
+  // the rate not capped at kMaxGrowthStep x the window (header, "Growth in
+  // place").
+  const GrowthTarget want = growth_target(std::numeric_limits<double>::infinity());
   if (want.probe) return false;
   const std::uint64_t max_lines = std::max(floor_lines(), config_.max_bytes / kLineBytes);
   if ((factor - 1) * a.lines > growth_lines(want) || factor * a.lines > max_lines) return false;

@@ -213,11 +213,11 @@ double TimerFilter::domain_bound() const {
   return static_cast<double>(alive_total()) * r.queried / (r.queried - r.inserted);
 }
 
-TimerFilter::GrowthTarget TimerFilter::growth_target() const {
+TimerFilter::GrowthTarget TimerFilter::growth_target(double step) const {
   // Rate extrapolation (see "Dynamic size" in the header): the larger of the
   // rates over the last W / 8 and W / 32 complete ticks, so that a rising
   // load is seen within a few ticks, and never less than this tick so far.
-  // What the window holds bounds it: kMaxGrowthStep times the window's
+  // What the window holds bounds it: `step` times the window's
   // content, projected over a whole window while the history is shorter
   // (at most kMaxProjection times). Beyond that bound, or with no complete
   // tick yet, growth is geometric; a young filter's geometric steps are
@@ -230,18 +230,18 @@ TimerFilter::GrowthTarget TimerFilter::growth_target() const {
   const double holds = std::max(held, static_cast<double>(alive_total()));
   const Tick horizon = growth_horizon();
   const double rate = growth_rate();
-  if (rate < 0) return {kMaxGrowthStep * holds, true};
+  if (rate < 0) return {step * holds, true};
   const Tick history = clock_ - std::max(first_tick_, history_from_);
   const double projection =
       std::min(kMaxProjection, std::max(1.0, static_cast<double>(window + 1) /
                                                  static_cast<double>(std::max<Tick>(1, history))));
-  const double bound = kMaxGrowthStep * holds * projection;
+  const double bound = step * holds * projection;
   const double want = kGrowthHeadroom * std::max(rate, static_cast<double>(tick_inserts_)) *
                       static_cast<double>(window + 1);
   if (want <= bound) return {std::max(1.0, want), false};
   // A young filter's probe holds a few times what the window holds now (no
   // projection): it lives a window, and the next one will know the rate.
-  if (history < horizon) return {kMaxGrowthStep * holds, true};
+  if (history < horizon) return {step * holds, true};
   return {bound, false};
 }
 

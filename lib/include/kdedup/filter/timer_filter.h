@@ -132,7 +132,10 @@
 // holds less than sealing would (m - 1 times its lines at most what a new
 // rate-sized sub-filter would get), and never a probe; up to kMaxSplits
 // expansions may have live copies, and a fold or shrink waits until they
-// have expired. The window can hold no more than the stream's domain: on a
+// have expired. (That sub-filter is not capped at kMaxGrowthStep x the
+// window here: on a step to several times the load the cap turned down the
+// expansion the step needed, and a later expansion, or a seal, held twice
+// the memory.) The window can hold no more than the stream's domain: on a
 // burst of repeats, new identities arrive fast at first (those outside the
 // window) and fewer as the domain fills, so the rate over a window is capped
 // by domain_bound(), what the window holds over the share of the last W / 8
@@ -522,7 +525,11 @@ class TimerFilter final : public SlidingFilter {
   /// Makes the sealed sub-filter with the most room under the fpp sum rule
   /// the active one (Growth::kDensity only); false when none has room.
   bool reactivate_roomiest();
-  [[nodiscard]] GrowthTarget growth_target() const;
+  /// What a new sub-filter sized from the rate should hold; the rate is
+  /// trusted up to `step` times what the window holds (kMaxGrowthStep for
+  /// a sub-filter added by a seal; an expansion's worth check passes
+  /// infinity: it weighs the expansion against what the rate needs).
+  [[nodiscard]] GrowthTarget growth_target(double step = kMaxGrowthStep) const;
   /// Insertions per tick over the complete ticks of the last `horizon`
   /// ticks (since the first insertion if later); -1 if there are none.
   [[nodiscard]] double recent_rate(Tick horizon) const;
