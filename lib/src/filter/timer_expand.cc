@@ -82,13 +82,20 @@ bool TimerFilter::maybe_expand() {
   // memory the burst needed: docs/performance.md, "A burst of repeats at
   // every scale".) Not beside a sealed sub-filter: the expansion also
   // gives it the room its fold waits for (fold_drained()).
-  if (subs_.size() == 1 && room >= kExpandAhead * climb_rate &&
-      schedule_factor(a, room, climb_rate, bound) <= kGrowthHeadroom) {
+  const double schedule = schedule_factor(a, room, climb_rate, bound);
+  if (subs_.size() == 1 && room >= kExpandAhead * climb_rate && schedule <= kGrowthHeadroom) {
     return false;
   }
-  // (Capped where no expansion could be worth it: the check below.)
-  const auto factor = smooth_ceil(static_cast<std::uint64_t>(
-      std::clamp(std::ceil(std::max(near, kFoldHeadroom * far)), 2.0, 1024.0)));
+  // The factor keeps up with both; where the domain does not cap the
+  // window (new identities, not repeats), with the schedule too: near reads
+  // the rate over W / 8 ticks, and on a step that a 4-bit filter's tick
+  // takes whole, its successor expanded by 2 twice within a window (a 10x
+  // step, docs/performance.md). (Capped where no expansion could be worth
+  // it: the check below.)
+  double need = std::max(near, kFoldHeadroom * far);
+  if (climb_rate * static_cast<double>(window + 1) <= bound) need = std::max(need, schedule);
+  const auto factor =
+      smooth_ceil(static_cast<std::uint64_t>(std::clamp(std::ceil(need), 2.0, 1024.0)));
   // Worth it only when it holds less than the seal path would for the next
   // window: the active (sealed) and a new sub-filter sized from the rate,
   // the rate not capped at kMaxGrowthStep x the window (header, "Growth in
@@ -97,6 +104,10 @@ bool TimerFilter::maybe_expand() {
   if (want.probe) return false;
   const std::uint64_t max_lines = std::max(floor_lines(), config_.max_bytes / kLineBytes);
   if ((factor - 1) * a.lines > growth_lines(want) || factor * a.lines > max_lines) return false;
+  return expand_charged(a, factor);
+}
+
+bool TimerFilter::expand_charged(SubFilter& a, std::uint64_t factor) {
   const std::uint64_t extra = (factor - 1) * a.lines * kLineBytes;
   if (budget_) {
     if (const double part = budget_part();

@@ -541,5 +541,36 @@ TEST(FilterCli, TimerFilterExpandsForAStepToSixTimesTheLoad) {
   }
 }
 
+TEST(FilterCli, TimerFilterAtFourBitsExpandsOnceForAStepToTenTimesTheLoad) {
+  // The same stream with a 10x step on 4-bit timers (8 ticks of 5.12 s):
+  // the step's first tick seals the active, and its successor, sized from
+  // that part of the tick, expands once, by what the window's schedule
+  // needs (the library's test
+  // ATenfoldStepOnAFourBitFilterExpandsItsSuccessorOnce), where it
+  // expanded by 2 twice and was sealed beside a third sub-filter: 3.00x the
+  // pre-sized figure for the most records emitted within the ticks an
+  // entry lives (the window's 8 and the current one). Now 2.00x: issue
+  // 14's 2x is met only just here (2.02x at a third of the size; 1.72x on
+  // either build from two thirds of it on), as one expansion by 3, the
+  // next factor after 2, of a successor sized from part of a tick gives.
+  // The test holds the peak to what that one expansion gives (2.1x), no
+  // false negative, false positives within the target.
+  constexpr double kPerMs = 24'000.0 / 40'960;
+  const std::string input =
+      phased_stream({{kPerMs, 3 * 40'960}, {10 * kPerMs, 2 * 40'960}, {kPerMs, 40'960}}, false);
+  const TimerRun run = run_timer_on(input, "4", 8, 40'960);
+  const Verdict& v = run.verdict;
+  EXPECT_LE(static_cast<double>(v.false_positives),
+            1.2 * 0.01 * static_cast<double>(v.not_delivered) + 5)
+      << v.false_positives << " false positives of " << v.not_delivered;
+  const std::size_t most_in_window = most_emitted_in_ticks(run.out, 5'120, 8 + 1);
+  const double presized = presized_timer_bytes("4", 8, most_in_window);
+  std::printf("peak %.2fx the pre-sized figure for %zu\n",
+              static_cast<double>(run.memory.peak) / presized, most_in_window);
+  EXPECT_LE(static_cast<double>(run.memory.peak), 2.1 * presized)
+      << static_cast<double>(run.memory.peak) / presized << "x the pre-sized figure for "
+      << most_in_window;
+}
+
 }  // namespace
 }  // namespace kdedup::testing

@@ -1121,6 +1121,34 @@ TEST(MemoryFollowsLoad, AStepToSeveralTimesTheLoadExpandsTheActiveRatherThanSeal
   }
 }
 
+TEST(MemoryFollowsLoad, ATenfoldStepOnAFourBitFilterExpandsItsSuccessorOnce) {
+  // The same 10x step on a 4-bit filter (a tick is an eighth of the
+  // window): the step fills the active within its first tick and seals it,
+  // and the successor is sized from that part of the tick (50,000 lines).
+  // It expanded by 2 for what the rate over the last ticks needs, by 2
+  // again three ticks later, and was then sealed beside a third sub-filter
+  // (3.81x). The factor now takes what the window's schedule needs as well
+  // where no domain caps the window: once, by 3, and the peak is within 2x
+  // of the pre-sized figure for the most the window held (1.95x), no false
+  // negative, the estimate within the target, false positives within 1.2x
+  // of it, the batch path alike.
+  KDEDUP_FIGURES_TEST();
+  const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, 4);
+  const auto events =
+      phased_stream(c.ticks_per_window, {{96'000, 3}, {960'000, 2}, {96'000, 2}}, 7).first;
+  auto f = make(c);
+  auto& timer = dynamic_cast<TimerFilter&>(*f);
+  std::vector<std::uint64_t> before;
+  std::uint64_t grown = 0;  // ticks at which the newest sub-filter grew
+  run_load(*f, events, [&] {
+    const std::vector<std::uint64_t> now = timer.subfilter_bytes();
+    grown += now.size() == before.size() && now.back() > before.back() ? 1 : 0;
+    before = now;
+  });
+  EXPECT_EQ(grown, 1U);
+  expect_burst_held(c, events);
+}
+
 TEST(MemoryFollowsLoad, ASealedSubFilterFoldsInTheTickTheActiveExpands) {
   // family_bench's "zipf1 5x burst" on a 4-bit filter (a tick is an eighth
   // of the window): the step seals the active within a tick, and the

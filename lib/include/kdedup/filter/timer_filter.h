@@ -128,11 +128,12 @@
 // full as it was, and each expiring copied entry makes room for m
 // insertions: m (5-smooth, at least 2) is the least that keeps up with the
 // current rate over the next W / 8 ticks, in which the oldest entries
-// leave, and, with 10% over, over a window. It expands only when that
-// holds less than sealing would (m - 1 times its lines at most what a new
-// rate-sized sub-filter would get), and never a probe; up to kMaxSplits
-// expansions may have live copies, and a fold or shrink waits until they
-// have expired. (That sub-filter is not capped at kMaxGrowthStep x the
+// leave, and, with 10% over, over a window (where no domain caps the
+// window, also followed tick by tick: schedule_factor()). It expands only
+// when that holds less than sealing would (m - 1 times its lines at most
+// what a new rate-sized sub-filter would get), and never a probe; up to
+// kMaxSplits expansions may have live copies, and a fold or shrink waits
+// until they have expired. (That sub-filter is not capped at kMaxGrowthStep x the
 // window here: on a step to several times the load the cap turned down the
 // expansion the step needed, and a later expansion, or a seal, held twice
 // the memory.) The window can hold no more than the stream's domain: on a
@@ -507,6 +508,9 @@ class TimerFilter final : public SlidingFilter {
   /// Lines a new sub-filter sized by `want` gets (seal_and_grow()'s share
   /// of the target).
   [[nodiscard]] std::uint64_t growth_lines(const GrowthTarget& want) const;
+  /// expand() within the memory budget: the extra lines reserved first and
+  /// charged to `a`; false when the budget or the memory refuses them.
+  bool expand_charged(SubFilter& a, std::uint64_t factor);
   /// Copies every line of `s` into `factor` lines, keeping its live codes;
   /// false when the memory for it cannot be had.
   template <unsigned Bits>
