@@ -245,6 +245,30 @@ TimerFilter::GrowthTarget TimerFilter::growth_target(double step) const {
   return {bound, false};
 }
 
+TimerFilter::GrowthTarget TimerFilter::seal_target() const {
+  // A rate-sized active that fills within the growth horizon of being
+  // added, over at least one complete tick, was held back by the cap on
+  // trusting the rate (kMaxGrowthStep x the window): the rate that filled
+  // it has lasted its whole life, and its successor is sized from that
+  // rate, uncapped. A 40x step was sealed three times, 4x the window each,
+  // and held 2.1x the memory its window needed (docs/performance.md, "A
+  // step to several times the load"). Not in the stream's first window,
+  // not after a probe, not for one added in this tick (a burst within a
+  // tick still takes the capped steps), and not over a memory budget
+  // (there each filter's share bounds what it adds).
+  GrowthTarget want = growth_target();
+  const SubFilter& full = *subs_.back();
+  const Tick life = clock_ - full.created;
+  if (want.probe || full.share < 1.0 || life < 1 || life >= growth_horizon() ||
+      clock_ - std::max(first_tick_, history_from_) <= config_.ticks_per_window ||
+      budget_part() >= 0) {
+    return want;
+  }
+  want.elements = std::max(want.elements, kGrowthHeadroom * recent_rate(life) *
+                                              static_cast<double>(config_.ticks_per_window + 1));
+  return want;
+}
+
 bool TimerFilter::reactivate_roomiest() {
   if (config_.growth != Growth::kDensity || subs_.size() < 2) return false;
   const double used = fpp_budget_used();
@@ -302,7 +326,7 @@ void TimerFilter::seal_and_grow() {
     enter_overfull();                // until the next tick
     return;
   }
-  const GrowthTarget want = growth_target();
+  const GrowthTarget want = seal_target();
   std::uint64_t lines = growth_lines(want);
   // Take no less than a quarter of what it asks for: sub-filters much
   // smaller than the rate needs fill at once, and each sealed one takes a

@@ -1121,6 +1121,26 @@ TEST(MemoryFollowsLoad, AStepToSeveralTimesTheLoadExpandsTheActiveRatherThanSeal
   }
 }
 
+TEST(MemoryFollowsLoad, AStepToFortyTimesTheLoadSizesItsThirdSubFilterFromTheRate) {
+  // A step to 40x the load for two windows (24k new identities a window,
+  // then 960k): the rate outruns kMaxGrowthStep x the window, so the
+  // active is sealed beside a sub-filter 4x the window, which fills within
+  // W / 8 ticks and was sealed beside another 4x, and that one beside one
+  // sized from the rate: three seals, 2.1x the pre-sized figure for the
+  // most the window held. The second one fills within W / 8 ticks of being
+  // added: the rate that filled it has lasted its whole life, and its
+  // successor is sized from it (seal_target()). Peak within 2x, no false
+  // negative, the estimate within the target, false positives within 1.2x
+  // of it, the batch path alike.
+  KDEDUP_FIGURES_TEST();
+  for (std::uint8_t bits : {8, 16}) {
+    SCOPED_TRACE(int(bits));
+    const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
+    expect_burst_held(
+        c, phased_stream(c.ticks_per_window, {{24'000, 3}, {960'000, 2}, {24'000, 2}}, 7).first);
+  }
+}
+
 TEST(MemoryFollowsLoad, ATenfoldStepOnAFourBitFilterExpandsItsSuccessorOnce) {
   // The same 10x step on a 4-bit filter (a tick is an eighth of the
   // window): the step fills the active within its first tick and seals it,

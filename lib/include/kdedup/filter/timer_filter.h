@@ -104,6 +104,10 @@
 //   stream, traffic resuming after a pause) growth is geometric and the new
 //   sub-filter is a probe: it may take only kProbeShare of f*, so that the
 //   sub-filter sized once the rate is known still gets most of the budget;
+//   but once the first window has turned over, a rate-sized active that
+//   fills within W / 8 ticks of being added (over complete ticks) shows a
+//   rate that has outrun that bound for its whole life, and its successor
+//   is sized from that rate uncapped (seal_target());
 // - a rate-sized sub-filter is sized for a share of at least kPlanShare of
 //   f* even when the sealed ones hold more right now: their entries expire
 //   within a window and their f_i falls faster than their load (f is a
@@ -534,6 +538,10 @@ class TimerFilter final : public SlidingFilter {
   /// a sub-filter added by a seal; an expansion's worth check passes
   /// infinity: it weighs the expansion against what the rate needs).
   [[nodiscard]] GrowthTarget growth_target(double step = kMaxGrowthStep) const;
+  /// What seal_and_grow() adds: growth_target(), or, when the active
+  /// filled within the growth horizon of being added, the rate over its
+  /// life uncapped (a climb that outran the cap).
+  [[nodiscard]] GrowthTarget seal_target() const;
   /// Insertions per tick over the complete ticks of the last `horizon`
   /// ticks (since the first insertion if later); -1 if there are none.
   [[nodiscard]] double recent_rate(Tick horizon) const;
