@@ -21,7 +21,7 @@ bool TimerFilter::maybe_expand() {
   const std::uint32_t window = config_.ticks_per_window;
   // Copies make room only as the entries they copy expire: not before the
   // stream's first window has turned over (nothing expires in it).
-  if (clock_ - std::max(first_tick_, history_from_) <= window) return false;
+  if (history() <= window) return false;
   // At the start of a bucket of the window counts (every tick but with the
   // longest windows), before this tick's first insertion: the entries it
   // copies are those of the earlier buckets (SubFilter::copies_before).

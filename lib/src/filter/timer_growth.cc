@@ -231,17 +231,17 @@ TimerFilter::GrowthTarget TimerFilter::growth_target(double step) const {
   const Tick horizon = growth_horizon();
   const double rate = growth_rate();
   if (rate < 0) return {step * holds, true};
-  const Tick history = clock_ - std::max(first_tick_, history_from_);
+  const Tick lived = history();
   const double projection =
       std::min(kMaxProjection, std::max(1.0, static_cast<double>(window + 1) /
-                                                 static_cast<double>(std::max<Tick>(1, history))));
+                                                 static_cast<double>(std::max<Tick>(1, lived))));
   const double bound = step * holds * projection;
   const double want = kGrowthHeadroom * std::max(rate, static_cast<double>(tick_inserts_)) *
                       static_cast<double>(window + 1);
   if (want <= bound) return {std::max(1.0, want), false};
   // A young filter's probe holds a few times what the window holds now (no
   // projection): it lives a window, and the next one will know the rate.
-  if (history < horizon) return {step * holds, true};
+  if (lived < horizon) return {step * holds, true};
   return {bound, false};
 }
 
@@ -260,8 +260,7 @@ TimerFilter::GrowthTarget TimerFilter::seal_target() const {
   const SubFilter& full = *subs_.back();
   const Tick life = clock_ - full.created;
   if (want.probe || full.share < 1.0 || life < 1 || life >= growth_horizon() ||
-      clock_ - std::max(first_tick_, history_from_) <= config_.ticks_per_window ||
-      budget_part() >= 0) {
+      history() <= config_.ticks_per_window || budget_part() >= 0) {
     return want;
   }
   want.elements = std::max(want.elements, kGrowthHeadroom * recent_rate(life) *
@@ -487,7 +486,7 @@ void TimerFilter::shrink_young(SubFilter& a, double rate, double lambda) {
   // it has settled (maybe_fold()); shrinking young tick after tick on it
   // overfilled the active at a high target (fpp 0.2: estimates of 0.21).
   const std::uint32_t window = config_.ticks_per_window;
-  if (a.shrunk() || clock_ - std::max(first_tick_, history_from_) <= window) return;
+  if (a.shrunk() || history() <= window) return;
   const double content = static_cast<double>(a.alive.sum);
   const double grown = content + rate * static_cast<double>(a.created + window + 1 - clock_);
   if (grown < rate * static_cast<double>(window + 1)) return;

@@ -512,21 +512,28 @@ TEST(FilterCli, TimerFilterFoldsItsSealedPartWhenItExpandsOnASkewedBurst) {
 // family_bench's "step sustained for two windows" at a quarter of its
 // size: 24k new identities a 40.96 s window for three windows, then
 // `factor` times that for two, then 24k again, every identity sent once,
-// through `kdedup filter` at 8 bits (192 ticks) and 16 (4,096): memory at
-// its peak (the stats file) within 2x of the pre-sized figure for the most
-// records emitted within a window, no false negative, false positives
-// within the target.
-void expect_step_held(double factor) {
+// through `kdedup filter` with `bits`-bit timers and `ticks` ticks a
+// window: no false negative (run_timer_on), false positives within the
+// target.
+TimerRun run_step(double factor, const std::string& bits, std::int64_t ticks) {
   constexpr double kPerMs = 24'000.0 / 40'960;
   const std::string input =
       phased_stream({{kPerMs, 3 * 40'960}, {factor * kPerMs, 2 * 40'960}, {kPerMs, 40'960}}, false);
+  TimerRun run = run_timer_on(input, bits, ticks, 40'960);
+  const Verdict& v = run.verdict;
+  EXPECT_LE(static_cast<double>(v.false_positives),
+            1.2 * 0.01 * static_cast<double>(v.not_delivered) + 5)
+      << v.false_positives << " false positives of " << v.not_delivered;
+  return run;
+}
+
+// run_step() at 8 bits (192 ticks) and 16 (4,096): memory at its peak (the
+// stats file) within 2x of the pre-sized figure for the most records
+// emitted within a window.
+void expect_step_held(double factor) {
   for (const auto& [bits, ticks] : {std::pair<std::string, std::int64_t>{"8", 192}, {"16", 4096}}) {
     SCOPED_TRACE(bits);
-    const TimerRun run = run_timer_on(input, bits, ticks, 40'960);
-    const Verdict& v = run.verdict;
-    EXPECT_LE(static_cast<double>(v.false_positives),
-              1.2 * 0.01 * static_cast<double>(v.not_delivered) + 5)
-        << v.false_positives << " false positives of " << v.not_delivered;
+    const TimerRun run = run_step(factor, bits, ticks);
     const std::size_t most_in_window = most_emitted_within(run.out, 40'960);
     const double presized = presized_timer_bytes(bits, ticks, most_in_window);
     std::printf("%s-bit: peak %.2fx the pre-sized figure for %zu\n", bits.c_str(),
@@ -570,14 +577,7 @@ TEST(FilterCli, TimerFilterAtFourBitsExpandsOnceForAStepToTenTimesTheLoad) {
   // next factor after 2, of a successor sized from part of a tick gives.
   // The test holds the peak to what that one expansion gives (2.1x), no
   // false negative, false positives within the target.
-  constexpr double kPerMs = 24'000.0 / 40'960;
-  const std::string input =
-      phased_stream({{kPerMs, 3 * 40'960}, {10 * kPerMs, 2 * 40'960}, {kPerMs, 40'960}}, false);
-  const TimerRun run = run_timer_on(input, "4", 8, 40'960);
-  const Verdict& v = run.verdict;
-  EXPECT_LE(static_cast<double>(v.false_positives),
-            1.2 * 0.01 * static_cast<double>(v.not_delivered) + 5)
-      << v.false_positives << " false positives of " << v.not_delivered;
+  const TimerRun run = run_step(10, "4", 8);
   const std::size_t most_in_window = most_emitted_in_ticks(run.out, 5'120, 8 + 1);
   const double presized = presized_timer_bytes("4", 8, most_in_window);
   std::printf("peak %.2fx the pre-sized figure for %zu\n",

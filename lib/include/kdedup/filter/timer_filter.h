@@ -137,10 +137,11 @@
 // when that holds less than sealing would (m - 1 times its lines at most
 // what a new rate-sized sub-filter would get), and never a probe; up to
 // kMaxSplits expansions may have live copies, and a fold or shrink waits
-// until they have expired. (That sub-filter is not capped at kMaxGrowthStep x the
-// window here: on a step to several times the load the cap turned down the
-// expansion the step needed, and a later expansion, or a seal, held twice
-// the memory.) The window can hold no more than the stream's domain: on a
+// until they have expired. (That sub-filter is not capped at
+// kMaxGrowthStep x the window here: on a step to several times the load
+// the cap turned down the expansion the step needed, and a later
+// expansion, or a seal, held twice the memory.) The window can hold no
+// more than the stream's domain: on a
 // burst of repeats, new identities arrive fast at first (those outside the
 // window) and fewer as the domain fills, so the rate over a window is capped
 // by domain_bound(), what the window holds over the share of the last W / 8
@@ -253,6 +254,7 @@
 // Threading: owned by one thread (the worker owning its Slice); no method is
 // thread-safe.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -500,6 +502,9 @@ class TimerFilter final : public SlidingFilter {
   /// Ticks (kGrowthHorizonShare of the window, at least one) whose rate
   /// sizes growth.
   [[nodiscard]] Tick growth_horizon() const;
+  /// Ticks of counts the growth rules can read: since the first insertion,
+  /// or since the counts were cleared if later.
+  [[nodiscard]] Tick history() const { return clock_ - std::max(first_tick_, history_from_); }
   /// Insertions per tick that size growth: the larger of the rates over the
   /// last growth_horizon() and a quarter of it, each over at least `least`
   /// ticks; -1 if there are none.
