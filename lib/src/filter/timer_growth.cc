@@ -246,23 +246,30 @@ TimerFilter::GrowthTarget TimerFilter::growth_target(double step) const {
 }
 
 TimerFilter::GrowthTarget TimerFilter::seal_target() const {
-  // A rate-sized active that fills within the growth horizon of being
-  // added, over at least one complete tick, was held back by the cap on
-  // trusting the rate (kMaxGrowthStep x the window): the rate that filled
-  // it has lasted its whole life, and its successor is sized from that
-  // rate, uncapped. A 40x step was sealed three times, 4x the window each,
-  // and held 2.1x the memory its window needed (docs/performance.md, "A
-  // step to several times the load"). Not in the stream's first window,
-  // not after a probe, not for one added in this tick (a burst within a
-  // tick still takes the capped steps), and not over a memory budget
-  // (there each filter's share bounds what it adds).
-  GrowthTarget want = growth_target();
-  const SubFilter& full = *subs_.back();
-  const Tick life = clock_ - full.created;
-  if (want.probe || full.share < 1.0 || life < 1 || life >= growth_horizon() ||
-      history() <= config_.ticks_per_window || budget_part() >= 0) {
-    return want;
+  // Whether the step that fills the active lasts a tick or a window cannot
+  // be told at the seal. Once the stream has lived a window, the successor
+  // holds at most kSealStep x what the window holds: a burst within a tick
+  // was sealed beside one 4x the window and held 3.6x the memory its
+  // window needed (docs/performance.md, "A seal's successor: small, then
+  // sized from the rate"). If the step lasts, that one fills within the
+  // growth horizon of being added, over at least one complete tick: the
+  // rate that filled it has lasted its whole life, and its successor is
+  // sized from that rate, uncapped (a 40x step was sealed three times, 4x
+  // the window each, and held 2.1x, "A step to several times the load").
+  // Neither applies in the stream's first window, over a memory budget
+  // (there each filter's share bounds what it adds), or where the horizon
+  // is one tick (4-bit timers: a successor added in the step's first tick
+  // has no complete tick to be sized from, and small ones sealed one
+  // beside the other within the tick held 5.25x). The rate not after a
+  // probe, nor for one added in this tick (a burst within a tick takes the
+  // capped steps).
+  const Tick life = clock_ - subs_.back()->created;
+  const Tick horizon = growth_horizon();
+  if (history() <= config_.ticks_per_window || horizon < 2 || budget_part() >= 0) {
+    return growth_target();
   }
+  GrowthTarget want = growth_target(kSealStep);
+  if (want.probe || subs_.back()->share < 1.0 || life < 1 || life >= horizon) return want;
   want.elements = std::max(want.elements, kGrowthHeadroom * recent_rate(life) *
                                               static_cast<double>(config_.ticks_per_window + 1));
   return want;

@@ -104,10 +104,15 @@
 //   stream, traffic resuming after a pause) growth is geometric and the new
 //   sub-filter is a probe: it may take only kProbeShare of f*, so that the
 //   sub-filter sized once the rate is known still gets most of the budget;
-//   but once the first window has turned over, a rate-sized active that
-//   fills within W / 8 ticks of being added (over complete ticks) shows a
-//   rate that has outrun that bound for its whole life, and its successor
-//   is sized from that rate uncapped (seal_target());
+//   once the first window has turned over (where W / 8 spans two ticks or
+//   more, and not over a memory budget), a seal's successor holds at most
+//   kSealStep (1.5) x the window: whether the step that filled the active
+//   lasts a tick or a window cannot be told at the seal, and a burst
+//   within a tick held 3.6x the memory its window needed beside a
+//   successor 4x the window. A step that lasts fills that one within W / 8
+//   ticks of its being added (over complete ticks): the rate has outrun
+//   the bound for its whole life, and its successor is sized from that
+//   rate uncapped (seal_target());
 // - a rate-sized sub-filter is sized for a share of at least kPlanShare of
 //   f* even when the sealed ones hold more right now: their entries expire
 //   within a window and their f_i falls faster than their load (f is a
@@ -284,6 +289,11 @@ class TimerFilter final : public SlidingFilter {
   /// A new sub-filter holds at most this many times what the window holds
   /// (geometric growth while the rate cannot be extrapolated).
   static constexpr double kMaxGrowthStep = 4.0;
+  /// After the first window, a seal's successor holds at most this many
+  /// times what the window holds where the growth horizon spans two ticks
+  /// or more (seal_target(): one that fills within it is followed by one
+  /// sized from the rate).
+  static constexpr double kSealStep = 1.5;
   /// Share of the effective target a probe sub-filter (sized without a
   /// trusted rate) may take.
   static constexpr double kProbeShare = 0.1;
@@ -543,9 +553,10 @@ class TimerFilter final : public SlidingFilter {
   /// a sub-filter added by a seal; an expansion's worth check passes
   /// infinity: it weighs the expansion against what the rate needs).
   [[nodiscard]] GrowthTarget growth_target(double step = kMaxGrowthStep) const;
-  /// What seal_and_grow() adds: growth_target(), or, when the active
-  /// filled within the growth horizon of being added, the rate over its
-  /// life uncapped (a climb that outran the cap).
+  /// What seal_and_grow() adds: growth_target() (at most kSealStep x the
+  /// window past the first window, with a horizon of two ticks or more),
+  /// or, when the active filled within the growth horizon of being added,
+  /// the rate over its life uncapped (a climb that outran the cap).
   [[nodiscard]] GrowthTarget seal_target() const;
   /// Insertions per tick over the complete ticks of the last `horizon`
   /// ticks (since the first insertion if later); -1 if there are none.
