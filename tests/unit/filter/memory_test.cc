@@ -345,6 +345,27 @@ std::vector<Event> burst_stream(std::uint32_t window, double base, std::uint64_t
   return events;
 }
 
+// `per_window` new identities a window for seven windows, and in the
+// fourth window's first tick 100k more (family_bench --short-bursts' burst
+// within a tick).
+std::vector<Event> tick_burst_stream(std::uint32_t window, double per_window) {
+  StreamSpec base;
+  base.domain = std::uint64_t{1} << 40;  // every draw new
+  base.base_rate = per_window / (window + 1);
+  base.ticks = 7 * (std::uint64_t{window} + 1);
+  base.seed = 7;
+  StreamSpec burst = base;
+  burst.base_rate = 100'000;
+  burst.first_tick = 3 * (std::uint64_t{window} + 1);
+  burst.ticks = 1;
+  burst.seed = 8;
+  std::vector<Event> events = generate_stream(base);
+  for (const Event& e : generate_stream(burst)) events.push_back(e);
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.tick < b.tick; });
+  return events;
+}
+
 /// Identities delivered within the last `window` ticks, for events fed in
 /// tick order, and the most it held at a tick's close from the end of the
 /// first window on.
@@ -1158,22 +1179,7 @@ TEST(MemoryFollowsLoad, ABurstWithinATickSealsBesideASubFilterSizedForTheWindowN
   for (std::uint8_t bits : {8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
-    const std::uint64_t window = c.ticks_per_window;
-    StreamSpec base;
-    base.domain = std::uint64_t{1} << 40;  // every draw new
-    base.base_rate = 96'000.0 / static_cast<double>(window + 1);
-    base.ticks = 7 * (window + 1);
-    base.seed = 7;
-    StreamSpec burst = base;
-    burst.base_rate = 100'000;
-    burst.first_tick = 3 * (window + 1);
-    burst.ticks = 1;
-    burst.seed = 8;
-    std::vector<Event> events = testing::generate_stream(base);
-    for (const Event& e : testing::generate_stream(burst)) events.push_back(e);
-    std::stable_sort(events.begin(), events.end(),
-                     [](const Event& a, const Event& b) { return a.tick < b.tick; });
-    expect_burst_held(c, events);
+    expect_burst_held(c, tick_burst_stream(c.ticks_per_window, 96'000));
   }
 }
 
@@ -1307,7 +1313,10 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
   // peak 2.89x the pre-sized figure, 1.45x unrestored) and one in the echo
   // shrank and expanded again (2.36x). The compact and aging filters keep
   // their rates in their states too (the compact filter's tick counts, the
-  // aging filter's slices).
+  // aging filter's slices). The timer filter also along a burst of new
+  // identities within a tick and a 40x step, where a seal's successor is
+  // capped at kSealStep x the window and the next one sized from the rate
+  // (seal_target()).
   constexpr Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},
                             {"timer-8", FilterType::kTimer, 8},
                             {"timer-16", FilterType::kTimer, 16},
@@ -1319,10 +1328,15 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
     const StreamSpec spec = repeats_burst(window, 49'152);
     StreamSpec zipf = spec;
     zipf.distribution = testing::Distribution::kZipf;
-    const std::pair<const char*, std::vector<Event>> streams[] = {
+    std::vector<std::pair<const char*, std::vector<Event>>> streams = {
         {"uniform", generate_stream(spec)},
         {"zipf", generate_stream(zipf)},
         {"new identities", burst_stream(window, 20'000.0 / (window + 1), 3)}};
+    if (kind.type == FilterType::kTimer) {
+      streams.emplace_back("burst within a tick", tick_burst_stream(window, 96'000));
+      streams.emplace_back(
+          "40x step", phased_stream(window, {{24'000, 3}, {960'000, 2}, {24'000, 2}}, 7).first);
+    }
     for (const auto& [name, events] : streams) {
       SCOPED_TRACE(std::string(kind.name) + ", " + name);
       auto never = make(c);
