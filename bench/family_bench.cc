@@ -886,29 +886,6 @@ void timer_scales_section(const std::vector<double>& scales) {
   std::printf("\n");
 }
 
-// An established stream of new identities (`per_window` a window, for
-// seven windows) and, from the fourth window on, `burst` more new ones
-// within `ticks` ticks of a filter's `window`.
-std::vector<Event> short_burst_stream(std::uint32_t window, double per_window, double burst,
-                                      std::uint64_t ticks) {
-  StreamSpec base;
-  base.domain = std::uint64_t{1} << 40;  // every draw new
-  base.base_rate = per_window / (window + 1);
-  base.ticks = 7 * (std::uint64_t{window} + 1);
-  base.seed = 7;
-  StreamSpec step = base;
-  step.base_rate = burst / static_cast<double>(ticks);
-  step.first_tick = 3 * (std::uint64_t{window} + 1);
-  step.ticks = ticks;
-  step.seed = 8;
-  std::vector<Event> events = kdedup::testing::generate_stream(base);
-  const std::vector<Event> more = kdedup::testing::generate_stream(step);
-  events.insert(events.end(), more.begin(), more.end());
-  std::stable_sort(events.begin(), events.end(),
-                   [](const Event& a, const Event& b) { return a.tick < b.tick; });
-  return events;
-}
-
 // A table of the contenders' peaks (x the pre-sized figure for the most
 // the window held) on one stream per column: `events(window, column)` for
 // a filter of `window` ticks, the columns headed by `headers`.
@@ -954,15 +931,15 @@ void short_bursts_section() {
              [](std::uint32_t window, double share) {
                const auto ticks = std::max<std::uint64_t>(
                    1, static_cast<std::uint64_t>(share * static_cast<double>(window + 1)));
-               return short_burst_stream(window, 96'000, 100'000, ticks);
+               return kdedup::testing::short_burst_stream(window, 96'000, 100'000, ticks);
              });
   std::printf(
       "## A step sustained for two windows (fpp 1%%, 96k new ids a window, then the factor "
       "times that; x the pre-sized figure for the most the window held)\n\n");
   peak_table(contenders, {2, 3, 5, 6, 10, 20, 40}, {"2x", "3x", "5x", "6x", "10x", "20x", "40x"},
              [](std::uint32_t window, double factor) {
-               return short_burst_stream(window, 96'000, (factor - 1) * 2 * 96'000,
-                                         2 * (std::uint64_t{window} + 1));
+               return kdedup::testing::short_burst_stream(window, 96'000, (factor - 1) * 2 * 96'000,
+                                                          2 * (std::uint64_t{window} + 1));
              });
 }
 

@@ -88,6 +88,26 @@ std::vector<Event> generate_stream(const StreamSpec& spec) {
   return events;
 }
 
+std::vector<Event> short_burst_stream(std::uint32_t window, double per_window, double burst,
+                                      std::uint64_t ticks) {
+  StreamSpec base;
+  base.domain = std::uint64_t{1} << 40;  // every draw new
+  base.base_rate = per_window / (window + 1);
+  base.ticks = 7 * (std::uint64_t{window} + 1);
+  base.seed = 7;
+  StreamSpec step = base;
+  step.base_rate = burst / static_cast<double>(ticks);
+  step.first_tick = 3 * (std::uint64_t{window} + 1);
+  step.ticks = ticks;
+  step.seed = 8;
+  std::vector<Event> events = generate_stream(base);
+  const std::vector<Event> more = generate_stream(step);
+  events.insert(events.end(), more.begin(), more.end());
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.tick < b.tick; });
+  return events;
+}
+
 void lay_on_ticks(std::vector<Event>& events, std::uint32_t window) {
   for (Event& e : events) e.tick = e.tick * window / kFineTicksPerWindow;
 }

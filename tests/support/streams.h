@@ -76,6 +76,12 @@ class EventStream {
 /// All events of a stream, in order.
 [[nodiscard]] std::vector<Event> generate_stream(const StreamSpec& spec);
 
+/// New identities (`per_window` a window of `window` ticks, for seven
+/// windows) and, from the fourth window on, `burst` more new ones within
+/// `ticks` ticks: family_bench --short-bursts' streams.
+[[nodiscard]] std::vector<Event> short_burst_stream(std::uint32_t window, double per_window,
+                                                    double burst, std::uint64_t ticks);
+
 /// Ticks a window of the streams family_bench generates (and the tests that
 /// measure its streams): finer than any filter's ticks, so that every filter
 /// sees the same events on its own tick scale (lay_on_ticks()).

@@ -345,27 +345,6 @@ std::vector<Event> burst_stream(std::uint32_t window, double base, std::uint64_t
   return events;
 }
 
-// `per_window` new identities a window for seven windows, and in the
-// fourth window's first tick 100k more (family_bench --short-bursts' burst
-// within a tick).
-std::vector<Event> tick_burst_stream(std::uint32_t window, double per_window) {
-  StreamSpec base;
-  base.domain = std::uint64_t{1} << 40;  // every draw new
-  base.base_rate = per_window / (window + 1);
-  base.ticks = 7 * (std::uint64_t{window} + 1);
-  base.seed = 7;
-  StreamSpec burst = base;
-  burst.base_rate = 100'000;
-  burst.first_tick = 3 * (std::uint64_t{window} + 1);
-  burst.ticks = 1;
-  burst.seed = 8;
-  std::vector<Event> events = generate_stream(base);
-  for (const Event& e : generate_stream(burst)) events.push_back(e);
-  std::stable_sort(events.begin(), events.end(),
-                   [](const Event& a, const Event& b) { return a.tick < b.tick; });
-  return events;
-}
-
 /// Identities delivered within the last `window` ticks, for events fed in
 /// tick order, and the most it held at a tick's close from the end of the
 /// first window on.
@@ -1179,7 +1158,7 @@ TEST(MemoryFollowsLoad, ABurstWithinATickSealsBesideASubFilterSizedForTheWindowN
   for (std::uint8_t bits : {8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
-    expect_burst_held(c, tick_burst_stream(c.ticks_per_window, 96'000));
+    expect_burst_held(c, testing::short_burst_stream(c.ticks_per_window, 96'000, 100'000, 1));
   }
 }
 
@@ -1333,7 +1312,8 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
         {"zipf", generate_stream(zipf)},
         {"new identities", burst_stream(window, 20'000.0 / (window + 1), 3)}};
     if (kind.type == FilterType::kTimer) {
-      streams.emplace_back("burst within a tick", tick_burst_stream(window, 96'000));
+      streams.emplace_back("burst within a tick",
+                           testing::short_burst_stream(window, 96'000, 100'000, 1));
       streams.emplace_back(
           "40x step", phased_stream(window, {{24'000, 3}, {960'000, 2}, {24'000, 2}}, 7).first);
     }
