@@ -38,17 +38,21 @@ bool TimerFilter::maybe_expand() {
   if (!(lambda > 0)) return false;
   const double room = capacity(a, lambda) - static_cast<double>(a.alive.sum);
   // Past its limit already (the target fell): the first insertion seals it.
-  // On a steep climb (a rate that would more than double what the window
-  // holds), ahead by the growth horizon: the earlier, the more room is left
-  // that each line copied doubles, and the smaller the factor. (Not on the
-  // ripples of a steady stream: the identities of its first ticks leave
-  // together and come back, every window.)
+  // Ahead by part of the growth horizon: the earlier, the more room is left
+  // that each line copied multiplies, and the smaller the factor. On a
+  // steep climb (a rate that would more than double what the window
+  // holds) by all of it; else by kGentleAheadShare of it (at 16 bits, 128
+  // ticks): a climb to twice the rate over a window, expanded with the room
+  // of kExpandAhead ticks left, needed the copies alone to keep up and took
+  // 3 for just over 2 (2.01x, docs/performance.md, "A gentle climb:
+  // expand while room is left"). (Not the whole horizon: on the ripples
+  // of a steady stream the identities of its first ticks leave together
+  // and come back, every window.)
   const double soon = static_cast<double>(horizon);
   const bool steep =
       rate * static_cast<double>(window + 1) > kSteepClimb * static_cast<double>(alive_total());
-  if (room >= (steep ? std::max(kExpandAhead, soon) : kExpandAhead) * rate || !(room > 0)) {
-    return false;
-  }
+  const double ahead = std::max(kExpandAhead, (steep ? 1.0 : kGentleAheadShare) * soon);
+  if (room >= ahead * rate || !(room > 0)) return false;
   // The window test reads a steep climb's own rate too: the last two
   // buckets' (the horizon's still holds the ticks before the climb).
   const double climb_rate = steep ? std::max(rate, recent_rate(2 * a.alive.width)) : rate;
@@ -80,10 +84,15 @@ bool TimerFilter::maybe_expand() {
   // rate, so that a later tick expands it if the room does run short. (A
   // second expansion by 2 a few ticks after a first one held twice the
   // memory the burst needed: docs/performance.md, "A burst of repeats at
-  // every scale".) Not beside a sealed sub-filter: the expansion also
-  // gives it the room its fold waits for (fold_drained()).
+  // every scale".) Not beside a sealed sub-filter, on a steep climb: the
+  // expansion also gives it the room its fold waits for (fold_drained()).
+  // Short of one, beside a sealed sub-filter too: the lead of
+  // kGentleAheadShare is for a climb the room cannot follow (a Zipf
+  // stream's first window, whose sealed sub-filters still drained, read a
+  // far of 1.01 with room for six ticks, and doubled to 2.20x).
   const double schedule = schedule_factor(a, room, climb_rate, bound);
-  if (subs_.size() == 1 && room >= kExpandAhead * climb_rate && schedule <= kGrowthHeadroom) {
+  if ((subs_.size() == 1 || !steep) && room >= kExpandAhead * climb_rate &&
+      schedule <= kGrowthHeadroom) {
     return false;
   }
   // The factor keeps up with both; where the domain does not cap the

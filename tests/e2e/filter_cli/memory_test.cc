@@ -530,9 +530,9 @@ std::string step_stream(double factor) {
 }
 
 // run_long_window() at 8 bits (192 ticks) and 16 (4,096): memory at its
-// peak (the stats file) within 2x of the pre-sized figure for the most
-// records emitted within a window.
-void expect_held(const std::string& input) {
+// peak (the stats file) within `bound` x (issue 14's 2x unless given) the
+// pre-sized figure for the most records emitted within a window.
+void expect_held(const std::string& input, double bound = 2.0) {
   for (const auto& [bits, ticks] : {std::pair<std::string, std::int64_t>{"8", 192}, {"16", 4096}}) {
     SCOPED_TRACE(bits);
     const TimerRun run = run_long_window(input, bits, ticks);
@@ -540,7 +540,7 @@ void expect_held(const std::string& input) {
     const double presized = presized_timer_bytes(bits, ticks, most_in_window);
     std::printf("%s-bit: peak %.2fx the pre-sized figure for %zu\n", bits.c_str(),
                 static_cast<double>(run.memory.peak) / presized, most_in_window);
-    EXPECT_LE(static_cast<double>(run.memory.peak), 2.0 * presized)
+    EXPECT_LE(static_cast<double>(run.memory.peak), bound * presized)
         << static_cast<double>(run.memory.peak) / presized << "x the pre-sized figure for "
         << most_in_window;
   }
@@ -603,6 +603,25 @@ TEST(FilterCli, TimerFilterSealsBesideASubFilterSizedForTheWindowOnABurstWithinA
   constexpr double kPerMs = 24'000.0 / 40'960;
   expect_held(phased_stream(
       {{kPerMs, 3 * 40'960}, {kPerMs + 25'000.0 / 8, 8}, {kPerMs, 3 * 40'960}}, false));
+}
+
+TEST(FilterCli, TimerFilterExpandsWhileRoomIsLeftOnAGentleClimb) {
+  // family_bench's burst over a whole window at a quarter of its size: 24k
+  // new identities a 40.96 s window, and for the fourth window 25k more
+  // (about twice the rate). At 16 bits the active expanded with the room
+  // of 2 ticks left, and the copies alone had to keep up: by 3 (the
+  // library's test AGentleClimbExpandsTheActiveWhileRoomIsLeft). It now
+  // expands once its room would last fewer than a quarter of W / 8 ticks,
+  // by 2: 1.29x the pre-sized figure for the most records emitted within a
+  // window at both widths, where 16 bits read 1.94x (2.01x at
+  // family_bench's size). The test holds the peak to 1.5x, what the one
+  // expansion by 2 gives.
+  constexpr double kPerMs = 24'000.0 / 40'960;
+  expect_held(
+      phased_stream(
+          {{kPerMs, 3 * 40'960}, {kPerMs + 25'000.0 / 40'960, 40'960}, {kPerMs, 3 * 40'960}},
+          false),
+      1.5);
 }
 
 }  // namespace
