@@ -123,11 +123,11 @@
 // active filled and N_peak what it reaches, at least N_fill + 1.25 N_peak
 // in pre-sized units, over 2x on a gentle climb. Once the stream's first
 // window has turned over, an active that would fill within kExpandAhead
-// ticks at the current rate (or kGentleAheadShare x W / 8, if more: the
-// room left when it is copied is multiplied too, and a climb to twice the
-// rate expanded with none left needed a factor of 3), while the entries
-// leaving it do not keep up
-// with that rate (or this tick may not fit), is instead copied, at the
+// ticks at the current rate (or, on a climb, kGentleAheadShare x W / 8 if
+// more: the room left when it is copied is multiplied too, and a climb to
+// twice the rate expanded with none left needed a factor of 3), while the
+// entries leaving it do not keep up with that rate (or this tick may not
+// fit), is instead copied, at the
 // start of a tick, into m times its lines: a fingerprint in line j of L
 // lines (multiply-high range reduction) is in one of lines j m .. j m +
 // m - 1 of m L, and its probe cells do not depend on the line count, so a
@@ -328,9 +328,10 @@ class TimerFilter final : public SlidingFilter {
   /// fewer than this many ticks at the current rate (on a steep climb, the
   /// growth horizon's, if more).
   static constexpr double kExpandAhead = 2.0;
-  /// Short of a steep climb, the active expands once its room would last
-  /// fewer than this share of the growth horizon's ticks (at least
-  /// kExpandAhead).
+  /// On a climb short of a steep one (the rate would bring more than
+  /// kGrowthHeadroom x what the window holds), the active expands once its
+  /// room would last fewer than this share of the growth horizon's ticks
+  /// (at least kExpandAhead).
   static constexpr double kGentleAheadShare = 0.25;
   /// A climb is steep when the current rate would bring this many times
   /// what the window holds.
