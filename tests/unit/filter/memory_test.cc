@@ -428,6 +428,13 @@ std::pair<std::vector<Event>, std::vector<std::size_t>> phased_stream(
   return {std::move(events), std::move(starts)};
 }
 
+// A step sustained for two windows (family_bench --short-bursts): `base`
+// new identities a window for three windows, `factor` times that for two,
+// then `base` again for two.
+std::vector<Event> step_stream(std::uint32_t window, double base, double factor) {
+  return phased_stream(window, {{base, 3}, {factor * base, 2}, {base, 2}}, 7).first;
+}
+
 // `first` distinct ids a window for two windows, then `then` for four; and
 // the index of the first event at the second rate.
 std::pair<std::vector<Event>, std::size_t> two_rate_stream(std::uint32_t window, double first,
@@ -478,16 +485,18 @@ std::vector<Event> fine_stream_on_ticks(StreamSpec spec, std::uint32_t window) {
 
 // Runs `events` through a filter of config `c` (run_load()): no false
 // negative, the estimate within the target, false positives within 1.2x of
-// it, memory at its peak within 2x of the pre-sized figure for the most
-// the window held, and the batch path alike. Returns the run.
-LoadRun expect_burst_held(const FilterConfig& c, const std::vector<Event>& events) {
+// it, memory at its peak within `bound` x (issue 14's 2x unless given) the
+// pre-sized figure for the most the window held, and the batch path alike.
+// Returns the run.
+LoadRun expect_burst_held(const FilterConfig& c, const std::vector<Event>& events,
+                          double bound = 2.0) {
   auto f = make(c);
   const LoadRun run = run_load(*f, events);
   EXPECT_EQ(run.counts.false_negatives, 0U);
   EXPECT_LE(run.worst_estimate, c.fpp);
   EXPECT_LE(run.counts.fp_rate(), 1.2 * c.fpp);
   const double most = static_cast<double>(presized_bytes(c, run.most));
-  EXPECT_LE(static_cast<double>(run.peak), 2.0 * most)
+  EXPECT_LE(static_cast<double>(run.peak), bound * most)
       << static_cast<double>(run.peak) / most << "x";
   auto batch = make(c);
   auto seq = run_against_oracle(*batch, events, 128);
@@ -1114,9 +1123,7 @@ TEST(MemoryFollowsLoad, AStepToSeveralTimesTheLoadExpandsTheActiveRatherThanSeal
        {std::pair<std::uint8_t, double>{8, 6}, {8, 10}, {16, 6}, {16, 10}}) {
     SCOPED_TRACE(std::to_string(bits) + "-bit, " + std::to_string(factor) + "x");
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
-    const auto events =
-        phased_stream(c.ticks_per_window, {{96'000, 3}, {factor * 96'000, 2}, {96'000, 2}}, 7)
-            .first;
+    const auto events = step_stream(c.ticks_per_window, 96'000, factor);
     EXPECT_GE(expect_burst_held(c, events).expansions, 1U);
   }
 }
@@ -1137,8 +1144,7 @@ TEST(MemoryFollowsLoad, AStepToFortyTimesTheLoadSizesItsThirdSubFilterFromTheRat
   for (std::uint8_t bits : {8, 16}) {
     SCOPED_TRACE(int(bits));
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
-    expect_burst_held(
-        c, phased_stream(c.ticks_per_window, {{24'000, 3}, {960'000, 2}, {24'000, 2}}, 7).first);
+    expect_burst_held(c, step_stream(c.ticks_per_window, 24'000, 40));
   }
 }
 
@@ -1181,11 +1187,7 @@ TEST(MemoryFollowsLoad, AGentleClimbExpandsTheActiveWhileRoomIsLeft) {
     const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, bits);
     const std::uint32_t window = c.ticks_per_window;
     const auto events = testing::short_burst_stream(window, 96'000, 100'000, window + 1);
-    const LoadRun run = expect_burst_held(c, events);
-    EXPECT_EQ(run.expansions, 1U);
-    const double most = static_cast<double>(presized_bytes(c, run.most));
-    EXPECT_LE(static_cast<double>(run.peak), 1.5 * most)
-        << static_cast<double>(run.peak) / most << "x";
+    EXPECT_EQ(expect_burst_held(c, events, 1.5).expansions, 1U);
   }
 }
 
@@ -1202,8 +1204,7 @@ TEST(MemoryFollowsLoad, ATenfoldStepOnAFourBitFilterExpandsItsSuccessorOnce) {
   // of it, the batch path alike.
   KDEDUP_FIGURES_TEST();
   const FilterConfig c = config_of(FilterType::kTimer, 1'000'000, 4);
-  const auto events =
-      phased_stream(c.ticks_per_window, {{96'000, 3}, {960'000, 2}, {96'000, 2}}, 7).first;
+  const auto events = step_stream(c.ticks_per_window, 96'000, 10);
   auto f = make(c);
   auto& timer = dynamic_cast<TimerFilter&>(*f);
   std::vector<std::uint64_t> before;
@@ -1341,8 +1342,7 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
     if (kind.type == FilterType::kTimer) {
       streams.emplace_back("burst within a tick",
                            testing::short_burst_stream(window, 96'000, 100'000, 1));
-      streams.emplace_back(
-          "40x step", phased_stream(window, {{24'000, 3}, {960'000, 2}, {24'000, 2}}, 7).first);
+      streams.emplace_back("40x step", step_stream(window, 24'000, 40));
     }
     for (const auto& [name, events] : streams) {
       SCOPED_TRACE(std::string(kind.name) + ", " + name);

@@ -127,13 +127,13 @@
 // more: the room left when it is copied is multiplied too, and a climb to
 // twice the rate expanded with none left needed a factor of 3), while the
 // entries leaving it do not keep up with that rate (or this tick may not
-// fit), is instead copied, at the
-// start of a tick, into m times its lines: a fingerprint in line j of L
-// lines (multiply-high range reduction) is in one of lines j m .. j m +
-// m - 1 of m L, and its probe cells do not depend on the line count, so a
-// copy of line j in each of them keeps every live entry where a query looks
-// (no false negative), and only the new array is held once the copy is
-// done. Each entry held then is now in m lines, and the fpp model counts it
+// fit), is instead copied, at the start of a tick, into m times its
+// lines: a fingerprint in line j of L lines (multiply-high range
+// reduction) is in one of lines j m .. j m + m - 1 of m L, and its
+// probe cells do not depend on the line count, so a copy of line j in
+// each of them keeps every live entry where a query looks (no false
+// negative), and only the new array is held once the copy is done. Each
+// entry held then is now in m lines, and the fpp model counts it
 // m times (counted(): the per-tick counts before the expansion's tick,
 // times the product of the factors of the expansions after it) until it
 // expires; new insertions count once. So the expanded active starts as
@@ -149,9 +149,9 @@
 // kMaxGrowthStep x the window here: on a step to several times the load
 // the cap turned down the expansion the step needed, and a later
 // expansion, or a seal, held twice the memory.) The window can hold no
-// more than the stream's domain: on a
-// burst of repeats, new identities arrive fast at first (those outside the
-// window) and fewer as the domain fills, so the rate over a window is capped
+// more than the stream's domain: on a burst of repeats, new identities
+// arrive fast at first (those outside the window) and fewer as the domain
+// fills, so the rate over a window is capped
 // by domain_bound(), what the window holds over the share of the last W / 8
 // ticks' queries that were repeats (the domain, for uniform draws; below
 // what a skewed stream's window reaches, and a second expansion may
