@@ -121,7 +121,6 @@ namespace {
 
 using kdedup::filter::AgingFilter;
 using kdedup::filter::AgingShape;
-using kdedup::filter::choose_aging_shape;
 using kdedup::filter::CompactFilter;
 using kdedup::filter::Decision;
 using kdedup::filter::FilterConfig;
@@ -591,25 +590,9 @@ MissetResult run_misset(const FilterConfig& config, const std::vector<Event>& ev
 // Bits per in-window id of a filter sized for exactly `per_window` ids.
 double presized_bits(const FilterConfig& c, const std::vector<Event>& steady,
                      std::uint64_t per_window) {
-  switch (c.type) {
-    case FilterType::kTimer: {
-      FilterConfig exact_size = c;
-      exact_size.capacity = per_window;
-      auto t = TimerFilter::create_presized(exact_size);
-      return 8.0 * static_cast<double>((*t)->presized_bytes()) / static_cast<double>(per_window);
-    }
-    case FilterType::kAging:
-      return choose_aging_shape(c.fpp).bits_per_element();
-    case FilterType::kCompact: {
-      FilterConfig exact_size = c;
-      exact_size.capacity = per_window;
-      auto t = CompactFilter::create_presized(exact_size);
-      return 8.0 * static_cast<double>((*t)->table_bytes().front()) /
-             static_cast<double>(per_window);
-    }
-    default:
-      return run_misset(c, steady).end_bits;
-  }
+  if (c.type == FilterType::kExact) return run_misset(c, steady).end_bits;
+  return 8.0 * static_cast<double>(kdedup::testing::presized_bytes(c, per_window)) /
+         static_cast<double>(per_window);
 }
 
 // The compact table's streams drawn with `seeds` seeds (7, 8, ...: the
@@ -769,22 +752,7 @@ void budget_section(double scale) {
       FilterConfig c = config_of(kind.type, fpp, 1'000, kind.bits);
       c.min_bytes = 4096;
       const Tick window = c.ticks_per_window;
-      FilterConfig sized = c;
-      sized.capacity = per_window;
-      double need_one = 0;
-      switch (kind.type) {
-        case FilterType::kTimer:
-          need_one = static_cast<double>((*TimerFilter::create_presized(sized))->presized_bytes());
-          break;
-        case FilterType::kCompact:
-          need_one =
-              static_cast<double>((*CompactFilter::create_presized(sized))->table_bytes().front());
-          break;
-        default:
-          need_one =
-              static_cast<double>(per_window) * choose_aging_shape(fpp).bits_per_element() / 8;
-          break;
-      }
+      const auto need_one = static_cast<double>(kdedup::testing::presized_bytes(c, per_window));
       kdedup::filter::MemoryBudget::Options o;
       o.max_bytes = static_cast<std::uint64_t>(kPartitions * need_one / over);
       o.fpp = fpp;

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "kdedup/filter/aging_filter.h"
+#include "kdedup/filter/compact_filter.h"
 #include "kdedup/filter/exact_filter.h"
+#include "kdedup/filter/timer_filter.h"
 
 namespace kdedup::testing {
 namespace {
@@ -86,6 +89,27 @@ std::vector<Event> generate_stream(const StreamSpec& spec) {
   Event e;
   while (stream.next(e)) events.push_back(e);
   return events;
+}
+
+std::uint64_t presized_bytes(filter::FilterConfig c, std::uint64_t ids) {
+  c.capacity = ids;
+  auto normal = filter::normalize(c);
+  if (!normal) return 0;
+  switch (c.type) {
+    case filter::FilterType::kTimer: {
+      auto t = filter::TimerFilter::create_presized(*normal);
+      return t ? (*t)->presized_bytes() : 0;
+    }
+    case filter::FilterType::kCompact: {
+      auto t = filter::CompactFilter::create_presized(*normal);
+      return t ? (*t)->table_bytes().front() : 0;
+    }
+    case filter::FilterType::kAging:
+      return static_cast<std::uint64_t>(static_cast<double>(ids) *
+                                        filter::choose_aging_shape(c.fpp).bits_per_element() / 8);
+    default:
+      return 0;
+  }
 }
 
 std::vector<Event> short_burst_stream(std::uint32_t window, double per_window, double burst,

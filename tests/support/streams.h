@@ -76,6 +76,12 @@ class EventStream {
 /// All events of a stream, in order.
 [[nodiscard]] std::vector<Event> generate_stream(const StreamSpec& spec);
 
+/// Bytes of filter state a filter of `c`'s type, fpp and shape holds when
+/// it is sized for exactly `ids` distinct identities a window: the timer
+/// filter's pre-sized sub-filter, the compact filter's pre-sized table, the
+/// aging filter's (k, l) model; 0 for the exact filter (which has none).
+[[nodiscard]] std::uint64_t presized_bytes(filter::FilterConfig c, std::uint64_t ids);
+
 /// New identities (`per_window` a window of `window` ticks, for seven
 /// windows) and, from the fourth window on, `burst` more new ones within
 /// `ticks` ticks: family_bench --short-bursts' streams.

@@ -63,22 +63,7 @@ std::unique_ptr<SlidingFilter> make(const FilterConfig& c) {
   return f ? std::move(*f) : nullptr;
 }
 
-// Bytes of filter state a filter of c's type, fpp and bits holds when it is
-// sized for exactly `ids` distinct identities per window (timer: its
-// pre-sized sub-filter; aging: the (k, l) model; compact: its pre-sized
-// table).
-std::uint64_t presized_bytes(FilterConfig c, std::uint64_t ids) {
-  c.capacity = ids;
-  switch (c.type) {
-    case FilterType::kTimer:
-      return (*TimerFilter::create_presized(c))->presized_bytes();
-    case FilterType::kCompact:
-      return (*CompactFilter::create_presized(c))->table_bytes().front();
-    default:
-      return static_cast<std::uint64_t>(static_cast<double>(ids) *
-                                        choose_aging_shape(c.fpp).bits_per_element() / 8);
-  }
-}
+using testing::presized_bytes;
 
 // --- MemoryBudget -------------------------------------------------------------
 
@@ -484,16 +469,16 @@ std::vector<Event> fine_stream_on_ticks(StreamSpec spec, std::uint32_t window) {
 }
 
 // Runs `events` through a filter of config `c` (run_load()): no false
-// negative, the estimate within the target, false positives within 1.2x of
-// it, memory at its peak within `bound` x (issue 14's 2x unless given) the
-// pre-sized figure for the most the window held, and the batch path alike.
-// Returns the run.
+// negative, the estimate within `estimate_bound` x the target (unless given,
+// the target), false positives within 1.2x of it, memory at its peak within
+// `bound` x (issue 14's 2x unless given) the pre-sized figure for the most
+// the window held, and the batch path alike. Returns the run.
 LoadRun expect_burst_held(const FilterConfig& c, const std::vector<Event>& events,
-                          double bound = 2.0) {
+                          double bound = 2.0, double estimate_bound = 1.0) {
   auto f = make(c);
   const LoadRun run = run_load(*f, events);
   EXPECT_EQ(run.counts.false_negatives, 0U);
-  EXPECT_LE(run.worst_estimate, c.fpp);
+  EXPECT_LE(run.worst_estimate, estimate_bound * c.fpp);
   EXPECT_LE(run.counts.fp_rate(), 1.2 * c.fpp);
   const double most = static_cast<double>(presized_bytes(c, run.most));
   EXPECT_LE(static_cast<double>(run.peak), bound * most)
@@ -1168,6 +1153,24 @@ TEST(MemoryFollowsLoad, ABurstWithinATickSealsBesideASubFilterSizedForTheWindowN
   }
 }
 
+TEST(MemoryFollowsLoad, TheAgingFilterDoesNotTakeABurstWithinATickForAWindowAtItsRate) {
+  // The same burst through the aging filter (192 ticks a window). This
+  // tick's insertions so far are a lower bound on the rate, and each slice
+  // of the burst's tick was sized for that rate over a generation: the
+  // tick's last slices for millions of identities (5.45x the pre-sized
+  // figure for the most the window held). Past the first window, a
+  // generation sized from the tick in progress holds at most kSealStep x
+  // the window's share of one: 1.18x, the tick shifting a few dozen times.
+  // No false negative, false positives within 1.2x of the target, the
+  // batch path alike. The aging filter's estimate passes the target along
+  // any burst (more generations in the window than l): on this stream 1.23x
+  // the target before, 1.58x now for the burst's tick; held to 1.6x.
+  KDEDUP_FIGURES_TEST();
+  const FilterConfig c = config_of(FilterType::kAging, 1'000'000);
+  expect_burst_held(c, testing::short_burst_stream(c.ticks_per_window, 96'000, 100'000, 1), 1.5,
+                    1.6);
+}
+
 TEST(MemoryFollowsLoad, AGentleClimbExpandsTheActiveWhileRoomIsLeft) {
   // family_bench's burst over a whole window (--short-bursts): 96k new
   // identities a window, and from the fourth window on 100k more spread
@@ -1320,10 +1323,12 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
   // peak 2.89x the pre-sized figure, 1.45x unrestored) and one in the echo
   // shrank and expanded again (2.36x). The compact and aging filters keep
   // their rates in their states too (the compact filter's tick counts, the
-  // aging filter's slices). The timer filter also along a burst of new
-  // identities within a tick and a 40x step, where a seal's successor is
-  // capped at kSealStep x the window and the next one sized from the rate
-  // (seal_target()).
+  // aging filter's slices). Every filter also along a burst of new
+  // identities within a tick, and the timer filter along a 40x step, where
+  // what the timer and aging filters add from the tick in progress holds at
+  // most kSealStep x the window and the timer filter's next sub-filter is
+  // sized from the rate (seal_target()); besides every eighth of a window,
+  // a restore every 25,000 events lands within the tick of a burst.
   constexpr Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},
                             {"timer-8", FilterType::kTimer, 8},
                             {"timer-16", FilterType::kTimer, 16},
@@ -1339,11 +1344,10 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
         {"uniform", generate_stream(spec)},
         {"zipf", generate_stream(zipf)},
         {"new identities", burst_stream(window, 20'000.0 / (window + 1), 3)}};
-    if (kind.type == FilterType::kTimer) {
-      streams.emplace_back("burst within a tick",
-                           testing::short_burst_stream(window, 96'000, 100'000, 1));
+    streams.emplace_back("burst within a tick",
+                         testing::short_burst_stream(window, 96'000, 100'000, 1));
+    if (kind.type == FilterType::kTimer)
       streams.emplace_back("40x step", step_stream(window, 24'000, 40));
-    }
     for (const auto& [name, events] : streams) {
       SCOPED_TRACE(std::string(kind.name) + ", " + name);
       auto never = make(c);
@@ -1353,8 +1357,9 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
       std::uint64_t restores = 0, resized = 0, bytes = 0;
       for (std::size_t i = 0; i < events.size(); ++i) {
         const Event& e = events[i];
-        if (e.tick >= next) {
-          next = e.tick + every;
+        const bool eighth = e.tick >= next;
+        if (eighth || i % 25'000 == 24'999) {
+          if (eighth) next = e.tick + every;
           const std::string state = restored->serialize();
           ASSERT_EQ(state, never->serialize())
               << "before event " << i << " (tick " << e.tick << ")";

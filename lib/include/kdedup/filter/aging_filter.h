@@ -48,6 +48,10 @@
 //   every slice size, noisy); history reaching across an idle gap is left
 //   out, and the rate is never below this tick's insertions so far, so
 //   traffic resuming after a pause does not produce a run of tiny slices;
+//   past the first window, onto a window holding more than the tick so
+//   far, that bound gives a generation at most kSealStep times the
+//   window's share of one (holds / l), so that a burst within one tick is
+//   not taken for a window at its rate;
 // - eq. 7 is capped at k * tg, so oversized older slices (a falling rate, an
 //   over-dimensioned start) do not carry over into the new s0 (the paper's
 //   §7.1 observes s0 "updated down to the optimal value at the very first
@@ -116,6 +120,10 @@ class AgingFilter final : public SlidingFilter {
   static constexpr double kMinFpp = 1e-9;  ///< needs k <= kMaxK
   static constexpr std::uint64_t kMinSliceBits = 64;
   static constexpr std::uint64_t kMaxSliceBits = 1ULL << 32;  ///< 512 MiB per slice
+  /// Past the first window, a rate taken from the tick in progress gives a
+  /// generation at most this many times the window's share of one
+  /// (insertion_rate()).
+  static constexpr double kSealStep = 1.5;
 
   /// `config` must be normalized (see normalize()); capacity sizes the first
   /// k + l slices for that many distinct identities per window.
