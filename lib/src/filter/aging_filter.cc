@@ -394,15 +394,16 @@ double AgingFilter::insertion_rate() const {
   if (this_tick <= history) return history;
   // Past the first window, onto a window holding more than this tick
   // brought, the bound is capped: eq. 6's generation (seed 002 §6) then
-  // takes at most kSealStep times the window's share of one (the timer
-  // filter's seal rule). A burst of 100k new identities within one tick
-  // onto 96k a window was taken for a whole generation at its rate: the
-  // tick's last slices were sized for millions, 5.45x the pre-sized bits
-  // for the most the window held. Capped, the tick shifts a few dozen
-  // times, each slice sized for what it takes (1.18x), and whole ticks size
-  // the next ones. The more generations the window holds past l, the
-  // higher the estimate at the slices' design fill (1.58x the target for
-  // that tick, 1.23x before; docs/performance.md).
+  // takes at most kSurgeStep times the window's share of one. A burst of
+  // 100k new identities within one tick onto 96k a window was taken for a
+  // whole generation at its rate: the tick's last slices were sized for
+  // millions, 5.45x the pre-sized bits for the most the window held.
+  // Capped, the tick shifts a dozen times more, each slice sized for what
+  // it takes (1.43x), and whole ticks size the next ones. A query matches
+  // k consecutive in-window slices, so each generation the window holds
+  // past l raises the estimate at the slices' design fill: the cap trades
+  // memory for it (at 1.5x the share, 1.18x and an estimate of 1.58x the
+  // target for the burst's tick; at 4x, 1.35x; before, 1.23x).
   double holds = 0;
   for (const Slice& s : slices_) {
     if (in_window(s, clock_)) holds += static_cast<double>(s.generation);
@@ -411,7 +412,7 @@ double AgingFilter::insertion_rate() const {
       holds > this_tick && clock_ - slices_.front().created > config_.ticks_per_window;
   if (!settled) return this_tick;
   return std::max(history,
-                  std::min(this_tick, kSealStep * holds / (config_.ticks_per_window + 2.0)));
+                  std::min(this_tick, kSurgeStep * holds / (config_.ticks_per_window + 2.0)));
 }
 
 std::uint64_t AgingFilter::generation_size() const {

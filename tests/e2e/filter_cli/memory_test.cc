@@ -636,14 +636,13 @@ TEST(FilterCli, AgingFilterTakesABurstWithinATickForNoMoreThanItBrings) {
   // The same burst within a tick through the aging filter (192 ticks a
   // window): each slice of the burst's tick was sized for the tick's rate
   // so far over a generation, the last ones for millions of identities
-  // (5.45x the pre-sized figure for the most the window held at
-  // family_bench's size). Past the first window, a generation sized from
-  // the tick in progress holds at most 1.5x the window's share of one (the
-  // library's test
-  // TheAgingFilterDoesNotTakeABurstWithinATickForAWindowAtItsRate): 1.30x
-  // here. Memory at its peak within 1.5x the pre-sized figure for the most
-  // records emitted within a window, no false negative, false positives
-  // within the target.
+  // (4.63x the pre-sized figure for the most records emitted within a
+  // window here, 5.45x at family_bench's size). Past the first window, a
+  // generation sized from the tick in progress holds at most 4x the
+  // window's share of one (the library's test
+  // TheAgingFilterDoesNotTakeABurstWithinATickForAWindowAtItsRate): 1.60x
+  // here. Memory at its peak within issue 14's 2x of the pre-sized figure,
+  // no false negative, false positives within the target.
   const FilterRun run =
       run_long_window(burst_within_a_tick(), std::vector<std::string>{"--filter", "aging"}, 192);
   filter::FilterConfig c;
@@ -654,7 +653,7 @@ TEST(FilterCli, AgingFilterTakesABurstWithinATickForNoMoreThanItBrings) {
   const auto presized = static_cast<double>(presized_bytes(c, most_in_window));
   std::printf("peak %.2fx the pre-sized figure for %zu\n",
               static_cast<double>(run.memory.peak) / presized, most_in_window);
-  EXPECT_LE(static_cast<double>(run.memory.peak), 1.5 * presized)
+  EXPECT_LE(static_cast<double>(run.memory.peak), 2.0 * presized)
       << static_cast<double>(run.memory.peak) / presized << "x the pre-sized figure for "
       << most_in_window;
 }

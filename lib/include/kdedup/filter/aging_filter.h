@@ -49,7 +49,7 @@
 //   out, and the rate is never below this tick's insertions so far, so
 //   traffic resuming after a pause does not produce a run of tiny slices;
 //   past the first window, onto a window holding more than the tick so
-//   far, that bound gives a generation at most kSealStep times the
+//   far, that bound gives a generation at most kSurgeStep times the
 //   window's share of one (holds / l), so that a burst within one tick is
 //   not taken for a window at its rate;
 // - eq. 7 is capped at k * tg, so oversized older slices (a falling rate, an
@@ -122,8 +122,8 @@ class AgingFilter final : public SlidingFilter {
   static constexpr std::uint64_t kMaxSliceBits = 1ULL << 32;  ///< 512 MiB per slice
   /// Past the first window, a rate taken from the tick in progress gives a
   /// generation at most this many times the window's share of one
-  /// (insertion_rate()).
-  static constexpr double kSealStep = 1.5;
+  /// (insertion_rate(): fewer, larger generations keep the estimate lower).
+  static constexpr double kSurgeStep = 4.0;
 
   /// `config` must be normalized (see normalize()); capacity sizes the first
   /// k + l slices for that many distinct identities per window.
