@@ -130,7 +130,6 @@ using kdedup::filter::Fingerprint;
 using kdedup::filter::FingerprintHash;
 using kdedup::filter::SlidingFilter;
 using kdedup::filter::Tick;
-using kdedup::filter::TimerFilter;
 using kdedup::testing::Distribution;
 using kdedup::testing::Event;
 using kdedup::testing::StreamSpec;

@@ -1325,11 +1325,12 @@ TEST(MemoryFollowsLoad, AFilterRestoredAnywhereAlongABurstDecidesAndGrowsAsOneNe
   // shrank and expanded again (2.36x). The compact and aging filters keep
   // their rates in their states too (the compact filter's tick counts, the
   // aging filter's slices). Every filter also along a burst of new
-  // identities within a tick, and the timer filter along a 40x step, where
-  // what the timer and aging filters add from the tick in progress holds at
-  // most kSealStep x the window and the timer filter's next sub-filter is
-  // sized from the rate (seal_target()); besides every eighth of a window,
-  // a restore every 25,000 events lands within the tick of a burst.
+  // identities within a tick, and the timer filter along a 40x step: there
+  // a timer seal's successor holds at most kSealStep x the window and the
+  // next one is sized from the rate (seal_target()), and an aging
+  // generation sized from the tick in progress at most kSurgeStep x its
+  // share; besides every eighth of a window, a restore every 25,000 events
+  // lands within the tick of a burst.
   constexpr Kind kinds[] = {{"timer-4", FilterType::kTimer, 4},
                             {"timer-8", FilterType::kTimer, 8},
                             {"timer-16", FilterType::kTimer, 16},
