@@ -52,8 +52,8 @@ double run_probability(const std::vector<double>& fill, std::uint32_t k) {
 }
 
 std::uint64_t slice_bits_at(double capacity, double load) {
-  // eq. 8: m = ceil(c / ln 2) (c / load under budget pressure), rounded up
-  // to whole 64-bit words.
+  // eq. 8: m = ceil(c / load), load_for()'s load in place of ln 2 (a little
+  // under it; more under budget pressure), rounded up to whole 64-bit words.
   const double bits = std::ceil(std::max(capacity, 1.0) / load);
   if (!(bits < static_cast<double>(AgingFilter::kMaxSliceBits))) return AgingFilter::kMaxSliceBits;
   const auto rounded = (static_cast<std::uint64_t>(bits) + 63) / 64 * 64;
@@ -131,6 +131,7 @@ AgingFilter::AgingFilter(const FilterConfig& config, NoSlices)
   generation_limit_ = static_cast<Tick>(std::ceil(kGenerationSlack * target_interval_ + 1.0));
   rate_horizon_ = std::max<Tick>(
       {1, static_cast<Tick>(std::ceil(target_interval_)), static_cast<Tick>(window / 8)});
+  load_ = load_for(config_.fpp);
 }
 
 AgingFilter::AgingFilter(const FilterConfig& config) : AgingFilter(config, NoSlices{}) {
@@ -177,6 +178,11 @@ void AgingFilter::move_clock(Tick now) {
       denied_ = false;
       remaining_ = 1;
     }
+    // eq. 3 as the clock moves, not at the next shift: a generation can
+    // last G ticks, and the first window's slices (many, while the rate
+    // was learned) were held a few ticks past it (28.1 bits per in-window
+    // identity on family_bench's Zipf steady stream, 22.3 after).
+    retire_expired();
   }
 }
 
@@ -205,11 +211,14 @@ std::uint64_t AgingFilter::slice_bits_for(double capacity) const {
 }
 
 double AgingFilter::load_for(double fpp) const {
-  if (aging_worst_case_fpp(shape_.k, shape_.l, kLn2) >= fpp) return kLn2;
-  double lo = kLn2, hi = 32.0 * kLn2;
+  // The worst case with kRunHeadroom x l more generations than l in the
+  // window: each one is a run of k more slices a query may match (header).
+  const auto runs = static_cast<std::uint32_t>(std::ceil((1.0 + kRunHeadroom) * shape_.l));
+  double lo = kMinLoad, hi = 32.0 * kLn2;
+  if (aging_worst_case_fpp(shape_.k, runs, lo) > fpp) return lo;
   for (int i = 0; i < 48; ++i) {
     const double mid = 0.5 * (lo + hi);
-    (aging_worst_case_fpp(shape_.k, shape_.l, mid) <= fpp ? lo : hi) = mid;
+    (aging_worst_case_fpp(shape_.k, runs, mid) <= fpp ? lo : hi) = mid;
   }
   return lo;
 }
@@ -252,7 +261,7 @@ void AgingFilter::set_memory_budget(std::shared_ptr<MemoryBudget> budget) {
     (void)reserve(s, true);
   }
   budget_level_.reset(0, clock_);
-  load_ = kLn2;
+  load_ = load_for(config_.fpp);
   observe_budget();
 }
 
@@ -403,7 +412,8 @@ double AgingFilter::insertion_rate() const {
   // k consecutive in-window slices, so each generation the window holds
   // past l raises the estimate at the slices' design fill: the cap trades
   // memory for it (at 1.5x the share, 1.18x and an estimate of 1.58x the
-  // target for the burst's tick; at 4x, 1.35x; before, 1.23x).
+  // target for the burst's tick; at 4x, 1.35x; before, 1.23x; all with
+  // slices sized at ln 2: kRunHeadroom now holds the estimate within it).
   double holds = 0;
   for (const Slice& s : slices_) {
     if (in_window(s, clock_)) holds += static_cast<double>(s.generation);
@@ -417,7 +427,8 @@ double AgingFilter::insertion_rate() const {
 
 std::uint64_t AgingFilter::generation_size() const {
   // eq. 4-5: the insertions every one of s0..s_{k-1} can still take before
-  // reaching fill 1/2 (n = m ln 2), spread over the shifts it has left.
+  // reaching the design load (n = m load: fill a little under 1/2), spread
+  // over the shifts it has left.
   double g = std::numeric_limits<double>::infinity();
   for (std::uint32_t p = 0; p < shape_.k; ++p) {
     const Slice& s = at(p);

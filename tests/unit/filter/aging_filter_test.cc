@@ -209,6 +209,30 @@ TEST(AgingFilter, SliceCountGrowsWithTheRateAndReturnsToKPlusL) {
   EXPECT_LT(f.stats().slice0_bits, s0_burst / 3);
 }
 
+TEST(AgingFilter, RetiresSlicesAsTheClockMovesPastThem) {
+  // A window of distinct identities at a high rate holds many slices; then
+  // for a window only duplicates arrive (the last identity, asked again
+  // every tick). Nothing is inserted, so once the last generation closes
+  // the next one stays open and empty, and slices were retired only at a
+  // shift: one that left the window after the last was held until the
+  // next insertion (57 slices for k + l = 56 here). Each one now leaves
+  // as the clock moves past its window (eq. 3): k + l at the end.
+  AgingFilter f(aging(64, 0.01, 100));
+  const std::uint32_t base = f.shape().k + f.shape().l;
+  std::uint64_t id = 0;
+  for (Tick t = 0; t < 64; ++t) {
+    for (int i = 0; i < 2'000; ++i) {
+      (void)f.test_and_insert(testing::identity_fingerprint(id++, 5), t);
+    }
+  }
+  EXPECT_GT(f.stats().subfilters, base);
+  const Fingerprint last = testing::identity_fingerprint(id - 1, 5);
+  for (Tick t = 64; t <= 63 + 64; ++t) {
+    ASSERT_EQ(f.test_and_insert(last, t), Decision::kDuplicate) << "tick " << t;
+  }
+  EXPECT_EQ(f.stats().subfilters, base);
+}
+
 TEST(AgingFilter, ResumesAfterAnIdleGapWithoutMultiplyingSlices) {
   // Traffic, ten idle windows, the same traffic again: the rate history says
   // "nothing happened", the current tick says otherwise.

@@ -1160,16 +1160,53 @@ TEST(MemoryFollowsLoad, TheAgingFilterDoesNotTakeABurstWithinATickForAWindowAtIt
   // tick's last slices for millions of identities (5.45x the pre-sized
   // figure for the most the window held). Past the first window, a
   // generation sized from the tick in progress holds at most kSurgeStep
-  // (4) x the window's share of one: 1.43x. No false negative, false
-  // positives within 1.2x of the target, the batch path alike. Each
-  // generation the window holds past l raises the estimate (a query
-  // matches k consecutive slices), which passed the target along any
-  // burst before (1.23x on this stream) and reads 1.35x for the burst's
-  // tick now (1.58x with generations of 1.5x the share); held to 1.4x.
+  // (4) x the window's share of one: 1.48x with slices sized for
+  // kRunHeadroom more generations (1.43x at ln 2). No false negative, the
+  // estimate within the target, false positives within 1.2x of it, the
+  // batch path alike.
   KDEDUP_FIGURES_TEST();
   const FilterConfig c = config_of(FilterType::kAging, 1'000'000);
-  expect_burst_held(c, testing::short_burst_stream(c.ticks_per_window, 96'000, 100'000, 1), 1.5,
-                    1.4);
+  expect_burst_held(c, testing::short_burst_stream(c.ticks_per_window, 96'000, 100'000, 1), 1.5);
+}
+
+TEST(MemoryFollowsLoad, TheAgingFilterHoldsItsTargetAlongARisingRate) {
+  // While the rate rises, each generation (sized from the recent ticks'
+  // rate, eq. 6) lasts less than (W + 2) / l ticks and the window holds
+  // more than l of them: each one more is a run of k slices a query may
+  // match. Sized at ln 2 the estimate passed the target along every rise
+  // of family_bench --short-bursts (1.09x-1.35x), and so did the false
+  // positives after a burst within a tick: 1.26% over the quarter window
+  // from its tick. Slices are now sized for kRunHeadroom x l more
+  // generations: the estimate within the target all along
+  // (expect_burst_held), and so are those false positives (0.92%); the
+  // peak within 2x.
+  KDEDUP_FIGURES_TEST();
+  const FilterConfig c = config_of(FilterType::kAging, 1'000'000);
+  const std::uint32_t window = c.ticks_per_window;
+  {
+    SCOPED_TRACE("100k more within a tick");
+    const auto events = testing::short_burst_stream(window, 96'000, 100'000, 1);
+    const Tick burst = 3 * (window + 1);
+    auto f = make(c);
+    std::uint64_t fresh = 0, dropped = 0;
+    (void)run_against_oracle(
+        *f, events, 1, [&](std::size_t, const Event& e, Decision d, bool delivered) {
+          if (e.tick < burst || e.tick >= burst + (window + 1) / 4 || delivered) return;
+          ++fresh;
+          dropped += d == Decision::kDuplicate ? 1 : 0;
+        });
+    EXPECT_GT(fresh, 100'000U);
+    EXPECT_LE(static_cast<double>(dropped), c.fpp * static_cast<double>(fresh))
+        << dropped << " of " << fresh;
+  }
+  for (const std::uint64_t ticks : {window / 16, window / 4, window + 1}) {
+    SCOPED_TRACE("100k more over " + std::to_string(ticks) + " ticks");
+    expect_burst_held(c, testing::short_burst_stream(window, 96'000, 100'000, ticks));
+  }
+  for (const double factor : {5.0, 40.0}) {
+    SCOPED_TRACE(std::to_string(factor) + "x step");
+    expect_burst_held(c, step_stream(window, 24'000, factor));
+  }
 }
 
 TEST(MemoryFollowsLoad, AGentleClimbExpandsTheActiveWhileRoomIsLeft) {
@@ -1674,14 +1711,19 @@ TEST(MemoryBudgetFilters, TheTargetReturnsWhenTheLoadFalls) {
     auto f = make(c);
     f->set_memory_budget(budget);
     // Two windows at the rate that needs 2x the budget, then four at a 20th.
+    // (The level during the first two: an aging filter refused its slices
+    // inserts less, publishes less demand, and the level may fall before
+    // the load does.)
     std::uint64_t id = 0;
     Tick t = 0;
+    std::uint32_t highest = 0;
     for (; t < 2 * (window + 1); ++t) {
       for (int i = 0; i < static_cast<int>(40'000 / (window + 1)); ++i) {
         (void)f->test_and_insert(identity_fingerprint(id++, 8), t);
       }
+      highest = std::max(highest, budget->level());
     }
-    EXPECT_GE(budget->level(), 1U);
+    EXPECT_GE(highest, 1U);
     for (; t < 6 * (window + 1); ++t) {
       for (int i = 0; i < static_cast<int>(2'000 / (window + 1)) + 1; ++i) {
         (void)f->test_and_insert(identity_fingerprint(id++, 8), t);
@@ -1710,14 +1752,16 @@ TEST(MemoryBudgetFilters, AQuietFilterStopsHoldingTheLevelUp) {
     busy->set_memory_budget(budget);
     std::uint64_t id = 0;
     Tick t = 0;
+    std::uint32_t highest = 0;  // (the aging filter's level may fall first: the test above)
     for (; t < 2 * (window + 1); ++t) {
       for (auto* f : {quiet.get(), busy.get()}) {
         for (int i = 0; i < static_cast<int>(40'000 / (window + 1)); ++i) {
           (void)f->test_and_insert(identity_fingerprint(id++, 8), t);
         }
       }
+      highest = std::max(highest, budget->level());
     }
-    ASSERT_GE(budget->level(), 1U);
+    ASSERT_GE(highest, 1U);
     auto trickle = [&](Tick until) {
       for (; t < until; ++t) {
         for (int i = 0; i < static_cast<int>(2'000 / (window + 1)) + 1; ++i) {

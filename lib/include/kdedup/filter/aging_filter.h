@@ -35,6 +35,19 @@
 // The pairs are computed from that formula, not copied from a table; see
 // choose_aging_shape().
 //
+// Sizing for a rising rate. Each generation is sized from the rate of the
+// recent ticks (eq. 6), so while the rate rises generations last less than
+// (W + 2) / l ticks and the window holds more than l of them (N above
+// k + l, as §6 allows; §7 sees the false-positive rate go "a bit over" the
+// target then): each one more is a run of k consecutive slices a query may
+// match. Sized at eq. 8's ln 2, the estimate passed the target along every
+// rise measured (up to 1.35x for a burst within a tick, with 38% more
+// generations than l), and so did the false positives (1.46% over the 16
+// ticks after it, fpp 1%). Slices are sized for the worst case with
+// kRunHeadroom x l more generations than l (load_for(): a load a little
+// under ln 2), which holds the target along those rises for 4.5% more bits
+// at fpp 1% (docs/performance.md, "The aging filter along a rising rate").
+//
 // Deviations from the paper, each to keep the window exact under a coarse
 // tick clock:
 // - eq. 6's t_span / l is (W + 2) / l ticks: an entry is alive for W + 1
@@ -52,6 +65,7 @@
 //   far, that bound gives a generation at most kSurgeStep times the
 //   window's share of one (holds / l), so that a burst within one tick is
 //   not taken for a window at its rate;
+// - eq. 8 divides by load_for(fpp) rather than ln 2 (above);
 // - eq. 7 is capped at k * tg, so oversized older slices (a falling rate, an
 //   over-dimensioned start) do not carry over into the new s0 (the paper's
 //   §7.1 observes s0 "updated down to the optimal value at the very first
@@ -124,6 +138,12 @@ class AgingFilter final : public SlidingFilter {
   /// generation at most this many times the window's share of one
   /// (insertion_rate(): fewer, larger generations keep the estimate lower).
   static constexpr double kSurgeStep = 4.0;
+  /// Slices are sized for the worst case with this share of l more
+  /// generations in the window (load_for()): a rising rate's shorter
+  /// generations make the window hold more than l of them.
+  static constexpr double kRunHeadroom = 0.35;
+  /// The lowest design load load_for() gives (insertions per bit).
+  static constexpr double kMinLoad = 1e-3;
 
   /// `config` must be normalized (see normalize()); capacity sizes the first
   /// k + l slices for that many distinct identities per window.
@@ -160,11 +180,12 @@ class AgingFilter final : public SlidingFilter {
   /// every retired slice (memory_budget.h).
   void set_memory_budget(std::shared_ptr<MemoryBudget> budget) override;
   void quiet() override;
-  /// Insertions per bit a slice takes over its k generations: ln 2 at the
-  /// configured fpp, more while budget pressure raises the target.
+  /// Insertions per bit a slice takes over its k generations: load_for()
+  /// of the configured fpp, more while budget pressure raises the target.
   [[nodiscard]] double load() const noexcept { return load_; }
-  /// The load at which the worst-case fpp of this (k, l) reaches `fpp`
-  /// (ln 2 or more).
+  /// The load at which the worst-case fpp of k consecutive slices among k
+  /// + (1 + kRunHeadroom) l reaches `fpp` (a little under ln 2 at the fpp
+  /// (k, l) was chosen for).
   [[nodiscard]] double load_for(double fpp) const;
 
  private:
@@ -217,8 +238,8 @@ class AgingFilter final : public SlidingFilter {
   std::vector<double> level_load_;        // load per bit at each level's target
   /// Publishes what the filter would need at each level (once per tick).
   void publish_demand();
-  double load_ = 0.69314718055994530942;  // insertions per bit over k generations
-  bool denied_ = false;                   // a shift was refused at this clock value
+  double load_ = 0;      // insertions per bit over k generations
+  bool denied_ = false;  // a shift was refused at this clock value
   AgingShape shape_;
   double target_interval_ = 0;  // (W + 2) / l ticks: eq. 6's t_span / l
   Tick generation_limit_ = 1;   // G
