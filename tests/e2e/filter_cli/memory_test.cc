@@ -660,8 +660,9 @@ TEST(FilterCli, AgingFilterTakesABurstWithinATickForNoMoreThanItBrings) {
   // generation sized from the tick in progress holds at most 4x the
   // window's share of one (the library's test
   // TheAgingFilterDoesNotTakeABurstWithinATickForAWindowAtItsRate): 1.57x
-  // here (1.60x with slices sized at ln 2, before kRunHeadroom). Memory at its peak within issue
-  // 14's 2x of the pre-sized figure, no false negative, false positives within the target.
+  // here (1.60x with slices sized at ln 2, before kRunHeadroom). Memory at
+  // its peak within issue 14's 2x of the pre-sized figure, no false
+  // negative, false positives within the target.
   const FilterRun run =
       run_long_window(burst_within_a_tick(), std::vector<std::string>{"--filter", "aging"}, 192);
   filter::FilterConfig c;
@@ -679,9 +680,10 @@ TEST(FilterCli, AgingFilterTakesABurstWithinATickForNoMoreThanItBrings) {
 
 TEST(FilterCli, AgingFilterHoldsItsTargetAfterABurstWithinATick) {
   // The same stream: every identity is sent once, so each record of it not
-  // emitted is a false positive. The burst's tick adds a dozen generations
-  // to the window (a query matches k consecutive slices, and each one more
-  // is a run of k more), and with slices sized at ln 2 the filter dropped
+  // emitted is a false positive. The burst's tick adds generations to the
+  // window (17 at family_bench's size; a query matches k consecutive
+  // slices, and each one more is a run of k more), and with slices sized
+  // at ln 2 the filter dropped
   // 1.14% of the records of the quarter window from the burst on, at fpp
   // 1% (the library's test TheAgingFilterHoldsItsTargetAlongARisingRate:
   // 1.26% at family_bench's size). Sized for kRunHeadroom more generations:

@@ -469,16 +469,16 @@ std::vector<Event> fine_stream_on_ticks(StreamSpec spec, std::uint32_t window) {
 }
 
 // Runs `events` through a filter of config `c` (run_load()): no false
-// negative, the estimate within `estimate_bound` x the target (unless given,
-// the target), false positives within 1.2x of it, memory at its peak within
-// `bound` x (issue 14's 2x unless given) the pre-sized figure for the most
-// the window held, and the batch path alike. Returns the run.
+// negative, the estimate within the target, false positives within 1.2x of
+// it, memory at its peak within `bound` x (issue 14's 2x unless given) the
+// pre-sized figure for the most the window held, and the batch path alike.
+// Returns the run.
 LoadRun expect_burst_held(const FilterConfig& c, const std::vector<Event>& events,
-                          double bound = 2.0, double estimate_bound = 1.0) {
+                          double bound = 2.0) {
   auto f = make(c);
   const LoadRun run = run_load(*f, events);
   EXPECT_EQ(run.counts.false_negatives, 0U);
-  EXPECT_LE(run.worst_estimate, estimate_bound * c.fpp);
+  EXPECT_LE(run.worst_estimate, c.fpp);
   EXPECT_LE(run.counts.fp_rate(), 1.2 * c.fpp);
   const double most = static_cast<double>(presized_bytes(c, run.most));
   EXPECT_LE(static_cast<double>(run.peak), bound * most)
