@@ -103,7 +103,11 @@
 // budget, or when its overflow entries reach the bound above. The table
 // added then is sized by new_table_bytes() for the recent rate of new
 // identities over a window at target_load() (before one whole tick has been
-// seen, kMaxGrowthStep times what the sealed one held), with the coarsest
+// seen, kMaxGrowthStep times what the sealed one held; at most that when
+// the sealed one was added in this tick and filled in it too while the tick
+// brought more than the recent mean: a surge within the tick is not
+// extrapolated to a window, and a step that lasts is sized from its whole
+// ticks a table later), with the coarsest
 // shape whose p at kTargetLoad fits the budget the sealed tables leave: a
 // table added while others still hold most of the budget has wider
 // remainders instead of many times more lines. Once the rate is known, that
@@ -146,9 +150,11 @@
 // when that is kClimbFactor times the count, which lags a climbing rate,
 // and a table sized after a fall gets kFoldHeadroom over both while the last
 // tick brought kClimbFactor times the new identities of the tick R before),
-// or finer than f* requires (for that alone, a refitted table's successor
-// keeps kFoldHeadroom over the live count, which lags a rate climbing back
-// after a burst); the new table only takes what arrives from then on, and
+// or finer than f* requires (a table the growth added only when the
+// coarser replacement saves kShrinkFactor too; for its shape alone, a
+// refitted table's successor keeps kFoldHeadroom over the live count, which
+// lags a rate climbing back after a burst); the new table only takes what
+// arrives from then on, and
 // the old one drains within a window. A clock jump past the window returns
 // the filter to its floor at once. Rates and loads count new identities
 // that arrived: a tick's deliveries divided by 1 - the estimate during that
@@ -471,6 +477,7 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] bool rate_known() const;
   [[nodiscard]] double arrivals(Tick x) const;
   [[nodiscard]] double window_arrivals() const;
+  [[nodiscard]] Tick recent_span() const noexcept;
   [[nodiscard]] double recent_rate(Tick horizon, bool rising) const;
   [[nodiscard]] std::optional<double> step_peak(Tick horizon) const;
   [[nodiscard]] bool climbing(Tick span = 1) const;
