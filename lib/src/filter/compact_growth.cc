@@ -206,6 +206,12 @@ double CompactFilter::recent_rate(Tick horizon, bool rising) const {
   return rising ? std::max(mean, arrivals(clock_)) : mean;
 }
 
+bool CompactFilter::surging() const {
+  // The tick in progress has brought more new identities than the mean of
+  // the last R whole ticks: a burst or a step may be starting.
+  return arrivals(clock_) > recent_rate(recent_span(), false);
+}
+
 std::optional<double> CompactFilter::step_peak(Tick horizon) const {
   // The last `horizon` whole ticks straddle a step of the rate when one of
   // them brought kFallFactor times the new identities of another: then the
@@ -246,28 +252,23 @@ double CompactFilter::growth_target() const {
   // The recent rate over a whole window once one whole tick has been seen
   // (a burst inside the current tick is never extrapolated to a window);
   // before that, geometric growth (scalable Bloom filters).
-  if (rate_known()) {
-    const double rated = growth_rate() * (config_.ticks_per_window + 1) * delivered_share();
-    // A surge within the tick: the active was added in this tick (its
-    // predecessor filled) and has filled too, while the tick brought more
-    // than the recent ticks' mean. The tick so far over a whole window is what a
-    // step needs if it lasts; a burst within the tick leaves the window a
-    // window later, and its table (sized for 1M identities where the window
-    // held 196k, 42k lines at 12-bit remainders, beside the two it filled:
-    // 8.6x the pre-sized figure) is folded two ticks later. So, as before
-    // the first whole tick, at most kMaxGrowthStep times what the active
-    // took: a step that lasts fills that one within a tick or two, and its
-    // successor is sized from the whole ticks seen by then.
-    const Table& a = *tables_.back();
-    if (tables_.size() > 1 && a.created == clock_ &&
-        arrivals(clock_) > recent_rate(recent_span(), false)) {
-      return std::min(
-          rated, kMaxGrowthStep * static_cast<double>(std::max<std::uint64_t>(1, a.alive.sum)));
-    }
-    return rated;
-  }
-  return kMaxGrowthStep *
-         static_cast<double>(std::max<std::uint64_t>(1, tables_.back()->alive.sum));
+  const Table& a = *tables_.back();
+  const double geometric =
+      kMaxGrowthStep * static_cast<double>(std::max<std::uint64_t>(1, a.alive.sum));
+  if (!rate_known()) return geometric;
+  const double rated = growth_rate() * (config_.ticks_per_window + 1) * delivered_share();
+  // A surge within the tick: the active was added in this tick (its
+  // predecessor filled) and has filled too, while the tick brought more
+  // than the recent ticks' mean. The tick so far over a whole window is
+  // what a step needs if it lasts; a burst within the tick leaves the
+  // window a window later, and its table (sized for 1M identities where
+  // the window held 196k, 42k lines at 12-bit remainders, beside the two it
+  // filled: 8.6x the pre-sized figure) is folded two ticks later. So, as
+  // before the first whole tick, at most the geometric step: a step that
+  // lasts fills that one within a tick or two, and its successor is sized
+  // from the whole ticks seen by then.
+  if (tables_.size() > 1 && a.created == clock_ && surging()) return std::min(rated, geometric);
+  return rated;
 }
 
 // --- tables --------------------------------------------------------------------------
@@ -385,8 +386,7 @@ double CompactFilter::planned_budget() const {
   // when none took an entry in this tick.
   const Table& a = *tables_.back();
   const bool relaxed = sealed_before(clock_) && (a.inserts == 0 || a.last_insert < clock_);
-  const Tick young = recent_span();
-  const double surge = arrivals(clock_) > recent_rate(young, false) ? kMaxGrowthStep : 1.0;
+  const double surge = surging() ? kMaxGrowthStep : 1.0;
   double plan = 1.0;
   for (std::uint32_t k = 1; k <= window + 1; ++k) {
     const double limit =
@@ -576,10 +576,13 @@ void CompactFilter::maybe_replace() {
   // Coarser than the effective target allows (narrowed, or added, under a
   // pressure that has eased): replaced as soon as the budget grants it.
   const bool too_coarse = shape.S > coarsest_.S;
-  auto too_big_for = [&](double entries) {
+  // The active holds more than `factor` times a table of shape `s` sized
+  // for `entries`.
+  auto bigger = [&](double factor, double entries, const Shape& s) {
     return static_cast<double>(active.bytes()) >
-           kFallFactor * static_cast<double>(lines_for(entries, shape, true) * compact::kLineBytes);
+           factor * static_cast<double>(lines_for(entries, s, true) * compact::kLineBytes);
   };
+  auto too_big_for = [&](double entries) { return bigger(kFallFactor, entries, shape); };
   if (too_coarse) {
     (void)seal_and_grow(Seal::kReplace, std::max(rate_need, 1.0));
     return;
@@ -634,16 +637,9 @@ void CompactFilter::maybe_replace() {
   // was: its successor keeps the fold's headroom over the live count, and
   // waiting for the count to fall under it moved such a replacement past
   // the stream's end (a seed of the uniform 5x burst at fpp 10%).
-  const double shape_want = refitted_ ? kFoldHeadroom * want : want;
   const Shape coarse = shape_for(kBudgetShare * target_);
-  const bool coarser =
-      coarse.S > shape.S &&
-      (refitted_ || static_cast<double>(active.bytes()) >
-                        kShrinkFactor * static_cast<double>(lines_for(shape_want, coarse, true) *
-                                                            compact::kLineBytes));
-  const bool smaller =
-      static_cast<double>(active.bytes()) >
-      misfit * static_cast<double>(lines_for(want, shape, true) * compact::kLineBytes);
+  const bool coarser = coarse.S > shape.S && (refitted_ || bigger(kShrinkFactor, want, coarse));
+  const bool smaller = bigger(misfit, want, shape);
   if (smaller) {
     // The live count lags a rate climbing back after a burst of repeats (its
     // identities leave the window and come back new): a table sized for it
@@ -662,7 +658,7 @@ void CompactFilter::maybe_replace() {
     // right): a folded or replaced table's successor keeps the headroom a
     // fold keeps over the live count, which lags a rate climbing back after
     // a burst (its identities come back as duplicates for a window).
-    (void)seal_and_grow(Seal::kReplace, shape_want);
+    (void)seal_and_grow(Seal::kReplace, refitted_ ? kFoldHeadroom * want : want);
   }
 }
 

@@ -479,6 +479,7 @@ class CompactFilter final : public SlidingFilter {
   [[nodiscard]] double window_arrivals() const;
   [[nodiscard]] Tick recent_span() const noexcept;
   [[nodiscard]] double recent_rate(Tick horizon, bool rising) const;
+  [[nodiscard]] bool surging() const;
   [[nodiscard]] std::optional<double> step_peak(Tick horizon) const;
   [[nodiscard]] bool climbing(Tick span = 1) const;
   [[nodiscard]] double growth_rate() const;
