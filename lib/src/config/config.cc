@@ -288,6 +288,7 @@ void read_service(Builder& b, Config& c) {
   c.state.min_free_bytes = b.bytes({"state", "min_free_bytes"}, c.state.min_free_bytes);
   c.state.rebuild_lateness =
       b.duration({"state", "rebuild_lateness"}, c.state.rebuild_lateness, true);
+  c.state.park_after = b.duration({"state", "park_after"}, c.state.park_after, true);
   c.memory.max_bytes = b.bytes({"memory", "max_bytes"}, c.memory.max_bytes);
   if (c.memory.max_bytes != 0 && c.filter_enabled && c.filter.type == filter::FilterType::kTimer &&
       c.filter.timer_bits == 4) {

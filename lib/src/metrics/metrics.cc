@@ -152,6 +152,9 @@ struct Metrics::Families {
       counter("kdedup_restore_read_bytes_total", "Bytes of filter state read by restores.");
   Family<Histogram>& restore_seconds = histogram(
       "kdedup_restore_duration_seconds", "Time to restore one partition from its snapshot.");
+  Family<Counter>& unparks =
+      counter("kdedup_filter_unparks_total",
+              "Parked filters (state.park_after) read back from their snapshot for new records.");
   Family<Counter>& rebuilds = counter(
       "kdedup_rebuilds_total", "Partitions rebuilt by replaying input (no usable snapshot).");
   Family<Counter>& replayed =
@@ -248,6 +251,7 @@ struct PartitionMetrics::Gauges {
   std::atomic<std::uint64_t> subfilters{0};
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::uint64_t> queue_depth{0};
+  std::atomic<std::uint64_t> parked{0};  // 1 while the filter is parked
   std::atomic<std::uint64_t> confirm_bytes{0};
   std::atomic<std::uint64_t> records_in{0};
   std::uint64_t window_start_records = 0;  // guarded by Metrics::mu_
@@ -306,6 +310,7 @@ PartitionMetrics::PartitionMetrics(Metrics& owner, std::string topic, std::int32
   snapshot_bytes_ = &f.snapshot_bytes.Add(labels);
   snapshot_seconds_ = &f.snapshot_seconds.Add(topic_labels, kStateBounds);
   restores_ = &f.restores.Add(labels);
+  unparks_ = &f.unparks.Add(labels);
   restore_bytes_ = &f.restore_bytes.Add(labels);
   restore_seconds_ = &f.restore_seconds.Add(topic_labels, kStateBounds);
   rebuilds_ = &f.rebuilds.Add(labels);
@@ -362,6 +367,11 @@ void PartitionMetrics::set_confirm_store_bytes(std::uint64_t bytes) noexcept {
 
 void PartitionMetrics::set_queue_depth(std::uint64_t records) noexcept {
   gauges_->queue_depth.store(records, std::memory_order_relaxed);
+}
+
+void PartitionMetrics::set_parked(bool parked, std::uint64_t unparks) {
+  gauges_->parked.store(parked ? 1 : 0, std::memory_order_relaxed);
+  add_nonzero(unparks_, unparks);
 }
 
 void PartitionMetrics::add_audit(const AuditCounts& c) {
@@ -557,6 +567,7 @@ struct GaugeAggregate {
   double clock_lag = 0.0;
   double clock_ahead = 0.0;
   std::uint64_t queue_depth = 0;
+  std::uint64_t parked = 0;
   std::uint64_t confirm_bytes = 0;
   double last_snapshot = std::numeric_limits<double>::infinity();
 };
@@ -580,6 +591,28 @@ void add_statistics(const std::vector<PartitionLag>& lags, bool per_partition,
 
 }  // namespace
 
+void Metrics::refresh_load_shares() {
+  // Load fairness over this instance's slices (seed 000 §7): the records
+  // each slice received during the last completed interval. Until the
+  // first interval completes, the loads since start are shown.
+  constexpr auto r = std::memory_order_relaxed;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<double> loads;
+  for (const auto& g : gauges_) {
+    loads.push_back(static_cast<double>(g->records_in.load(r) - g->window_start_records));
+  }
+  const bool interval_over = now - load_window_start_ >= options_.load_interval;
+  if (interval_over || !load_window_done_) {
+    fairness_ = jain_fairness(loads);
+    max_share_ = max_share(loads);
+  }
+  if (interval_over) {
+    for (const auto& g : gauges_) g->window_start_records = g->records_in.load(r);
+    load_window_start_ = now;
+    load_window_done_ = true;
+  }
+}
+
 std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
   using LabelList = std::vector<std::pair<std::string, std::string>>;
   const bool per_partition = options_.per_partition;
@@ -591,7 +624,6 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
 
   std::map<SeriesKey, GaugeAggregate> series;
   std::map<SeriesKey, std::int64_t> lag_series;
-  std::vector<double> loads;
   {
     std::lock_guard lock(mu_);
     constexpr auto r = std::memory_order_relaxed;
@@ -605,28 +637,13 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
       a.clock_lag = std::max(a.clock_lag, g->clock_lag.load(r));
       a.clock_ahead = std::max(a.clock_ahead, g->clock_ahead.load(r));
       a.queue_depth += g->queue_depth.load(r);
+      a.parked += g->parked.load(r);
       a.confirm_bytes += g->confirm_bytes.load(r);
       a.last_snapshot = std::min(a.last_snapshot, g->last_snapshot.load(r));
     }
     add_statistics(lags_, per_partition, series, lag_series);
 
-    // Load fairness over this instance's slices (seed 000 §7): the records
-    // each slice received during the last completed interval. Until the
-    // first interval completes, the loads since start are shown.
-    const auto now = std::chrono::steady_clock::now();
-    for (const auto& g : gauges_) {
-      loads.push_back(static_cast<double>(g->records_in.load(r) - g->window_start_records));
-    }
-    const bool interval_over = now - load_window_start_ >= options_.load_interval;
-    if (interval_over || !load_window_done_) {
-      fairness_ = jain_fairness(loads);
-      max_share_ = max_share(loads);
-    }
-    if (interval_over) {
-      for (const auto& g : gauges_) g->window_start_records = g->records_in.load(r);
-      load_window_start_ = now;
-      load_window_done_ = true;
-    }
+    refresh_load_shares();
   }
 
   auto fpp = gauge_family("kdedup_filter_fpp_estimate",
@@ -646,6 +663,10 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
                                   "clock trails (max over partitions when aggregated).");
   auto queue = gauge_family("kdedup_queue_depth",
                             "Records fetched for the partition that its worker has not processed.");
+  auto parked = gauge_family("kdedup_filter_parked",
+                             "1 while the partition's filter is parked (state.park_after): "
+                             "in the snapshot store only, no memory held (sum when "
+                             "aggregated).");
   auto confirm_bytes = gauge_family("kdedup_confirm_store_bytes",
                                     "Confirmed mode: approximate bytes of the partition's "
                                     "entries in the confirm store on disk (sum when "
@@ -664,6 +685,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
     clock_lag.metric.push_back(gauge_sample(l, a.clock_lag));
     clock_ahead.metric.push_back(gauge_sample(l, a.clock_ahead));
     queue.metric.push_back(gauge_sample(l, static_cast<double>(a.queue_depth)));
+    parked.metric.push_back(gauge_sample(l, static_cast<double>(a.parked)));
     confirm_bytes.metric.push_back(gauge_sample(l, static_cast<double>(a.confirm_bytes)));
     snapshot.metric.push_back(gauge_sample(l, a.last_snapshot));
   }
@@ -689,7 +711,7 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
   heartbeat.metric.push_back(gauge_sample({}, health_.heartbeat_age_seconds()));
 
   std::vector<prometheus::MetricFamily> out;
-  for (auto* f : {&fpp, &fill, &subfilters, &bytes, &clock_lag, &clock_ahead, &queue,
+  for (auto* f : {&fpp, &fill, &subfilters, &bytes, &clock_lag, &clock_ahead, &queue, &parked,
                   &confirm_bytes, &snapshot, &lag, &fairness, &share, &ready, &heartbeat}) {
     out.push_back(std::move(*f));
   }

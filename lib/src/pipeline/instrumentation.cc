@@ -107,7 +107,22 @@ void AuditedFilter::after_batch() {
 }
 
 void AuditedFilter::flush() {
-  if (batches_since_stats_ != 0) publish_stats();
+  if (batches_since_stats_ != 0 && inner_) publish_stats();
+}
+
+std::unique_ptr<filter::SlidingFilter> AuditedFilter::exchange_wrapped(
+    std::unique_ptr<filter::SlidingFilter> inner) {
+  std::unique_ptr<filter::SlidingFilter> held = std::move(inner_);
+  inner_ = std::move(inner);
+  if (inner_) {
+    publish_stats();
+  } else if (held) {
+    filter::FilterStats s;
+    s.fpp_estimate = held->stats().fpp_estimate;
+    batches_since_stats_ = 0;
+    probe_->publish(s);
+  }
+  return held;
 }
 
 void AuditedFilter::publish_stats() {
@@ -451,6 +466,7 @@ std::uint64_t StatsBridge::publish_partition(const PartitionStats& p, std::int64
     entry.metrics->set_filter(fs, lag);
   }
   entry.metrics->set_queue_depth(p.queued);
+  entry.metrics->set_parked(p.parked, delta(p.unparks, before.unparks));
   seen.last = p;
   return delivery_errors;
 }

@@ -89,6 +89,8 @@ PartitionStats partition_stats(const PartitionId& id, const Assigned& a) {
   p.filter_bytes = c.filter_bytes.load(std::memory_order_relaxed);
   p.filter_subfilters = c.filter_subfilters.load(std::memory_order_relaxed);
   p.filter_fpp_estimate = c.filter_fpp_estimate.load(std::memory_order_relaxed);
+  p.parked = c.parked.load(std::memory_order_relaxed);
+  p.unparks = c.unparks.load(std::memory_order_relaxed);
   p.confirm = c.confirm.read();
   return p;
 }
@@ -232,9 +234,10 @@ Status Pipeline::Impl::build_workers() {
     spdlog::debug("salt check value for snapshots derived in {} ms",
                   std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   }
-  worker_context.emplace(WorkerContext{config, protocol->producer(), *protocol, fatal,
-                                       filter::Fingerprinter(config.identity.salt), hooks,
-                                       snapshotter.get(), salt_check, options.memory});
+  worker_context.emplace(WorkerContext{
+      config, protocol->producer(), *protocol, fatal, filter::Fingerprinter(config.identity.salt),
+      hooks, snapshotter.get(), salt_check, options.memory, snapshotter ? store : nullptr,
+      state::state_fingerprint(config.filter, config.tick_scale(), salt_check)});
   recovery.salt_check = salt_check;
   recovery.fingerprinter = &worker_context->fingerprinter;
   if (auto s = workers.build(*worker_context, config.threads, config.identity.extractor); !s) {

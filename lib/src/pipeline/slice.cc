@@ -84,6 +84,7 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
              std::int64_t next_offset)
     : id_(std::move(id)),
       filter_(std::move(filter)),
+      memory_(options.memory),
       clock_(options.max_future_skew_ms, clock_ms),
       scale_(slice_scale(options, filter_.get())),
       refresh_(options.refresh),
@@ -110,11 +111,36 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
 Slice::~Slice() = default;
 
 void Slice::check_quiet(std::int64_t wall_ms) {
-  if (filter_) filter_->flush();
   if (last_active_ms_ < 0) last_active_ms_ = wall_ms;  // a spell starts at the first check
-  if (quiet_ || !filter_ || wall_ms - last_active_ms_ < quiet_after_ms()) return;
+  if (!filter_ || parked_) return;
+  filter_->flush();
+  if (quiet_ || wall_ms - last_active_ms_ < quiet_after_ms()) return;
   filter_->quiet();
   quiet_ = true;
+}
+
+bool Slice::park() {
+  if (parked_ || !filter_ || confirmer_) return false;
+  // A wrapper hands over the filter it wraps (freed here) and stays; a
+  // plain filter goes itself.
+  if (!filter_->exchange_wrapped(nullptr)) filter_.reset();
+  parked_ = true;
+  counters_->parked.store(true, std::memory_order_relaxed);
+  counters_->filter_bytes.store(0, std::memory_order_relaxed);
+  counters_->filter_subfilters.store(0, std::memory_order_relaxed);
+  return true;
+}
+
+void Slice::unpark(std::unique_ptr<filter::SlidingFilter> restored) {
+  if (memory_) restored->set_memory_budget(memory_);
+  if (filter_) {
+    static_cast<void>(filter_->exchange_wrapped(std::move(restored)));
+  } else {
+    filter_ = std::move(restored);
+  }
+  parked_ = false;
+  counters_->parked.store(false, std::memory_order_relaxed);
+  counters_->unparks.fetch_add(1, std::memory_order_relaxed);
 }
 
 filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept {
@@ -135,6 +161,12 @@ filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noe
 void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const filter::Tick> ticks,
                    std::span<filter::Decision> out, std::span<const std::uint8_t> learn,
                    std::span<const std::int64_t> offsets) {
+  if (parked_) {
+    failure_ = id_.str() +
+               ": internal error: records reached the parked filter before it was "
+               "restored";
+    return;
+  }
   if (!filter_) {
     std::fill(out.begin(), out.end(), filter::Decision::kDistinct);
     return;

@@ -2,7 +2,10 @@
 
 #include "worker.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <malloc.h>
 
 #include <algorithm>
 #include <limits>
@@ -12,6 +15,7 @@
 #include "kafka_errors.h"
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/state/snapshot.h"
+#include "kdedup/state/snapshot_store.h"
 
 namespace kdedup::pipeline {
 
@@ -253,8 +257,68 @@ void Worker::check_quiet() {
   if (now - quiet_checked_ < kEvery) return;
   quiet_checked_ = now;
   const std::int64_t wall_ms = wall_ns() / 1'000'000;
-  for (auto& [id, slice] : slices_) slice->check_quiet(wall_ms);
+  bool parked = false;
+  for (auto& [id, slice] : slices_) {
+    slice->check_quiet(wall_ms);
+    parked = maybe_park(*slice, wall_ms) || parked;
+  }
+  // Filters below glibc's mmap threshold go back to the heap, where freed
+  // pages stay resident until trimmed.
+  if (parked) malloc_trim(0);
   settle_budget(wall_ms);
+}
+
+/// Parks a slice quiet for state.park_after whose filter the snapshot
+/// store holds exactly as it stands: captured at its current position
+/// (no record since) and written (none of its captures waiting or in
+/// flight; a failed write stops the service first). A recovering slice
+/// parks once its replay is over.
+bool Worker::maybe_park(Slice& slice, std::int64_t wall_ms) {
+  const auto park_after = context_.config.state.park_after.count();
+  if (park_after <= 0 || context_.store == nullptr || context_.snapshotter == nullptr) return false;
+  if (failed_ || slice.parked() || slice.filter() == nullptr || slice.confirmer() != nullptr) {
+    return false;
+  }
+  if (slice.quiet_for(wall_ms) < park_after) return false;
+  const std::int64_t next = slice.next_offset();
+  if (next < 0 || next < slice.replay().end() || slice.captures().last_offset != next) return false;
+  if (context_.snapshotter->busy(slice.id()) || context_.fatal.raised()) return false;
+  if (!slice.park()) return false;
+  spdlog::debug("worker {}: parked {} at offset {} (quiet for {} ms)", index_, slice.id().str(),
+                next, slice.quiet_for(wall_ms));
+  return true;
+}
+
+/// Reads a parked slice's filter back from its snapshot. A snapshot that
+/// cannot be read, or that no longer matches the slice, stops the service
+/// without committing the records that came (the next start recovers the
+/// partition as after any stop).
+bool Worker::unpark(Slice& slice) {
+  const auto started = Clock::now();
+  const state::PartitionKey key{slice.id().topic, slice.id().partition};
+  auto loaded = context_.store->load(key, context_.fingerprint);
+  std::string why;
+  if (!loaded) {
+    why = loaded.error().message;
+  } else if (loaded->info.next_offset != slice.next_offset() ||
+             loaded->info.clock_ms != slice.clock().now_ms()) {
+    why = fmt::format("it was taken at offset {} and clock {}, the partition is at {} and {}",
+                      loaded->info.next_offset, loaded->info.clock_ms, slice.next_offset(),
+                      slice.clock().now_ms());
+  }
+  if (!why.empty()) {
+    failed_ = true;
+    context_.fatal.set(slice.id().str() + ": its parked filter cannot be read back from " +
+                       "state.dir: " + why +
+                       "; stopping without committing its new records (the next start "
+                       "recovers the partition)");
+    return false;
+  }
+  const std::uint64_t bytes = loaded->info.logical_bytes;
+  slice.unpark(std::move(loaded->filter));
+  spdlog::debug("worker {}: unparked {} ({} bytes in {:.3f} ms)", index_, slice.id().str(), bytes,
+                std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+  return true;
 }
 
 void Worker::settle_budget(std::int64_t wall_ms) {
@@ -337,6 +401,7 @@ void Worker::process(std::vector<MessagePtr>& records, bool from_inbox) {
 }
 
 void Worker::process_partition(Slice& slice, std::span<MessagePtr> records) {
+  if (slice.parked() && !unpark(slice)) return;
   auto started = Clock::now();
   auto& counters = *slice.counters();
   emit_ages_ = {};

@@ -32,8 +32,13 @@
 #include "kdedup/pipeline/partition_processor.h"
 #include "kdedup/pipeline/slice.h"
 #include "kdedup/pipeline/slice_hooks.h"
+#include "kdedup/state/snapshot.h"
 #include "message_view.h"
 #include "output_producer.h"
+
+namespace kdedup::state {
+class SnapshotStore;
+}
 
 namespace kdedup::pipeline {
 
@@ -81,6 +86,10 @@ struct WorkerContext {
   std::uint64_t salt_check = 0;        // filter::salt_check(), only with snapshots
   /// The process's memory budget (SliceOptions::memory); null: none.
   std::shared_ptr<filter::MemoryBudget> memory;
+  /// Where a parked filter is read back from (with `snapshotter`); null:
+  /// no parking. `fingerprint`: the snapshots' expected config and salt.
+  const state::SnapshotStore* store = nullptr;
+  state::StateFingerprint fingerprint;
 };
 
 /// One worker thread and its queue. The queue is the only thing shared with
@@ -126,6 +135,9 @@ class Worker {
   [[nodiscard]] bool next(Work& work);
   void capture_due_idle();
   void check_quiet();
+  /// True when `slice` was parked now.
+  bool maybe_park(Slice& slice, std::int64_t wall_ms);
+  [[nodiscard]] bool unpark(Slice& slice);
   void settle_budget(std::int64_t wall_ms);
   void release(Work& work);
   void process(std::vector<MessagePtr>& records, bool from_inbox);

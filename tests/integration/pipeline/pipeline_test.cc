@@ -1,6 +1,7 @@
 // The pipeline in-process against the test broker process: output equals the
 // exact oracle's distinct set, provenance and preserved fields, dead letters,
-// hostile records, on_invalid modes, fatal stops, committed offsets and two
+// hostile records, on_invalid modes, fatal stops, committed offsets, a
+// parked partition read back and one whose snapshot is gone, and two
 // members sharing the partitions of one group.
 // Each test starts and stops its own broker.
 
@@ -16,6 +17,8 @@
 #include <thread>
 
 #include "broker.h"
+#include "kdedup/state/snapshot_store.h"
+#include "process.h"
 
 namespace kdedup::pipeline {
 namespace {
@@ -55,8 +58,9 @@ config::Config base_config(const std::string& bootstrap) {
 /// Runs a Pipeline on its own thread until stop() or a fatal error.
 class RunningPipeline {
  public:
-  explicit RunningPipeline(const config::Config& c) : config_(c) {
-    auto p = Pipeline::create(config_);
+  explicit RunningPipeline(const config::Config& c, state::SnapshotStore* store = nullptr)
+      : config_(c) {
+    auto p = Pipeline::create(config_, {}, store);
     if (!p) {
       result_ = tl::unexpected(p.error());
       return;
@@ -389,6 +393,67 @@ TEST(PipelineIntegration, OnInvalidFailStopsWithoutCommittingTheRecord) {
   auto committed = b.committed(c.group_id, "in");
   ASSERT_TRUE(committed);
   EXPECT_EQ((*committed)[0], 2);  // ...and committed; the bad one was not
+}
+
+/// The parked partitions of `run` (its stats), or -1 when none is assigned.
+int parked_partitions(RunningPipeline& run) {
+  const auto stats = run.pipeline().stats();
+  if (stats.partitions.empty()) return -1;
+  return static_cast<int>(std::count_if(stats.partitions.begin(), stats.partitions.end(),
+                                        [](const PartitionStats& p) { return p.parked; }));
+}
+
+TEST(PipelineIntegration, AParkedFilterIsReadBackAndOneWhoseSnapshotIsGoneStopsWithoutCommitting) {
+  // A partition parks once its snapshot holds its filter; its next records
+  // read it back (and it parks again). A snapshot no longer there (erased
+  // here, as a damaged state dir would lose it) stops the pipeline, naming
+  // the partition, without emitting or committing the record: the next
+  // start recovers.
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  testing::TempDir dir;
+  auto store = state::SnapshotStore::open(dir.file("state"));
+  ASSERT_TRUE(store) << store.error().message;
+  auto c = base_config(b.bootstrap());
+  c.on_invalid = config::OnInvalid::kDrop;
+  c.state.dir = dir.file("state");
+  c.state.snapshot_interval = 200ms;
+  c.state.park_after = 500ms;
+  RunningPipeline run(c, store->get());
+  ASSERT_TRUE(b.produce(
+      "in", {{.key = "a", .value = "1"}, {.key = "b", .value = "2"}, {.key = "a", .value = "3"}}));
+  ASSERT_EQ(read_until(b, "out", 2).size(), 2u);
+  auto wait_parked = [&] {
+    for (int i = 0; i < 300 && !run.finished(); ++i) {
+      if (parked_partitions(run) == 1) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_parked()) << "the quiet partition never parked";
+  // Read back for its next records: "a" is still known, "c" is new.
+  ASSERT_TRUE(b.produce("in", {{.key = "a", .value = "4"}, {.key = "c", .value = "5"}}));
+  const auto out = read_until(b, "out", 3);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out.back().key, "c");
+  ASSERT_TRUE(wait_parked()) << "it did not park again";
+
+  ASSERT_TRUE((*store)->erase(state::PartitionKey{"in", 0}));
+  ASSERT_TRUE(b.produce("in", {{.key = "b", .value = "6"}}));
+  for (int i = 0; i < 300 && !run.finished(); ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(run.finished()) << "an unreadable parked filter must stop the pipeline";
+  const Status result = run.stop();
+  ASSERT_FALSE(result);
+  EXPECT_NE(result.error().message.find("in[0]"), std::string::npos) << result.error().message;
+  EXPECT_NE(result.error().message.find("parked filter"), std::string::npos)
+      << result.error().message;
+  auto after = b.read_topic("out");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->size(), 3u);
+  auto committed = b.committed(c.group_id, "in");
+  ASSERT_TRUE(committed);
+  EXPECT_EQ((*committed)[0], 5);  // up to the parked position, not the new record
 }
 
 TEST(PipelineIntegration, OutputWithTooFewPartitionsIsRejectedAtStartup) {

@@ -83,6 +83,7 @@ TEST(ConfigLoad, MinimalConfigGetsDocumentedDefaults) {
   EXPECT_EQ(c.state.dir, "/var/lib/kdedup");
   EXPECT_EQ(c.state.reconcile_tail_records, 10'000);
   EXPECT_EQ(c.state.min_free_bytes, 64ULL << 20);
+  EXPECT_EQ(c.state.park_after.count(), 300'000);
   EXPECT_EQ(c.metrics.address, "0.0.0.0:9464");
   EXPECT_EQ(c.metrics.audit_sample, 1024u);
   EXPECT_EQ(c.log_level, "info");
@@ -119,7 +120,7 @@ kafka: {bootstrap.servers: "k:9092", linger.ms: 5, enable.ssl.certificate.verifi
 consumer: {fetch.max.bytes: 1048576, group.instance.id: pod-0}
 producer: {compression.type: zstd}
 state: {dir: /data, snapshot_interval: 10s, snapshot_records: 7, reconcile_tail_records: 500,
-        min_free_bytes: 1GiB}
+        min_free_bytes: 1GiB, park_after: 90s}
 metrics: {address: "", per_partition: false, audit_sample: 0}
 log_level: debug
 )");
@@ -157,6 +158,7 @@ log_level: debug
   EXPECT_EQ(c.state.snapshot_records, 7u);
   EXPECT_EQ(c.state.reconcile_tail_records, 500);
   EXPECT_EQ(c.state.min_free_bytes, 1ULL << 30);
+  EXPECT_EQ(c.state.park_after.count(), 90'000);
   EXPECT_EQ(c.metrics.address, "");
   EXPECT_FALSE(c.metrics.per_partition);
   EXPECT_EQ(c.metrics.audit_sample, 0u);
@@ -175,6 +177,17 @@ TEST(ConfigLoad, StateKeys) {
   auto big = check(std::string(kMinimal), {"state.min_free_bytes=1TiB"});
   ASSERT_TRUE(big.ok()) << errors_of(big);
   EXPECT_EQ(big.config->state.min_free_bytes, 1ULL << 40);
+  // Parking: 0 (with or without a unit) turns it off; anything else needs
+  // a unit.
+  for (const char* off : {"0", "0s", "0ms"}) {
+    auto never = check(std::string(kMinimal) + "state: {park_after: " + off + "}\n");
+    ASSERT_TRUE(never.ok()) << off << ": " << errors_of(never);
+    EXPECT_EQ(never.config->state.park_after.count(), 0) << off;
+  }
+  auto unitless = check(std::string(kMinimal) + "state: {park_after: 30}\n");
+  EXPECT_TRUE(has_error_at(unitless, "state.park_after", "")) << errors_of(unitless);
+  auto word = check(std::string(kMinimal) + "state: {park_after: soon}\n");
+  EXPECT_TRUE(has_error_at(word, "state.park_after", "")) << errors_of(word);
 }
 
 TEST(ConfigLoad, NumericLookingStringsStayStrings) {

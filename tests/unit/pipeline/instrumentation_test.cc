@@ -187,14 +187,25 @@ TEST(AuditedFilter, SerializesTheInnerFilter) {
   EXPECT_EQ((*restored)->stats().insertions, plain->stats().insertions);
 }
 
-TEST(Instrumentation, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
-  auto m = make_metrics();
-  config::Config cfg;
-  cfg.metrics.audit_sample = 8;
-  Instrumentation inst(*m, cfg);
+/// An Instrumentation auditing one record in 8, and the options of the
+/// Slices it makes: a 60 s window.
+class Instrumented : public ::testing::Test {
+ protected:
+  Instrumented() {
+    o.window_ms = 60'000;
+    o.filter.type = filter::FilterType::kExact;
+  }
+  std::unique_ptr<metrics::Metrics> m = make_metrics();
+  config::Config cfg = [] {
+    config::Config c;
+    c.metrics.audit_sample = 8;
+    return c;
+  }();
+  Instrumentation inst{*m, cfg};
   SliceOptions o;
-  o.window_ms = 60'000;
-  o.filter.type = filter::FilterType::kExact;
+};
+
+TEST_F(Instrumented, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
   auto slice = inst.hooks().make_slice(PartitionId{"in", 2}, o, SliceStart{});
   ASSERT_TRUE(slice) << slice.error().message;
   EXPECT_NE(dynamic_cast<const AuditedFilter*>((*slice)->filter()), nullptr);
@@ -222,6 +233,43 @@ TEST(Instrumentation, MakeSliceWrapsTheFilterOnlyWhenThereIsOne) {
   ASSERT_TRUE(second);
   EXPECT_GT(second->generation, first->generation);
   EXPECT_EQ(second->probe, nullptr);
+}
+
+TEST_F(Instrumented, AParkedSliceKeepsItsWrapperAndPublishesNoBytes) {
+  o.filter.type = filter::FilterType::kTimer;
+  o.filter = *filter::normalize(o.filter);
+  o.memory = std::make_shared<filter::MemoryBudget>();
+  auto slice = inst.make_slice(PartitionId{"in", 4}, o);
+  ASSERT_TRUE(slice) << slice.error().message;
+  Slice& s = **slice;
+  const auto fps = stream(1'000, 1'000'000, 3);
+  std::vector<Tick> ticks(fps.size(), 5);
+  std::vector<Decision> out(fps.size());
+  s.decide(fps, ticks, out);
+  const std::string saved = s.filter()->serialize();
+  const auto probe = inst.find(PartitionId{"in", 4})->probe;
+  s.check_quiet(0);  // flush(): the batch's statistics
+  const auto busy = probe->read();
+  ASSERT_GT(busy.bytes, 0U);
+  ASSERT_GT(busy.fpp_estimate, 0.0);
+
+  ASSERT_TRUE(s.park());
+  EXPECT_EQ(o.memory->used(), 0U);
+  EXPECT_EQ(probe->read().bytes, 0U);
+  EXPECT_EQ(probe->read().subfilters, 0U);
+  EXPECT_EQ(probe->read().fpp_estimate, busy.fpp_estimate) << "the parked state's answers";
+  s.check_quiet(1'000'000);  // no flush, no quiet() on the empty wrapper
+
+  auto restored = filter::restore_filter(saved);
+  ASSERT_TRUE(restored);
+  s.unpark(std::move(*restored));
+  EXPECT_NE(dynamic_cast<const AuditedFilter*>(s.filter()), nullptr) << "still audited";
+  EXPECT_EQ(probe->read().bytes, busy.bytes);
+  EXPECT_GT(o.memory->used(), 0U);
+  std::vector<Decision> again(fps.size());
+  s.decide(fps, ticks, again);
+  EXPECT_EQ(std::count(again.begin(), again.end(), Decision::kDuplicate),
+            static_cast<std::ptrdiff_t>(fps.size()));
 }
 
 class BridgeTest : public ::testing::Test {
@@ -561,6 +609,21 @@ TEST_F(BridgeTest, PublishesQueueDepthPerPartition) {
   const auto* s = find_sample(families, "kdedup_queue_depth", p0);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->gauge.value, 0.0);
+}
+
+TEST_F(BridgeTest, PublishesParkedFiltersAndTheirUnparks) {
+  now.ready = true;
+  partition(0).parked = true;
+  partition(1).parked = false;
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_filter_parked", p0), 1);
+  EXPECT_EQ(value(*m, "kdedup_filter_parked", {{"topic", "in"}, {"partition", "1"}}), 0);
+  partition(0).parked = false;
+  partition(0).unparks = 2;
+  bridge.publish();
+  bridge.publish();
+  EXPECT_EQ(value(*m, "kdedup_filter_parked", p0), 0);
+  EXPECT_EQ(value(*m, "kdedup_filter_unparks_total", p0), 2);
 }
 
 TEST(BridgeHeartbeat, BeatsOnlyWhileTheConsumerLoopTurns) {

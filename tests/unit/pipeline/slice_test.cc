@@ -138,6 +138,64 @@ TEST(Slice, ItsFilterSharesTheProcessMemoryBudget) {
   EXPECT_EQ(o.memory->used(), 0U);
 }
 
+TEST(Slice, AParkedSliceHoldsNoFilterRefusesRecordsAndContinuesWithTheOneItIsGivenBack) {
+  SliceOptions o = exact_options(10'000, 10);
+  o.filter.type = filter::FilterType::kTimer;
+  o.filter = *filter::normalize(o.filter);
+  o.memory = std::make_shared<filter::MemoryBudget>();
+  auto made = Slice::create({"t", 2}, o);
+  ASSERT_TRUE(made);
+  Slice& s = **made;
+  const Fingerprint a{0x9E3779B97F4A7C15ULL, 0xC2B2AE3D27D4EB4FULL};
+  const Fingerprint b{0x165667B19E3779F9ULL, 0x27D4EB2F165667C5ULL};
+  std::vector<Fingerprint> fps{a};
+  std::vector<Tick> ticks{s.observe(kWall - 1'000, kWall)};
+  std::vector<Decision> out(1);
+  s.decide(fps, ticks, out);
+  const std::string saved = s.filter()->serialize();
+  EXPECT_GT(o.memory->used(), 0U);
+
+  ASSERT_TRUE(s.park());
+  EXPECT_TRUE(s.parked());
+  EXPECT_FALSE(s.park()) << "parked already";
+  EXPECT_EQ(s.filter(), nullptr);
+  EXPECT_EQ(o.memory->used(), 0U);
+  EXPECT_TRUE(s.counters()->parked.load());
+  EXPECT_EQ(s.counters()->filter_bytes.load(), 0U);
+  // A record that reaches it now is refused, not judged distinct.
+  std::vector<Fingerprint> both{a, b};
+  std::vector<Tick> now(2, ticks[0]);
+  std::vector<Decision> refused(2, Decision::kDuplicate);
+  auto other = Slice::create({"t", 3}, o);
+  ASSERT_TRUE(other);
+  ASSERT_TRUE((*other)->park());
+  (*other)->decide(both, now, refused);
+  ASSERT_TRUE((*other)->failure());
+  EXPECT_NE((*other)->failure()->find("t[3]"), std::string::npos) << *(*other)->failure();
+  EXPECT_NE((*other)->failure()->find("parked"), std::string::npos) << *(*other)->failure();
+
+  auto restored = filter::restore_filter(saved);
+  ASSERT_TRUE(restored);
+  s.unpark(std::move(*restored));
+  EXPECT_FALSE(s.parked());
+  EXPECT_FALSE(s.counters()->parked.load());
+  EXPECT_EQ(s.counters()->unparks.load(), 1U);
+  EXPECT_GT(o.memory->used(), 0U) << "the restored filter is charged";
+  std::vector<Decision> decided(2);
+  s.decide(both, now, decided);
+  EXPECT_FALSE(s.failure());
+  EXPECT_EQ(decided, (std::vector<Decision>{Decision::kDuplicate, Decision::kDistinct}));
+}
+
+TEST(Slice, PassthroughDoesNotPark) {
+  SliceOptions o = exact_options(10'000, 10);
+  o.filter_enabled = false;
+  auto s = Slice::create({"t", 3}, o);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE((*s)->park());
+  EXPECT_FALSE((*s)->parked());
+}
+
 TEST(Slice, BadFilterConfigIsAnErrorNamingThePartition) {
   SliceOptions o = exact_options(10'000, 10);
   o.filter.fpp = 2.0;

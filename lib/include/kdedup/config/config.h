@@ -106,6 +106,11 @@ struct StateConfig {
   /// timestamp is older than the record before it by more than this (a late
   /// record) may be missed by the rebuild.
   milliseconds rebuild_lateness{60'000};
+  /// A partition without records for this long (wall clock) whose snapshot
+  /// holds its filter as it stands frees the filter's memory and reads it
+  /// back before its next record (pipeline/slice.h, Slice::park()); 0 =
+  /// never. Needs `dir`.
+  milliseconds park_after{300'000};
 };
 
 /// The instance-wide memory budget of the partitions' filters

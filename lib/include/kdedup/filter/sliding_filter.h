@@ -132,6 +132,14 @@ class SlidingFilter {
 
   /// Full state in a versioned, checksummed envelope (kdedup/common/bytes.h).
   [[nodiscard]] virtual std::string serialize() const = 0;
+
+  /// A wrapper (the pipeline's instrumentation) wraps `inner` from now on
+  /// and returns the filter it wrapped. With `inner` null it wraps nothing
+  /// and takes no other call until it is given a filter again (a parked
+  /// partition, pipeline/slice.h). A filter that wraps none returns `inner`.
+  virtual std::unique_ptr<SlidingFilter> exchange_wrapped(std::unique_ptr<SlidingFilter> inner) {
+    return inner;
+  }
 };
 
 /// `on_duplicate: refresh`: the decisions test_and_insert makes, with every

@@ -132,6 +132,10 @@ class PartitionMetrics {
   /// negative when it is ahead (kdedup_filter_clock_ahead_seconds).
   void set_filter(const filter::FilterStats& stats, double clock_lag_seconds) noexcept;
   void set_queue_depth(std::uint64_t records) noexcept;
+  /// Parking: whether the filter is parked now (kdedup_filter_parked) and
+  /// how many parked filters were read back since the last call
+  /// (kdedup_filter_unparks_total).
+  void set_parked(bool parked, std::uint64_t unparks);
   void add_audit(const AuditCounts& counts);
   /// Confirmed mode: filter duplicates looked up in the confirm store, those
   /// it did not confirm (prevented false positives), and the batches' lookup
@@ -192,6 +196,7 @@ class PartitionMetrics {
   prometheus::Counter* snapshot_bytes_;
   prometheus::Histogram* snapshot_seconds_;
   prometheus::Counter* restores_;
+  prometheus::Counter* unparks_;
   prometheus::Counter* restore_bytes_;
   prometheus::Histogram* restore_seconds_;
   prometheus::Counter* rebuilds_;
@@ -269,6 +274,9 @@ class Metrics {
   Metrics(MetricsOptions options, std::vector<std::string> reasons);
   void drop_gauges(const PartitionMetrics::Gauges* gauges);
   std::vector<prometheus::MetricFamily> collect_gauges();
+  /// Load fairness and the busiest slice's share over the last interval
+  /// (under mu_).
+  void refresh_load_shares();
 
   MetricsOptions options_;
   std::vector<std::string> reasons_;  // options' reasons + "other"

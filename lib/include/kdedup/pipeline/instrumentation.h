@@ -103,6 +103,10 @@ class AuditedFilter final : public filter::SlidingFilter {
   }
   void quiet() override { inner_->quiet(); }
   void flush() override;
+  /// Parking: the gauges read no bytes while nothing is wrapped (the last
+  /// fpp estimate stays: the parked state answers with it once restored).
+  std::unique_ptr<filter::SlidingFilter> exchange_wrapped(
+      std::unique_ptr<filter::SlidingFilter> inner) override;
 
   [[nodiscard]] const filter::SlidingFilter& inner() const noexcept { return *inner_; }
   /// Audit totals since creation (tests, logs); null without a sampler.

@@ -240,8 +240,21 @@ class Slice {
   [[nodiscard]] const PartitionClock& clock() const noexcept { return clock_; }
   /// The time -> tick mapping (window, ticks_per_window of the filter).
   [[nodiscard]] const filter::TickScale& scale() const noexcept { return scale_; }
-  /// Null in passthrough mode.
-  [[nodiscard]] const filter::SlidingFilter* filter() const noexcept { return filter_.get(); }
+  /// Null in passthrough mode and while parked.
+  [[nodiscard]] const filter::SlidingFilter* filter() const noexcept {
+    return parked_ ? nullptr : filter_.get();
+  }
+
+  /// Parking (`state.park_after`, DESIGN.md "Memory follows load"): the
+  /// owning worker parks a quiet partition once the snapshot store holds
+  /// its filter exactly as it stands (captured at next_offset(), written).
+  /// park() frees the filter (its memory budget demand leaves with it);
+  /// unpark() takes the filter restored from that snapshot before the next
+  /// record is decided. Until then decide() refuses (failure()). A Slice in
+  /// confirmed mode does not park (returns false), nor one without a filter.
+  bool park();
+  void unpark(std::unique_ptr<filter::SlidingFilter> restored);
+  [[nodiscard]] bool parked() const noexcept { return parked_; }
 
   /// The replay rule of a recovering partition (set before the Slice is
   /// handed to its worker).
@@ -260,6 +273,11 @@ class Slice {
     quiet_ = false;
   }
   void check_quiet(std::int64_t wall_ms);
+  /// Wall-clock milliseconds since the last batch (since the first
+  /// check_quiet() when none came yet).
+  [[nodiscard]] std::int64_t quiet_for(std::int64_t wall_ms) const noexcept {
+    return last_active_ms_ < 0 ? 0 : wall_ms - last_active_ms_;
+  }
   /// A window, at most kQuietAfterMs.
   [[nodiscard]] std::int64_t quiet_after_ms() const noexcept {
     return std::min(scale_.window_ms(), kQuietAfterMs);
@@ -282,6 +300,8 @@ class Slice {
 
   PartitionId id_;
   std::unique_ptr<filter::SlidingFilter> filter_;
+  std::shared_ptr<filter::MemoryBudget> memory_;  // SliceOptions::memory, for unpark()
+  bool parked_ = false;
   PartitionClock clock_;
   filter::TickScale scale_;
   bool refresh_ = false;

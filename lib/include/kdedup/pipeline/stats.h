@@ -85,6 +85,10 @@ struct PartitionCounters {
   std::atomic<std::uint64_t> filter_bytes{0};
   std::atomic<std::uint32_t> filter_subfilters{0};
   std::atomic<double> filter_fpp_estimate{0.0};
+  /// Parking (Slice::park()): the filter is in the snapshot store only;
+  /// how many times a parked filter was restored for new records.
+  std::atomic<bool> parked{false};
+  std::atomic<std::uint64_t> unparks{0};
   ConfirmCounters confirm;
 
   /// Invalid records by failure reason (stable short names from the identity
@@ -120,6 +124,8 @@ struct PartitionStats {
   std::uint64_t filter_bytes = 0;
   std::uint32_t filter_subfilters = 0;
   double filter_fpp_estimate = 0.0;
+  bool parked = false;
+  std::uint64_t unparks = 0;
   ConfirmCounts confirm;
 };
 

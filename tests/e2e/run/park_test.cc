@@ -1,0 +1,209 @@
+// Parking, through `kdedup run` on the test broker as a user runs it
+// (`state.park_after`, DESIGN.md "Memory follows load"): a partition that
+// went quiet frees its filter once its snapshot holds it as it stands, and
+// reads it back before its next record:
+// - the first record after parking, a copy of the last one delivered, is
+//   dropped, and so is every identity delivered before; new ones go out;
+// - 256 partitions that went quiet after a burst give back all their
+//   filters' memory, and each one drops the burst's copies afterwards;
+// - a parked partition survives a stop: the next start restores it;
+// - `park_after: 0` never parks.
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <numeric>
+#include <string>
+
+#include "broker.h"
+#include "instance.h"
+#include "process.h"
+
+namespace kdedup::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// A 1 h window (every record below stays in it), snapshots every second,
+/// parking after `park_after` of wall time without records.
+std::string parking(const TempDir& dir, const std::string& type, const std::string& park_after) {
+  return "window: 1h\nfilter:\n  type: " + type + "\n  fpp: 0.01\nstate:\n  dir: \"" +
+         dir.file("state") + "\"\n  snapshot_interval: 1s\n  park_after: " + park_after + "\n";
+}
+
+bool took(Instance& k, std::size_t n, std::chrono::seconds limit = 60s) {
+  return k.wait_for([&] { return k.sum("kdedup_records_in_total") == static_cast<double>(n); },
+                    limit);
+}
+
+bool assigned(Instance& k, double partitions) {
+  return k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == partitions; },
+                    120s);
+}
+
+bool duplicates_reach(Instance& k, double n) {
+  return k.wait_for([&] { return k.sum("kdedup_records_duplicate_total") == n; }, 10s);
+}
+
+bool parked(Instance& k, double partitions, std::chrono::seconds limit = 60s) {
+  return k.wait_for([&] { return k.sum("kdedup_filter_parked") == partitions; }, limit);
+}
+
+/// Waits until the records taken are `n`, then reads the duplicates.
+double duplicates_once_taken(Instance& k, std::size_t n) {
+  if (!took(k, n)) return -1;
+  std::this_thread::sleep_for(1500ms);  // the last counts of the batch
+  return k.sum("kdedup_records_duplicate_total");
+}
+
+class Park : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Park, AQuietPartitionFreesItsFilterAndReadsItBackForItsNextRecord) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  Instance k(dir, "park", b.bootstrap(), parking(dir, GetParam(), "2s"));
+  ASSERT_TRUE(assigned(k, 1)) << k.log();
+  const std::int64_t at = wall_ms();
+  const auto first = keys("first-", 0, 20'000, at);
+  ASSERT_TRUE(b.produce("in", first));
+  // False positives among new identities (fpp 1%): not emitted, and never
+  // emitted later either.
+  const double dropped = duplicates_once_taken(k, first.size());
+  ASSERT_GE(dropped, 0) << k.log();
+  EXPECT_LE(dropped, 3 * 0.01 * 20'000);
+  EXPECT_GT(k.sum("kdedup_filter_bytes"), 0);
+  EXPECT_EQ(k.sum("kdedup_filter_parked"), 0) << "parked before the quiet spell";
+
+  // Quiet: the snapshot is written, then the filter goes.
+  ASSERT_TRUE(parked(k, 1)) << k.log();
+  EXPECT_EQ(k.sum("kdedup_filter_bytes"), 0);
+  EXPECT_EQ(k.sum("kdedup_memory_used_bytes"), 0);
+  EXPECT_EQ(k.sum("kdedup_filter_unparks_total"), 0);
+
+  // The first record after parking: a copy of the last one delivered.
+  ASSERT_TRUE(b.produce("in", keys("first-", 19'999, 20'000, at)));
+  ASSERT_TRUE(took(k, first.size() + 1)) << k.log();
+  EXPECT_EQ(k.sum("kdedup_filter_parked"), 0);
+  EXPECT_EQ(k.sum("kdedup_filter_unparks_total"), 1);
+  EXPECT_TRUE(duplicates_reach(k, dropped + 1)) << k.log();
+
+  // Every identity delivered before is still known; new ones go out.
+  auto again = keys("first-", 0, 19'999, at);
+  const auto fresh = keys("fresh-", 0, 1'000, at);
+  again.insert(again.end(), fresh.begin(), fresh.end());
+  ASSERT_TRUE(b.produce("in", again));
+  const double now_dropped = duplicates_once_taken(k, first.size() + 1 + again.size());
+  const double fresh_dropped = now_dropped - dropped - 20'000;
+  EXPECT_GE(fresh_dropped, 0) << "a copy of an earlier identity went out";
+  EXPECT_LE(fresh_dropped, 3 * 0.01 * 1'000);
+  EXPECT_EQ(static_cast<double>(expect_each_key_once(b)), 21'000 - dropped - fresh_dropped);
+  EXPECT_GT(k.sum("kdedup_filter_bytes"), 0);
+
+  // Quiet again: it parks again.
+  EXPECT_TRUE(parked(k, 1)) << k.log();
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+TEST_P(Park, AParkedPartitionIsRestoredByTheNextStart) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  const std::string config = parking(dir, GetParam(), "1s");
+  const std::int64_t at = wall_ms();
+  const auto first = keys("first-", 0, 5'000, at);
+  double dropped = 0;
+  {
+    Instance k(dir, "first", b.bootstrap(), config);
+    ASSERT_TRUE(assigned(k, 1)) << k.log();
+    ASSERT_TRUE(b.produce("in", first));
+    dropped = duplicates_once_taken(k, first.size());
+    ASSERT_GE(dropped, 0) << k.log();
+    ASSERT_TRUE(parked(k, 1)) << k.log();
+    k.process().signal(SIGTERM);
+    ASSERT_EQ(k.process().wait(30s), 0) << k.log();
+  }
+  Instance k(dir, "second", b.bootstrap(), config);
+  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_restores_total") == 1; }, 60s)) << k.log();
+  EXPECT_EQ(k.sum("kdedup_snapshot_refusals_total"), 0) << k.log();
+  ASSERT_TRUE(b.produce("in", first));
+  ASSERT_TRUE(took(k, first.size())) << k.log();
+  EXPECT_TRUE(duplicates_reach(k, static_cast<double>(first.size()))) << k.log();
+  EXPECT_EQ(static_cast<double>(expect_each_key_once(b)), 5'000 - dropped);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(RunPark, Park, ::testing::Values("timer", "compact"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST(RunPark, TwoHundredFiftySixQuietPartitionsGiveBackTheirFiltersAndEachReadsItsBack) {
+  // A burst of about 1,000 new identities a partition, then silence: every
+  // partition parks, the filters' memory goes to nothing, and each one
+  // drops the burst's copies sent afterwards (one unpark each).
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:256", "out:256"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  Instance k(dir, "many", b.bootstrap(), parking(dir, "timer", "2s"));
+  ASSERT_TRUE(assigned(k, 256)) << k.log();
+  const std::int64_t at = wall_ms();
+  const auto burst = keys("burst-", 0, 256'000, at);
+  ASSERT_TRUE(b.produce("in", burst));
+  ASSERT_TRUE(took(k, burst.size(), 120s)) << k.log();
+  std::this_thread::sleep_for(1500ms);
+  const double dropped = k.sum("kdedup_records_duplicate_total");
+  const double busy = k.sum("kdedup_filter_bytes");
+  const double used = k.sum("kdedup_memory_used_bytes");
+  const double rss_busy = rss_bytes(k.pid());
+  ASSERT_TRUE(parked(k, 256, 120s)) << k.log();
+  std::this_thread::sleep_for(1500ms);
+  const double rss = rss_bytes(k.pid());
+  std::printf(
+      "256 partitions: filters %.0f KiB (memory used %.0f KiB) busy, %.0f KiB parked; "
+      "RSS %.0f MiB busy, %.0f MiB parked\n",
+      busy / 1024, used / 1024, k.sum("kdedup_filter_bytes") / 1024, rss_busy / (1 << 20),
+      rss / (1 << 20));
+  EXPECT_GT(busy, 256 * 64 * 1024.0) << "every partition holds at least its floor while busy";
+  EXPECT_EQ(k.sum("kdedup_filter_bytes"), 0);
+  EXPECT_EQ(k.sum("kdedup_memory_used_bytes"), 0);
+  // The freed filters leave the process too (the heap is trimmed; the
+  // snapshot writes meanwhile grow RocksDB's memtables, so by less).
+  EXPECT_LT(rss, rss_busy);
+
+  // Every identity sent again (stamped as before): each partition reads
+  // its filter back once and drops them all.
+  ASSERT_TRUE(b.produce("in", burst));
+  ASSERT_TRUE(took(k, 2 * burst.size(), 120s)) << k.log();
+  EXPECT_EQ(k.sum("kdedup_filter_parked"), 0);
+  EXPECT_EQ(k.sum("kdedup_filter_unparks_total"), 256);
+  EXPECT_TRUE(duplicates_reach(k, dropped + static_cast<double>(burst.size()))) << k.log();
+  EXPECT_EQ(static_cast<double>(expect_each_key_once(b)),
+            static_cast<double>(burst.size()) - dropped);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+TEST(RunPark, ParkAfterZeroNeverParks) {
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  Instance k(dir, "never", b.bootstrap(), parking(dir, "timer", "0"));
+  ASSERT_TRUE(assigned(k, 1)) << k.log();
+  ASSERT_TRUE(b.produce("in", keys("k-", 0, 1'000)));
+  ASSERT_TRUE(took(k, 1'000)) << k.log();
+  // Snapshots every second, quiet for five: it would have parked at 1 s.
+  std::this_thread::sleep_for(5s);
+  EXPECT_EQ(k.sum("kdedup_filter_parked"), 0);
+  EXPECT_GT(k.sum("kdedup_filter_bytes"), 0);
+  EXPECT_GE(k.sum("kdedup_snapshots_total"), 1);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+}  // namespace
+}  // namespace kdedup::testing
