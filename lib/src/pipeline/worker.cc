@@ -179,10 +179,7 @@ void Worker::loop() {
     Work work;
     const bool got = next(work);
     check_quiet();
-    if (!got) {
-      capture_due_idle();
-      continue;
-    }
+    if (!got) continue;
     switch (work.kind) {
       case Work::Kind::kRecords: {
         auto started = Clock::now();
@@ -223,8 +220,7 @@ void Worker::loop() {
 
 /// The next work item, or false when none came within the idle check.
 bool Worker::next(Work& work) {
-  // How often an idle worker looks for slices whose snapshot came due
-  // without new records (a partition that went quiet after a burst).
+  // How often an idle worker runs its checks (check_quiet()).
   constexpr auto kIdleCheck = std::chrono::milliseconds(250);
   std::unique_lock lock(mu_);
   if (!cv_.wait_for(lock, kIdleCheck, [&] { return !queue_.empty() || inbox_ready_; })) {
@@ -240,17 +236,13 @@ bool Worker::next(Work& work) {
   return take_inbox(work);
 }
 
-void Worker::capture_due_idle() {
-  if (failed_) return;
-  for (auto& [id, slice] : slices_) {
-    if (slice->captures().records_since > 0) maybe_capture(*slice, 0);
-  }
-}
-
 void Worker::check_quiet() {
   // Once a second, busy or idle: slices that got no batch for a while
   // lower their filter's memory demand, and each filter reports what its
-  // last batch left unreported (Slice::check_quiet()); a scan of the
+  // last batch left unreported (Slice::check_quiet()); a snapshot that
+  // came due without new records is taken (a partition that went quiet
+  // after a burst: also while other work keeps the worker from idling,
+  // as the transactions' barriers do); quiet slices park. A scan of the
   // worker's slices, a few nanoseconds each unless a batch came.
   constexpr auto kEvery = std::chrono::seconds(1);
   const auto now = Clock::now();
@@ -260,6 +252,7 @@ void Worker::check_quiet() {
   bool parked = false;
   for (auto& [id, slice] : slices_) {
     slice->check_quiet(wall_ms);
+    if (!failed_ && slice->captures().records_since > 0) maybe_capture(*slice, 0);
     parked = maybe_park(*slice, wall_ms) || parked;
   }
   // Filters below glibc's mmap threshold go back to the heap, where freed

@@ -133,7 +133,6 @@ class Worker {
 
   void loop();
   [[nodiscard]] bool next(Work& work);
-  void capture_due_idle();
   void check_quiet();
   /// True when `slice` was parked now.
   bool maybe_park(Slice& slice, std::int64_t wall_ms);

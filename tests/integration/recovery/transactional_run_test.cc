@@ -7,6 +7,9 @@
 //   abort, roll its filters back to the last committed state, rewind and
 //   redo: the records of the COMMITTED transactions are exactly the oracle,
 //   and the aborted ones are the rest of what the topic holds;
+// - quiet partitions park once a transaction commit released their
+//   snapshots, and are read back for the next wave without emitting a
+//   copy;
 // - a fenced producer (PRODUCER_FENCED on EndTxn) stops it with exit 1 and
 //   a message naming the transactional.id;
 // - a config without a stable instance id is refused (exit 2).
@@ -224,6 +227,32 @@ TEST_F(TransactionalRun, CommittedTransactionsCarryExactlyTheOracle) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, written)) << log;
   EXPECT_GT(std::stoull(m[1]), 0u) << log;
+}
+
+TEST_F(TransactionalRun, QuietPartitionsParkAndAreReadBackInALaterTransaction) {
+  // Snapshots are released by transaction commits; a partition parks once
+  // one covers its position, and its next records read the filter back.
+  write_file(dir_.file("park.yaml"), transactional_config(b().bootstrap(), dir_.file("state")) +
+                                         "  snapshot_interval: 1s\n  park_after: 1s\n");
+  ASSERT_TRUE(b().produce("in", wave(0, 400, 150)));
+  auto run = start_instance(dir_, dir_.file("park.yaml"));
+  ASSERT_TRUE(run.process);
+  auto expected = oracle(b());
+  wait_output_covers(b(), expected);
+  ASSERT_TRUE(run.wait_for("parked in[0] at offset")) << run.log();
+  ASSERT_TRUE(run.wait_for("parked in[1] at offset")) << run.log();
+  // A second wave, half of it duplicates of the first.
+  ASSERT_TRUE(b().produce("in", wave(75, 300, 300)));
+  expected = oracle(b());
+  wait_output_covers(b(), expected);
+  EXPECT_TRUE(run.wait_for("unparked in[0]")) << run.log();
+  EXPECT_TRUE(run.wait_for("unparked in[1]")) << run.log();
+  run.process->signal(SIGTERM);
+  ASSERT_EQ(run.process->wait(30s), 0) << run.log();
+  auto sources = output_sources(b());
+  const std::set<Source> emitted(sources.begin(), sources.end());
+  EXPECT_EQ(sources.size(), emitted.size()) << "emitted twice";
+  EXPECT_EQ(emitted, expected);
 }
 
 TEST_F(TransactionalRun, AbortableErrorRollsBackAndCommittedOutputIsTheOracle) {
