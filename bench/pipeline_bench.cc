@@ -80,6 +80,10 @@
 // (started to both holding a share of all), and the longest line either
 // instance logged, and what one /metrics scrape costs the loaded instance
 // (CPU ms, KiB, sample lines). --threads T sets the instance's worker threads.
+// --park-after D (this build only) gives the instance a state dir, snapshots
+// every second and state.park_after D, and reads its memory a third time
+// once every partition parked after the load (a quiet instance; baselines
+// run without snapshots as before, and print no third row).
 // --backlog (here and in the --compare modes) stops the instance (SIGSTOP)
 // while the records are produced and resumes it once they all are:
 // records/s and CPU per record are then those of the instance working
@@ -101,6 +105,7 @@
 //                  [--instances I] [--repeat R] [--backlog] [--event-span MS]
 //   pipeline_bench --compare cost [--baseline-binary PATH] [--records N] ...
 //   pipeline_bench --idle-partitions P [--records N] [--backlog] [--baseline-binary PATH]
+//                  [--park-after D]
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -176,8 +181,9 @@ struct Options {
   /// Other kdedup binaries (builds from before a change) measured beside
   /// this build; --baseline-binary may be given more than once.
   std::vector<std::string> baseline_binaries;
-  int threads = 0;       ///< > 0: threads of the instance (--idle-partitions)
-  bool backlog = false;  ///< the timed records produced first, then consumed
+  int threads = 0;         ///< > 0: threads of the instance (--idle-partitions)
+  std::string park_after;  ///< --idle-partitions: state.park_after of this build; empty: none
+  bool backlog = false;    ///< the timed records produced first, then consumed
   /// Event time the click stream's timestamps span (--event-span).
   std::int64_t event_span_ms = 300'000;
 };
@@ -695,8 +701,25 @@ kdedup::Status measure_scrape(pid_t pid, int port, ScaleFigures& out) {
 
 struct ScaleRun {
   MemoryFigures idle, loaded;
+  std::optional<MemoryFigures> parked;  ///< --park-after: once every partition parked
   ScaleFigures scale;
 };
+
+/// Waits until every one of `partitions` partitions parked, then reads the
+/// memory again (the heap trim follows the last park within a second).
+kdedup::Result<MemoryFigures> parked_figures(tb::PipelineRig& r, pid_t pid, int port,
+                                             int partitions) {
+  const auto deadline = Clock::now() + std::chrono::seconds(300);
+  for (;;) {
+    if (auto ok = r.check_instances(); !ok) return tl::unexpected(ok.error());
+    auto text = scrape(port);
+    if (text && sum_samples(*text, "kdedup_filter_parked") == partitions) break;
+    if (Clock::now() > deadline) return kdedup::fail("the partitions did not park in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  return memory_figures(pid, port);
+}
 
 /// Length of the longest line of a text file.
 std::size_t longest_line(const std::string& path) {
@@ -777,12 +800,12 @@ struct RebalanceFigures {
 /// duration. Then until every partition it was given has recovered, to
 /// split that duration by the new instance's log.
 kdedup::Result<RebalanceFigures> rebalance_seconds(tb::PipelineRig& r, const Options& opt,
-                                                   int first_port) {
+                                                   int first_port, const std::string& state_dir) {
   auto port = tb::free_loopback_port();
   if (!port) return tl::unexpected(port.error());
   const auto t0 = Clock::now();
-  auto added =
-      r.add_instance({fmt::format("metrics.address=127.0.0.1:{}", *port), "log_level=info"});
+  auto added = r.add_instance({fmt::format("metrics.address=127.0.0.1:{}", *port), "log_level=info",
+                               "state.dir=" + state_dir});
   if (!added) return tl::unexpected(added.error());
   const auto deadline = t0 + std::chrono::seconds(300);
   RebalanceFigures out;
@@ -829,8 +852,15 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   auto port = tb::free_loopback_port();
   if (!port) return tl::unexpected(port.error());
   // No snapshots: a pre-sized baseline would write its whole state at stop.
+  // Parking needs them (each instance its own state dir).
+  const bool park = !opt.park_after.empty() && binary == KDEDUP_BINARY;
   ro.overrides = {"filter.enabled=true", "filter.capacity=1000000",
-                  "state.dir=", fmt::format("metrics.address=127.0.0.1:{}", *port)};
+                  "state.dir=" + (park ? work + "/state-0" : std::string()),
+                  fmt::format("metrics.address=127.0.0.1:{}", *port)};
+  if (park) {
+    ro.overrides.push_back("state.snapshot_interval=1s");
+    ro.overrides.push_back("state.park_after=" + opt.park_after);
+  }
   if (opt.threads > 0) ro.overrides.push_back(fmt::format("threads={}", opt.threads));
   ScaleRun run;
   const auto started = Clock::now();
@@ -898,7 +928,12 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   run.loaded = *loaded;
   if (auto ok = measure_scrape(pid, *port, run.scale); !ok) return tl::unexpected(ok.error());
   producer->reset();
-  auto moved = rebalance_seconds(r, opt, *port);
+  if (park) {
+    auto parked = parked_figures(r, pid, *port, opt.idle_partitions);
+    if (!parked) return tl::unexpected(parked.error());
+    run.parked = *parked;
+  }
+  auto moved = rebalance_seconds(r, opt, *port, park ? work + "/state-1" : std::string());
   if (!moved) return tl::unexpected(moved.error());
   run.scale.rebalance_s = moved->seconds;
   run.scale.rebalance_ready_s = moved->ready_seconds;
@@ -934,9 +969,12 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
       std::fprintf(stderr, "%s: %s\n", binaries[b].first.c_str(), m.error().message.c_str());
       return 1;
     }
-    for (const auto& [state, f] : {std::pair{"idle", m->idle}, std::pair{"loaded", m->loaded}}) {
-      std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", binaries[b].first.c_str(), state,
-                  f.process.rss_mib, f.process.hwm_mib, f.filter_mib, f.used_mib);
+    std::vector<std::pair<std::string, MemoryFigures>> rows{{"idle", m->idle},
+                                                            {"loaded", m->loaded}};
+    if (m->parked) rows.emplace_back("parked after " + opt.park_after, *m->parked);
+    for (const auto& [state, f] : rows) {
+      std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", binaries[b].first.c_str(),
+                  state.c_str(), f.process.rss_mib, f.process.hwm_mib, f.filter_mib, f.used_mib);
     }
     std::fflush(stdout);
     runs.push_back(m->scale);
@@ -1019,7 +1057,7 @@ int main(int argc, char** argv) {
       "[--records N] [--partitions P] [--scale-partitions P] "
       "[--instances I] [--repeat R] [--backlog] [--event-span MS]\n"
       "       pipeline_bench --idle-partitions P [--threads T] [--records N] [--backlog] "
-      "[--baseline-binary PATH]\n";
+      "[--baseline-binary PATH] [--park-after D]\n";
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--repartition")) {
       opt.compare = "repartition";
@@ -1058,6 +1096,8 @@ int main(int argc, char** argv) {
       opt.repeat = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--idle-partitions")) {
       opt.idle_partitions = std::max(1, std::atoi(argv[i + 1]));
+    } else if (!std::strcmp(argv[i], "--park-after")) {
+      opt.park_after = argv[i + 1];
     } else if (!std::strcmp(argv[i], "--threads")) {
       opt.threads = std::max(1, std::atoi(argv[i + 1]));
     } else if (!std::strcmp(argv[i], "--baseline-binary")) {

@@ -391,6 +391,10 @@ void PartitionMetrics::snapshot_written(double seconds, std::uint64_t bytes) {
 
 void PartitionMetrics::snapshot_failed() { snapshot_failures_->Increment(); }
 
+void PartitionMetrics::snapshot_current() noexcept {
+  gauges_->last_snapshot.store(wall_seconds(), std::memory_order_relaxed);
+}
+
 void PartitionMetrics::restored(double seconds, std::uint64_t bytes) {
   restores_->Increment();
   add_nonzero(restore_bytes_, bytes);

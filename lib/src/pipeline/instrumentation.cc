@@ -467,6 +467,7 @@ std::uint64_t StatsBridge::publish_partition(const PartitionStats& p, std::int64
   }
   entry.metrics->set_queue_depth(p.queued);
   entry.metrics->set_parked(p.parked, delta(p.unparks, before.unparks));
+  if (p.snapshot_current) entry.metrics->snapshot_current();
   seen.last = p;
   return delivery_errors;
 }

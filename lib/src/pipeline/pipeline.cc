@@ -91,6 +91,7 @@ PartitionStats partition_stats(const PartitionId& id, const Assigned& a) {
   p.filter_fpp_estimate = c.filter_fpp_estimate.load(std::memory_order_relaxed);
   p.parked = c.parked.load(std::memory_order_relaxed);
   p.unparks = c.unparks.load(std::memory_order_relaxed);
+  p.snapshot_current = c.snapshot_current.load(std::memory_order_relaxed);
   p.confirm = c.confirm.read();
   return p;
 }

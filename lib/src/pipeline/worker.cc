@@ -254,6 +254,7 @@ void Worker::check_quiet() {
     slice->check_quiet(wall_ms);
     if (!failed_ && slice->captures().records_since > 0) maybe_capture(*slice, 0);
     parked = maybe_park(*slice, wall_ms) || parked;
+    note_snapshot_current(*slice);
   }
   // Filters below glibc's mmap threshold go back to the heap, where freed
   // pages stay resident until trimmed.
@@ -280,6 +281,16 @@ bool Worker::maybe_park(Slice& slice, std::int64_t wall_ms) {
   spdlog::debug("worker {}: parked {} at offset {} (quiet for {} ms)", index_, slice.id().str(),
                 next, slice.quiet_for(wall_ms));
   return true;
+}
+
+/// Whether the slice's stored snapshot covers every record it processed
+/// (captured at its position, none of its captures waiting or in flight),
+/// into its counters.
+void Worker::note_snapshot_current(Slice& slice) {
+  if (context_.snapshotter == nullptr) return;
+  const bool current = slice.captures().last_offset == slice.next_offset() &&
+                       !context_.snapshotter->busy(slice.id());
+  slice.counters()->snapshot_current.store(current, std::memory_order_relaxed);
 }
 
 /// Reads a parked slice's filter back from its snapshot. A snapshot that

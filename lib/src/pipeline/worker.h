@@ -137,6 +137,7 @@ class Worker {
   /// True when `slice` was parked now.
   bool maybe_park(Slice& slice, std::int64_t wall_ms);
   [[nodiscard]] bool unpark(Slice& slice);
+  void note_snapshot_current(Slice& slice);
   void settle_budget(std::int64_t wall_ms);
   void release(Work& work);
   void process(std::vector<MessagePtr>& records, bool from_inbox);

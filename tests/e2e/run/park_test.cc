@@ -78,6 +78,11 @@ TEST_P(Park, AQuietPartitionFreesItsFilterAndReadsItBackForItsNextRecord) {
 
   // Quiet: the snapshot is written, then the filter goes.
   ASSERT_TRUE(parked(k, 1)) << k.log();
+  // Its snapshot covers everything it processed: never stale while quiet.
+  std::this_thread::sleep_for(4s);
+  EXPECT_LT(static_cast<double>(wall_ms()) / 1e3 -
+                k.sum("kdedup_snapshot_last_success_timestamp_seconds"),
+            2.5);
   EXPECT_EQ(k.sum("kdedup_filter_bytes"), 0);
   EXPECT_EQ(k.sum("kdedup_memory_used_bytes"), 0);
   EXPECT_EQ(k.sum("kdedup_filter_unparks_total"), 0);

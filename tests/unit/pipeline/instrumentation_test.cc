@@ -626,6 +626,24 @@ TEST_F(BridgeTest, PublishesParkedFiltersAndTheirUnparks) {
   EXPECT_EQ(value(*m, "kdedup_filter_unparks_total", p0), 2);
 }
 
+TEST_F(BridgeTest, ASnapshotCoveringEveryProcessedRecordIsNeverStale) {
+  // The gauge starts at the assignment time; a partition whose stored
+  // snapshot covers what it processed (quiet, parked) reads now.
+  now.ready = true;
+  partition(0).snapshot_current = false;
+  partition(1).snapshot_current = false;
+  bridge.publish();
+  const LabelMap p1{{"topic", "in"}, {"partition", "1"}};
+  const double assigned0 = value(*m, "kdedup_snapshot_last_success_timestamp_seconds", p0);
+  const double assigned1 = value(*m, "kdedup_snapshot_last_success_timestamp_seconds", p1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  partition(1).snapshot_current = true;
+  bridge.publish();
+  EXPECT_GT(value(*m, "kdedup_snapshot_last_success_timestamp_seconds", p1), assigned1);
+  EXPECT_EQ(value(*m, "kdedup_snapshot_last_success_timestamp_seconds", p0), assigned0)
+      << "a partition with records its snapshot does not cover keeps its last write's time";
+}
+
 TEST(BridgeHeartbeat, BeatsOnlyWhileTheConsumerLoopTurns) {
   metrics::MetricsOptions o;
   o.heartbeat_timeout = std::chrono::milliseconds(50);

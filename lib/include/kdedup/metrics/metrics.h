@@ -148,6 +148,10 @@ class PartitionMetrics {
   // --- any thread (state integration) -------------------------------------
   void snapshot_written(double seconds, std::uint64_t bytes);
   void snapshot_failed();
+  /// The partition's stored snapshot covers every record it processed:
+  /// nothing to replay, so kdedup_snapshot_last_success_timestamp_seconds
+  /// reads now (a quiet partition is not stale).
+  void snapshot_current() noexcept;
   /// A partition restored from a snapshot.
   void restored(double seconds, std::uint64_t bytes);
   /// A partition that had to be rebuilt by replay (no usable snapshot), and

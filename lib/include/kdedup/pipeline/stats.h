@@ -89,6 +89,10 @@ struct PartitionCounters {
   /// how many times a parked filter was restored for new records.
   std::atomic<bool> parked{false};
   std::atomic<std::uint64_t> unparks{0};
+  /// The stored snapshot covers every record the partition processed (or
+  /// it processed none): a restart replays nothing of it. Refreshed by the
+  /// owning worker once a second.
+  std::atomic<bool> snapshot_current{false};
   ConfirmCounters confirm;
 
   /// Invalid records by failure reason (stable short names from the identity
@@ -126,6 +130,7 @@ struct PartitionStats {
   double filter_fpp_estimate = 0.0;
   bool parked = false;
   std::uint64_t unparks = 0;
+  bool snapshot_current = false;
   ConfirmCounts confirm;
 };
 
