@@ -83,7 +83,8 @@
 // --park-after D (this build only) gives the instance a state dir, snapshots
 // every second and state.park_after D, and reads its memory a third time
 // once every partition parked after the load (a quiet instance; baselines
-// run without snapshots as before, and print no third row).
+// run without snapshots as before, and print no third row). D = 0: the same
+// with parking off, the third figure 10 s after the load.
 // --backlog (here and in the --compare modes) stops the instance (SIGSTOP)
 // while the records are produced and resumes it once they all are:
 // records/s and CPU per record are then those of the instance working
@@ -705,12 +706,14 @@ struct ScaleRun {
   ScaleFigures scale;
 };
 
-/// Waits until every one of `partitions` partitions parked, then reads the
-/// memory again (the heap trim follows the last park within a second).
+/// Waits until every one of `partitions` partitions parked (none parks:
+/// 10 s), then reads the memory again (the heap trim follows the last park
+/// within a second).
 kdedup::Result<MemoryFigures> parked_figures(tb::PipelineRig& r, pid_t pid, int port,
-                                             int partitions) {
+                                             int partitions, bool parks) {
   const auto deadline = Clock::now() + std::chrono::seconds(300);
-  for (;;) {
+  if (!parks) std::this_thread::sleep_for(std::chrono::seconds(8));
+  for (; parks;) {
     if (auto ok = r.check_instances(); !ok) return tl::unexpected(ok.error());
     auto text = scrape(port);
     if (text && sum_samples(*text, "kdedup_filter_parked") == partitions) break;
@@ -929,7 +932,8 @@ kdedup::Result<ScaleRun> measure_memory(const Options& opt, const std::string& w
   if (auto ok = measure_scrape(pid, *port, run.scale); !ok) return tl::unexpected(ok.error());
   producer->reset();
   if (park) {
-    auto parked = parked_figures(r, pid, *port, opt.idle_partitions);
+    const bool parks = opt.park_after.find_first_not_of('0') == 0;  // "0", "0s": off
+    auto parked = parked_figures(r, pid, *port, opt.idle_partitions, parks);
     if (!parked) return tl::unexpected(parked.error());
     run.parked = *parked;
   }
@@ -971,7 +975,7 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
     }
     std::vector<std::pair<std::string, MemoryFigures>> rows{{"idle", m->idle},
                                                             {"loaded", m->loaded}};
-    if (m->parked) rows.emplace_back("parked after " + opt.park_after, *m->parked);
+    if (m->parked) rows.emplace_back("quiet, park_after " + opt.park_after, *m->parked);
     for (const auto& [state, f] : rows) {
       std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f |\n", binaries[b].first.c_str(),
                   state.c_str(), f.process.rss_mib, f.process.hwm_mib, f.filter_mib, f.used_mib);
