@@ -178,7 +178,7 @@ void Worker::loop() {
   for (;;) {
     Work work;
     const bool got = next(work);
-    check_quiet();
+    check_slices();
     if (!got) continue;
     switch (work.kind) {
       case Work::Kind::kRecords: {
@@ -220,7 +220,7 @@ void Worker::loop() {
 
 /// The next work item, or false when none came within the idle check.
 bool Worker::next(Work& work) {
-  // How often an idle worker runs its checks (check_quiet()).
+  // How often an idle worker runs its checks (check_slices()).
   constexpr auto kIdleCheck = std::chrono::milliseconds(250);
   std::unique_lock lock(mu_);
   if (!cv_.wait_for(lock, kIdleCheck, [&] { return !queue_.empty() || inbox_ready_; })) {
@@ -236,7 +236,7 @@ bool Worker::next(Work& work) {
   return take_inbox(work);
 }
 
-void Worker::check_quiet() {
+void Worker::check_slices() {
   // Once a second, busy or idle: slices that got no batch for a while
   // lower their filter's memory demand, and each filter reports what its
   // last batch left unreported (Slice::check_quiet()); a snapshot that

@@ -133,7 +133,8 @@ class Worker {
 
   void loop();
   [[nodiscard]] bool next(Work& work);
-  void check_quiet();
+  /// Once a second: quiet spells, due snapshots, parking, the budget vote.
+  void check_slices();
   /// True when `slice` was parked now.
   bool maybe_park(Slice& slice, std::int64_t wall_ms);
   [[nodiscard]] bool unpark(Slice& slice);
@@ -170,10 +171,10 @@ class Worker {
   OutputProducer output_;             // topic handles released at kStop
   metrics::EmitAgeCounts emit_ages_;  // this batch's output records
   std::int64_t batch_wall_ns_ = 0;    // the wall clock when this batch began
-  // The last check_quiet() pass.
+  // The last check_slices() pass.
   std::chrono::steady_clock::time_point quiet_checked_{};
   // The worker's own vote on the memory budget's level, by the wall clock
-  // in milliseconds (check_quiet()).
+  // in milliseconds (check_slices()).
   filter::BudgetLevel budget_level_;
 };
 
