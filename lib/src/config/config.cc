@@ -409,6 +409,19 @@ void warn_about_salt(const Document& doc, const Config& c, std::vector<Issue>& w
   }
 }
 
+/// A park_after the user set that cannot take effect: parking reads a
+/// filter back from its snapshot, and confirmed mode does not park.
+void warn_about_parking(const Document& doc, const Config& c, std::vector<Issue>& warnings) {
+  auto it = doc.where.find("/state/park_after");
+  if (it == doc.where.end() || c.state.park_after.count() == 0) return;
+  const char* why = c.state.dir.empty() ? "state.dir is empty (no snapshots to read back from)"
+                    : !c.filter_enabled ? "the filter is disabled"
+                    : c.confirm_store   ? "confirmed mode (filter.confirm_store) does not park"
+                                        : nullptr;
+  if (why == nullptr) return;
+  warnings.push_back(Issue{"state.park_after", std::string("has no effect: ") + why, it->second});
+}
+
 /// The typed Config of a schema-valid document, and the semantic checks the
 /// schema cannot express (each an Issue at its key, in this order: the
 /// first message of a key is the one kept).
@@ -426,6 +439,7 @@ Config build(const Document& doc, std::vector<Issue>& errors, std::vector<Issue>
   check_transactional(b, c);
   check_bootstrap(b, c);
   warn_about_salt(doc, c, warnings);
+  warn_about_parking(doc, c, warnings);
   for (const auto& w : warnings) c.warnings.push_back(to_string(w));
   return c;
 }

@@ -471,6 +471,25 @@ TEST(ConfigLoad, ASaltShorterThan16BytesIsWarnedAboutWithoutPrintingIt) {
   EXPECT_TRUE(check(kMinimal, {"identity.salt=sixteen-bytes!!!"}).warnings.empty());
 }
 
+TEST(ConfigLoad, AParkAfterThatCannotTakeEffectIsWarnedAbout) {
+  // The default (5m) says nothing without a state dir; one the user set does.
+  EXPECT_TRUE(check(std::string(kMinimal) + "state: {dir: \"\"}\n").warnings.empty());
+  auto no_dir = check(std::string(kMinimal) + "state: {dir: \"\", park_after: 1m}\n");
+  ASSERT_TRUE(no_dir.ok()) << errors_of(no_dir);
+  ASSERT_EQ(no_dir.warnings.size(), 1u);
+  EXPECT_EQ(no_dir.warnings[0].path, "state.park_after");
+  EXPECT_THAT(no_dir.warnings[0].message, HasSubstr("state.dir is empty"));
+  EXPECT_THAT(to_string(no_dir.warnings[0]), HasSubstr(":"));  // where it was set
+  auto confirmed = check(std::string(kMinimal) + "state: {park_after: 1m}\n",
+                         {"filter.type=timer", "filter.confirm_store=true"});
+  ASSERT_TRUE(confirmed.ok()) << errors_of(confirmed);
+  ASSERT_EQ(confirmed.warnings.size(), 1u);
+  EXPECT_THAT(confirmed.warnings[0].message, HasSubstr("confirmed mode"));
+  EXPECT_TRUE(check(std::string(kMinimal) + "state: {dir: \"\", park_after: 0}\n").warnings.empty())
+      << "0 turns parking off: nothing to warn about";
+  EXPECT_TRUE(check(std::string(kMinimal) + "state: {park_after: 1m}\n").warnings.empty());
+}
+
 TEST(ConfigInterpolation, UnsetVariableNamesVariableAndKey) {
   auto r = check(std::string(kMinimal) + "state: {dir: \"${STATE_DIR}/x\"}\n");
   EXPECT_FALSE(r.ok());
