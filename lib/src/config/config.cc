@@ -410,13 +410,12 @@ void warn_about_salt(const Document& doc, const Config& c, std::vector<Issue>& w
 }
 
 /// A park_after the user set that cannot take effect: parking reads a
-/// filter back from its snapshot, and confirmed mode does not park.
+/// filter back from its snapshot.
 void warn_about_parking(const Document& doc, const Config& c, std::vector<Issue>& warnings) {
   auto it = doc.where.find("/state/park_after");
   if (it == doc.where.end() || c.state.park_after.count() == 0) return;
   const char* why = c.state.dir.empty() ? "state.dir is empty (no snapshots to read back from)"
                     : !c.filter_enabled ? "the filter is disabled"
-                    : c.confirm_store   ? "confirmed mode (filter.confirm_store) does not park"
                                         : nullptr;
   if (why == nullptr) return;
   warnings.push_back(Issue{"state.park_after", std::string("has no effect: ") + why, it->second});

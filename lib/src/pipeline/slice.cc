@@ -120,7 +120,7 @@ void Slice::check_quiet(std::int64_t wall_ms) {
 }
 
 bool Slice::park() {
-  if (parked_ || !filter_ || confirmer_) return false;
+  if (parked_ || !filter_) return false;
   // A wrapper hands over the filter it wraps (freed here) and stays; a
   // plain filter goes itself.
   if (!filter_->exchange_wrapped(nullptr)) filter_.reset();

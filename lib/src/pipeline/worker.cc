@@ -270,7 +270,7 @@ void Worker::check_slices() {
 bool Worker::maybe_park(Slice& slice, std::int64_t wall_ms) {
   const auto park_after = context_.config.state.park_after.count();
   if (park_after <= 0 || context_.store == nullptr || context_.snapshotter == nullptr) return false;
-  if (failed_ || slice.parked() || slice.filter() == nullptr || slice.confirmer() != nullptr) {
+  if (failed_ || slice.parked() || slice.filter() == nullptr) {
     return false;
   }
   if (slice.quiet_for(wall_ms) < park_after) return false;

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <numeric>
 #include <string>
@@ -26,9 +27,14 @@ using namespace std::chrono_literals;
 
 /// A 1 h window (every record below stays in it), snapshots every second,
 /// parking after `park_after` of wall time without records.
-std::string parking(const TempDir& dir, const std::string& type, const std::string& park_after) {
-  return "window: 1h\nfilter:\n  type: " + type + "\n  fpp: 0.01\nstate:\n  dir: \"" +
-         dir.file("state") + "\"\n  snapshot_interval: 1s\n  park_after: " + park_after + "\n";
+/// `type` "timer+confirm": a timer filter in confirmed mode.
+std::string parking(const TempDir& dir, std::string type, const std::string& park_after) {
+  const std::string confirm = "+confirm";
+  const bool confirmed = type.size() > confirm.size() && type.ends_with(confirm);
+  if (confirmed) type.resize(type.size() - confirm.size());
+  return "window: 1h\nfilter:\n  type: " + type + (confirmed ? "\n  confirm_store: true" : "") +
+         "\n  fpp: 0.01\nstate:\n  dir: \"" + dir.file("state") +
+         "\"\n  snapshot_interval: 1s\n  park_after: " + park_after + "\n";
 }
 
 bool took(Instance& k, std::size_t n, std::chrono::seconds limit = 60s) {
@@ -142,8 +148,12 @@ TEST_P(Park, AParkedPartitionIsRestoredByTheNextStart) {
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
 }
 
-INSTANTIATE_TEST_SUITE_P(RunPark, Park, ::testing::Values("timer", "compact"),
-                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(RunPark, Park, ::testing::Values("timer", "compact", "timer+confirm"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string name = p.param;
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           return name;
+                         });
 
 TEST(RunPark, TwoHundredFiftySixQuietPartitionsGiveBackTheirFiltersAndEachReadsItsBack) {
   // A burst of about 1,000 new identities a partition, then silence: every

@@ -480,11 +480,15 @@ TEST(ConfigLoad, AParkAfterThatCannotTakeEffectIsWarnedAbout) {
   EXPECT_EQ(no_dir.warnings[0].path, "state.park_after");
   EXPECT_THAT(no_dir.warnings[0].message, HasSubstr("state.dir is empty"));
   EXPECT_THAT(to_string(no_dir.warnings[0]), HasSubstr(":"));  // where it was set
+  auto passthrough =
+      check(std::string(kMinimal) + "state: {park_after: 1m}\n", {"filter.enabled=false"});
+  ASSERT_TRUE(passthrough.ok()) << errors_of(passthrough);
+  ASSERT_EQ(passthrough.warnings.size(), 1u);
+  EXPECT_THAT(passthrough.warnings[0].message, HasSubstr("the filter is disabled"));
   auto confirmed = check(std::string(kMinimal) + "state: {park_after: 1m}\n",
                          {"filter.type=timer", "filter.confirm_store=true"});
   ASSERT_TRUE(confirmed.ok()) << errors_of(confirmed);
-  ASSERT_EQ(confirmed.warnings.size(), 1u);
-  EXPECT_THAT(confirmed.warnings[0].message, HasSubstr("confirmed mode"));
+  EXPECT_TRUE(confirmed.warnings.empty()) << "confirmed mode parks too";
   EXPECT_TRUE(check(std::string(kMinimal) + "state: {dir: \"\", park_after: 0}\n").warnings.empty())
       << "0 turns parking off: nothing to warn about";
   EXPECT_TRUE(check(std::string(kMinimal) + "state: {park_after: 1m}\n").warnings.empty());

@@ -250,8 +250,10 @@ class Slice {
   /// its filter exactly as it stands (captured at next_offset(), written).
   /// park() frees the filter (its memory budget demand leaves with it);
   /// unpark() takes the filter restored from that snapshot before the next
-  /// record is decided. Until then decide() refuses (failure()). A Slice in
-  /// confirmed mode does not park (returns false), nor one without a filter.
+  /// record is decided. Until then decide() refuses (failure()). In confirmed
+  /// mode the Confirmer stays attached: the confirm store is bound to that
+  /// snapshot and stages nothing while no record comes. A Slice without a
+  /// filter does not park (returns false).
   bool park();
   void unpark(std::unique_ptr<filter::SlidingFilter> restored);
   [[nodiscard]] bool parked() const noexcept { return parked_; }
