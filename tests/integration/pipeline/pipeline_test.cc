@@ -1,8 +1,8 @@
 // The pipeline in-process against the test broker process: output equals the
 // exact oracle's distinct set, provenance and preserved fields, dead letters,
 // hostile records, on_invalid modes, fatal stops, committed offsets, a
-// parked partition read back and one whose snapshot is gone, and two
-// members sharing the partitions of one group.
+// parked partition read back and one whose snapshot is gone (also in
+// confirmed mode), and two members sharing the partitions of one group.
 // Each test starts and stops its own broker.
 
 #include "kdedup/pipeline/pipeline.h"
@@ -403,7 +403,9 @@ int parked_partitions(RunningPipeline& run) {
                                         [](const PartitionStats& p) { return p.parked; }));
 }
 
-TEST(PipelineIntegration, AParkedFilterIsReadBackAndOneWhoseSnapshotIsGoneStopsWithoutCommitting) {
+/// `confirmed`: a timer filter in confirmed mode (the store opened with a
+/// confirm store, as `kdedup run` opens it); else the exact filter.
+void park_read_back_then_lose_the_snapshot(bool confirmed) {
   // A partition parks once its snapshot holds its filter; its next records
   // read it back (and it parks again). A snapshot no longer there (erased
   // here, as a damaged state dir would lose it) stops the pipeline, naming
@@ -413,10 +415,17 @@ TEST(PipelineIntegration, AParkedFilterIsReadBackAndOneWhoseSnapshotIsGoneStopsW
   ASSERT_TRUE(broker) << broker.error().message;
   TestBroker& b = **broker;
   testing::TempDir dir;
-  auto store = state::SnapshotStore::open(dir.file("state"));
+  state::StoreOptions options;
+  if (confirmed) options.confirm = state::ConfirmOptions{};
+  auto store = state::SnapshotStore::open(dir.file("state"), options);
   ASSERT_TRUE(store) << store.error().message;
   auto c = base_config(b.bootstrap());
   c.on_invalid = config::OnInvalid::kDrop;
+  if (confirmed) {
+    c.filter.type = filter::FilterType::kTimer;
+    c.filter = *filter::normalize(c.filter);
+    c.confirm_store = true;
+  }
   c.state.dir = dir.file("state");
   c.state.snapshot_interval = 200ms;
   c.state.park_after = 500ms;
@@ -454,6 +463,14 @@ TEST(PipelineIntegration, AParkedFilterIsReadBackAndOneWhoseSnapshotIsGoneStopsW
   auto committed = b.committed(c.group_id, "in");
   ASSERT_TRUE(committed);
   EXPECT_EQ((*committed)[0], 5);  // up to the parked position, not the new record
+}
+
+TEST(PipelineIntegration, AParkedFilterIsReadBackAndOneWhoseSnapshotIsGoneStopsWithoutCommitting) {
+  park_read_back_then_lose_the_snapshot(false);
+}
+
+TEST(PipelineIntegration, AParkedFilterInConfirmedModeIsReadBackAndItsLostSnapshotStops) {
+  park_read_back_then_lose_the_snapshot(true);
 }
 
 TEST(PipelineIntegration, OutputWithTooFewPartitionsIsRejectedAtStartup) {
