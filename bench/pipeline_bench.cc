@@ -712,15 +712,14 @@ struct ScaleRun {
 kdedup::Result<MemoryFigures> parked_figures(tb::PipelineRig& r, pid_t pid, int port,
                                              int partitions, bool parks) {
   const auto deadline = Clock::now() + std::chrono::seconds(300);
-  if (!parks) std::this_thread::sleep_for(std::chrono::seconds(8));
-  for (; parks;) {
+  while (parks) {
     if (auto ok = r.check_instances(); !ok) return tl::unexpected(ok.error());
     auto text = scrape(port);
     if (text && sum_samples(*text, "kdedup_filter_parked") == partitions) break;
     if (Clock::now() > deadline) return kdedup::fail("the partitions did not park in time");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::seconds(parks ? 2 : 10));
   return memory_figures(pid, port);
 }
 

@@ -253,8 +253,9 @@ void Worker::check_slices() {
   for (auto& [id, slice] : slices_) {
     slice->check_quiet(wall_ms);
     if (!failed_ && slice->captures().records_since > 0) maybe_capture(*slice, 0);
-    parked = maybe_park(*slice, wall_ms) || parked;
-    note_snapshot_current(*slice);
+    const bool covered = snapshot_covers(*slice);
+    slice->counters()->snapshot_current.store(covered, std::memory_order_relaxed);
+    parked = (covered && maybe_park(*slice, wall_ms)) || parked;
   }
   // Filters below glibc's mmap threshold go back to the heap, where freed
   // pages stay resident until trimmed.
@@ -262,35 +263,29 @@ void Worker::check_slices() {
   settle_budget(wall_ms);
 }
 
-/// Parks a slice quiet for state.park_after whose filter the snapshot
-/// store holds exactly as it stands: captured at its current position
-/// (no record since) and written (none of its captures waiting or in
-/// flight; a failed write stops the service first). A recovering slice
-/// parks once its replay is over.
+/// Parks a slice quiet for state.park_after whose stored snapshot covers
+/// it (snapshot_covers(): a failed write stops the service first). A
+/// recovering slice parks once its replay is over.
 bool Worker::maybe_park(Slice& slice, std::int64_t wall_ms) {
   const auto park_after = context_.config.state.park_after.count();
-  if (park_after <= 0 || context_.store == nullptr || context_.snapshotter == nullptr) return false;
-  if (failed_ || slice.parked() || slice.filter() == nullptr) {
-    return false;
-  }
+  if (park_after <= 0 || context_.store == nullptr) return false;
+  // No filter: passthrough, or parked already.
+  if (failed_ || slice.filter() == nullptr || context_.fatal.raised()) return false;
   if (slice.quiet_for(wall_ms) < park_after) return false;
   const std::int64_t next = slice.next_offset();
-  if (next < 0 || next < slice.replay().end() || slice.captures().last_offset != next) return false;
-  if (context_.snapshotter->busy(slice.id()) || context_.fatal.raised()) return false;
+  if (next < 0 || next < slice.replay().end()) return false;
   if (!slice.park()) return false;
   spdlog::debug("worker {}: parked {} at offset {} (quiet for {} ms)", index_, slice.id().str(),
                 next, slice.quiet_for(wall_ms));
   return true;
 }
 
-/// Whether the slice's stored snapshot covers every record it processed
-/// (captured at its position, none of its captures waiting or in flight),
-/// into its counters.
-void Worker::note_snapshot_current(Slice& slice) {
-  if (context_.snapshotter == nullptr) return;
-  const bool current = slice.captures().last_offset == slice.next_offset() &&
-                       !context_.snapshotter->busy(slice.id());
-  slice.counters()->snapshot_current.store(current, std::memory_order_relaxed);
+/// Whether the slice's stored snapshot holds its filter exactly as it
+/// stands: captured at its current position (no record since) and
+/// written (none of its captures waiting or in flight).
+bool Worker::snapshot_covers(const Slice& slice) const {
+  return context_.snapshotter != nullptr && slice.captures().last_offset == slice.next_offset() &&
+         !context_.snapshotter->busy(slice.id());
 }
 
 /// Reads a parked slice's filter back from its snapshot. A snapshot that

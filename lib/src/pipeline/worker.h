@@ -135,10 +135,10 @@ class Worker {
   [[nodiscard]] bool next(Work& work);
   /// Once a second: quiet spells, due snapshots, parking, the budget vote.
   void check_slices();
-  /// True when `slice` was parked now.
+  [[nodiscard]] bool snapshot_covers(const Slice& slice) const;
+  /// True when `slice`, covered by its snapshot, was parked now.
   bool maybe_park(Slice& slice, std::int64_t wall_ms);
   [[nodiscard]] bool unpark(Slice& slice);
-  void note_snapshot_current(Slice& slice);
   void settle_budget(std::int64_t wall_ms);
   void release(Work& work);
   void process(std::vector<MessagePtr>& records, bool from_inbox);

@@ -288,6 +288,7 @@ class Slice {
 
   /// Snapshot bookkeeping; only the owning worker touches it.
   [[nodiscard]] CaptureSchedule& captures() noexcept { return captures_; }
+  [[nodiscard]] const CaptureSchedule& captures() const noexcept { return captures_; }
 
   [[nodiscard]] const std::shared_ptr<OffsetTracker>& tracker() const noexcept { return tracker_; }
   [[nodiscard]] const std::shared_ptr<PartitionCounters>& counters() const noexcept {
