@@ -116,6 +116,10 @@ class Instance {
     }
     return false;
   }
+  /// Waits until the sum of `name` over its series is `value` (wait_for()).
+  bool wait_for_sum(const std::string& name, double value, std::chrono::seconds limit) {
+    return wait_for([&] { return sum(name) == value; }, limit);
+  }
 
  private:
   std::string log_;

@@ -61,8 +61,7 @@ TEST_P(IdlePartitions, TwoHundredFiftySixHoldTheirFloors) {
              "window: 1h\nfilter:\n  type: " + GetParam() +
                  "\n  fpp: 0.01\n  capacity: 1000000\n"
                  "state:\n  dir: \"\"\n");
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 256; }, 120s))
-      << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 256, 120s)) << k.log();
   ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_bytes") > 0; }, 10s)) << k.log();
   std::this_thread::sleep_for(2s);
   const double filters = k.sum("kdedup_filter_bytes");
@@ -97,8 +96,7 @@ TEST(RunMemory, ABurstAcrossTwoHundredFiftySixPartitionsGrowsEachFilterAndEachGi
   Instance k(dir, "many", b.bootstrap(),
              "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\n  capacity: 1000000\n"
              "  min_bytes: 4KiB\nstate:\n  dir: \"\"\n");
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 256; }, 120s))
-      << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 256, 120s)) << k.log();
   ASSERT_TRUE(k.wait_for([&] { return k.values("kdedup_filter_bytes").size() == 256; }, 10s))
       << k.log();
   // A floor's cells and the filter's bookkeeping, the same in every
@@ -112,8 +110,7 @@ TEST(RunMemory, ABurstAcrossTwoHundredFiftySixPartitionsGrowsEachFilterAndEachGi
   const auto burst = stamped("burst-", 256'000, t0, 1);
   const auto trickle = stamped("trickle-", 510, t0 + 1'000, 25);
   auto took = [&](std::size_t n) {
-    return k.wait_for([&] { return k.sum("kdedup_records_in_total") == static_cast<double>(n); },
-                      120s);
+    return k.wait_for_sum("kdedup_records_in_total", static_cast<double>(n), 120s);
   };
   ASSERT_TRUE(b.produce("in", burst));
   ASSERT_TRUE(took(burst.size())) << k.log();
@@ -182,8 +179,7 @@ TEST_P(UnderABudget, TheFppRisesEvenlyWithoutFalseNegatives) {
                  "\n  fpp: 0.001\n  min_bytes: 4KiB\nmemory:\n  max_bytes: " +
                  std::to_string(bc.budget_kib) + "KiB\nstate:\n  dir: \"\"\n",
              "  audit_sample: 1\n", 1);
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 2; }, 60s))
-      << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 2, 60s)) << k.log();
   EXPECT_EQ(k.sum("kdedup_memory_budget_bytes"), kBudget);
   const double rss_before = rss_bytes(k.pid());
 
@@ -280,8 +276,7 @@ TEST_P(UnderABudget, TheFppRisesEvenlyWithoutFalseNegatives) {
     ASSERT_TRUE(b.produce("in", late));
     std::this_thread::sleep_for(900ms);
   }
-  EXPECT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_fpp_effective_target") == 0.001; }, 60s))
-      << k.log();
+  EXPECT_TRUE(k.wait_for_sum("kdedup_filter_fpp_effective_target", 0.001, 60s)) << k.log();
   EXPECT_NE(k.log().find("every partition sizes for filter.fpp 0.001 again"), std::string::npos);
   k.process().signal(SIGTERM);
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
@@ -306,8 +301,7 @@ TEST(RunMemory, ABudgetSmallerThanTheFloorsSaysSoOnce) {
   Instance k(dir, "floors", b.bootstrap(),
              "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\n  min_bytes: 4KiB\n"
              "memory:\n  max_bytes: 64KiB\nstate:\n  dir: \"\"\n");
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 32; }, 60s))
-      << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 32, 60s)) << k.log();
   // A few rounds on every partition, so that each filter's clock ticks and
   // it publishes what it needs.
   int total = 0;
@@ -321,10 +315,8 @@ TEST(RunMemory, ABudgetSmallerThanTheFloorsSaysSoOnce) {
     ASSERT_TRUE(b.produce("in", records));
     std::this_thread::sleep_for(500ms);
   }
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == total; }, 60s))
-      << k.log();
-  EXPECT_TRUE(k.wait_for([&] { return k.sum("kdedup_filter_fpp_effective_target") == 0.25; }, 30s))
-      << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", total, 60s)) << k.log();
+  EXPECT_TRUE(k.wait_for_sum("kdedup_filter_fpp_effective_target", 0.25, 30s)) << k.log();
   const std::string log = k.log();
   EXPECT_EQ(count_lines(log, "raise memory.max_bytes or lower filter.min_bytes"), 1U) << log;
   const std::size_t said = log.find("the 32 partitions' filters need");
@@ -362,11 +354,11 @@ void expect_restored_drops(TestBroker& b, Instance& k, const std::vector<TestRec
   auto before = b.watermarks("out");
   ASSERT_TRUE(before && before->size() == 1);
   EXPECT_EQ(before->front().high, taken - first_duplicates);
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_restores_total") == 1; }, 60s)) << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_restores_total", 1, 60s)) << k.log();
   EXPECT_EQ(k.sum("kdedup_snapshot_refusals_total"), 0) << k.log();
   ASSERT_TRUE(b.produce("in", again));
   const auto n = static_cast<double>(again.size());
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == n; }, 30s)) << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", n, 30s)) << k.log();
   std::this_thread::sleep_for(1500ms);
   auto after = b.watermarks("out");
   ASSERT_TRUE(after && after->size() == 1);
@@ -400,12 +392,11 @@ TEST_P(BurstShrinks, AfterwardsAndSoDoesItsRestoredSnapshot) {
   std::int64_t burst_b_at = 0;
   {
     Instance k(dir, "first", b.bootstrap(), config);
-    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 1; }, 60s))
-        << k.log();
+    ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 1, 60s)) << k.log();
     const double floor = k.sum("kdedup_filter_bytes");
     // A burst grows the filter...
     ASSERT_TRUE(b.produce("in", keys("burst-a-", 0, burst)));
-    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == burst; }, 60s));
+    ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", burst, 60s));
     std::this_thread::sleep_for(1500ms);
     peak = k.sum("kdedup_filter_bytes");
     EXPECT_GT(peak, 4 * floor);
@@ -418,20 +409,18 @@ TEST_P(BurstShrinks, AfterwardsAndSoDoesItsRestoredSnapshot) {
     // holds the grown filter).
     burst_b_at = wall_ms();
     ASSERT_TRUE(b.produce("in", keys("burst-b-", 0, burst, burst_b_at)));
-    ASSERT_TRUE(k.wait_for(
-        [&] { return k.sum("kdedup_records_in_total") == burst + 22 * 4 * 10 + burst; }, 60s));
+    ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", burst + 22 * 4 * 10 + burst, 60s));
     std::this_thread::sleep_for(1500ms);
     peak = k.sum("kdedup_filter_bytes");
     k.process().signal(SIGTERM);
     ASSERT_EQ(k.process().wait(30s), 0) << k.log();
   }
   Instance k(dir, "second", b.bootstrap(), config);
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_restores_total") == 1; }, 60s)) << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_restores_total", 1, 60s)) << k.log();
   // The burst's identities, sent again within the window (event time: the
   // partition clock is where the snapshot left it): all dropped.
   ASSERT_TRUE(b.produce("in", keys("burst-b-", 0, 2'000, burst_b_at)));
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_duplicate_total") == 2'000; }, 30s))
-      << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_records_duplicate_total", 2'000, 30s)) << k.log();
   EXPECT_GT(k.sum("kdedup_filter_bytes"), peak / 2);  // restored as it was
   // The restored filter shrinks as the clock moves on.
   ASSERT_TRUE(trickle("trickle-b-", 22));
@@ -452,11 +441,9 @@ INSTANTIATE_TEST_SUITE_P(RunMemory, BurstShrinks, ::testing::Values("timer", "co
 double fall_and_shrink(TestBroker& b, Instance& k, const std::vector<TestRecord>& high,
                        const std::vector<TestRecord>& low) {
   auto took = [&](std::size_t n) {
-    return k.wait_for([&] { return k.sum("kdedup_records_in_total") == static_cast<double>(n); },
-                      60s);
+    return k.wait_for_sum("kdedup_records_in_total", static_cast<double>(n), 60s);
   };
-  EXPECT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 1; }, 60s))
-      << k.log();
+  EXPECT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 1, 60s)) << k.log();
   if (!b.produce("in", high) || !took(high.size())) {
     ADD_FAILURE() << "the first rate was not taken: " << k.log();
     return 0;
@@ -544,7 +531,7 @@ TEST_F(RateFall, ThenAClimbGrowsTheShrunkFilterInPlaceAndItRestoresWithItsCopies
     shrunk = fall_and_shrink(b, k, high, low);
     if (shrunk <= 0) return;  // a rate was not taken (reported)
     ASSERT_TRUE(b.produce("in", climb));
-    ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == 96'000; }, 60s));
+    ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", 96'000, 60s));
     // Copied into at least twice its lines (the window's counts are not
     // copied), and not sealed. The gauges follow within a few seconds of
     // the last batch (metrics are published once a second).
@@ -573,7 +560,7 @@ TEST_F(RateFall, ThenAClimbGrowsTheShrunkFilterInPlaceAndItRestoresWithItsCopies
   const auto more = stamped("more-", 2'800, t0 + 55'000, 2);
   ASSERT_TRUE(b.produce("in", more));
   const double in = static_cast<double>(again.size() + more.size());
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_records_in_total") == in; }, 30s)) << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", in, 30s)) << k.log();
   EXPECT_LE(k.sum("kdedup_records_duplicate_total") - dropped, 0.02 * 5'600);
   EXPECT_EQ(k.sum("kdedup_filter_subfilters"), 1) << k.log();
   expect_each_key_once(b);
@@ -650,8 +637,7 @@ TEST(RunMemory, ABurstOfRepeatsGrowsTheTimerFilterOnceWithinTwiceWhatItsPeakNeed
   Instance k(dir, "repeats", b.bootstrap(),
              "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\nstate:\n  dir: \"\"\n",
              "  audit_sample: 1\n");
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == 1; }, 60s))
-      << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 1, 60s)) << k.log();
   double peak = 0, most_subfilters = 0, last = 0;
   std::size_t sent = 0;
   for (int half = 1; half <= 12; ++half) {
@@ -661,8 +647,7 @@ TEST(RunMemory, ABurstOfRepeatsGrowsTheTimerFilterOnceWithinTwiceWhatItsPeakNeed
       part.push_back(records[sent++]);
     }
     ASSERT_TRUE(b.produce("in", part));
-    ASSERT_TRUE(k.wait_for(
-        [&] { return k.sum("kdedup_records_in_total") == static_cast<double>(sent); }, 60s))
+    ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", static_cast<double>(sent), 60s))
         << k.log();
     std::this_thread::sleep_for(1200ms);  // the metrics are published once a second
     last = k.sum("kdedup_filter_bytes");

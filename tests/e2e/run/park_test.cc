@@ -38,21 +38,19 @@ std::string parking(const TempDir& dir, std::string type, const std::string& par
 }
 
 bool took(Instance& k, std::size_t n, std::chrono::seconds limit = 60s) {
-  return k.wait_for([&] { return k.sum("kdedup_records_in_total") == static_cast<double>(n); },
-                    limit);
+  return k.wait_for_sum("kdedup_records_in_total", static_cast<double>(n), limit);
 }
 
 bool assigned(Instance& k, double partitions) {
-  return k.wait_for([&] { return k.sum("kdedup_consumer_assigned_partitions") == partitions; },
-                    120s);
+  return k.wait_for_sum("kdedup_consumer_assigned_partitions", partitions, 120s);
 }
 
 bool duplicates_reach(Instance& k, double n) {
-  return k.wait_for([&] { return k.sum("kdedup_records_duplicate_total") == n; }, 10s);
+  return k.wait_for_sum("kdedup_records_duplicate_total", n, 10s);
 }
 
 bool parked(Instance& k, double partitions, std::chrono::seconds limit = 60s) {
-  return k.wait_for([&] { return k.sum("kdedup_filter_parked") == partitions; }, limit);
+  return k.wait_for_sum("kdedup_filter_parked", partitions, limit);
 }
 
 /// Waits until the records taken are `n`, then reads the duplicates.
@@ -138,7 +136,7 @@ TEST_P(Park, AParkedPartitionIsRestoredByTheNextStart) {
     ASSERT_EQ(k.process().wait(30s), 0) << k.log();
   }
   Instance k(dir, "second", b.bootstrap(), config);
-  ASSERT_TRUE(k.wait_for([&] { return k.sum("kdedup_restores_total") == 1; }, 60s)) << k.log();
+  ASSERT_TRUE(k.wait_for_sum("kdedup_restores_total", 1, 60s)) << k.log();
   EXPECT_EQ(k.sum("kdedup_snapshot_refusals_total"), 0) << k.log();
   ASSERT_TRUE(b.produce("in", first));
   ASSERT_TRUE(took(k, first.size())) << k.log();
