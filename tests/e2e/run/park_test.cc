@@ -7,6 +7,8 @@
 // - 256 partitions that went quiet after a burst give back all their
 //   filters' memory, and each one drops the burst's copies afterwards;
 // - a parked partition survives a stop: the next start restores it;
+// - the window's edge holds to the millisecond across parking (a 10 s
+//   window: the read-back filter expires what the window left);
 // - `park_after: 0` never parks.
 
 #include <gtest/gtest.h>
@@ -14,10 +16,12 @@
 #include <algorithm>
 #include <csignal>
 #include <numeric>
+#include <set>
 #include <string>
 
 #include "broker.h"
 #include "instance.h"
+#include "kdedup/filter/tick_scale.h"
 #include "process.h"
 
 namespace kdedup::testing {
@@ -25,16 +29,17 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// A 1 h window (every record below stays in it), snapshots every second,
-/// parking after `park_after` of wall time without records.
-/// `type` "timer+confirm": a timer filter in confirmed mode.
-std::string parking(const TempDir& dir, std::string type, const std::string& park_after) {
+/// A 1 h window unless told (every record of most tests stays in it),
+/// snapshots every second, parking after `park_after` of wall time without
+/// records. `type` "timer+confirm": a timer filter in confirmed mode.
+std::string parking(const TempDir& dir, std::string type, const std::string& park_after,
+                    const std::string& window = "1h") {
   const std::string confirm = "+confirm";
   const bool confirmed = type.size() > confirm.size() && type.ends_with(confirm);
   if (confirmed) type.resize(type.size() - confirm.size());
-  return "window: 1h\nfilter:\n  type: " + type + (confirmed ? "\n  confirm_store: true" : "") +
-         "\n  fpp: 0.01\nstate:\n  dir: \"" + dir.file("state") +
-         "\"\n  snapshot_interval: 1s\n  park_after: " + park_after + "\n";
+  return "window: " + window + "\nfilter:\n  type: " + type +
+         (confirmed ? "\n  confirm_store: true" : "") + "\n  fpp: 0.01\nstate:\n  dir: \"" +
+         dir.file("state") + "\"\n  snapshot_interval: 1s\n  park_after: " + park_after + "\n";
 }
 
 bool took(Instance& k, std::size_t n, std::chrono::seconds limit = 60s) {
@@ -142,6 +147,52 @@ TEST_P(Park, AParkedPartitionIsRestoredByTheNextStart) {
   ASSERT_TRUE(took(k, first.size())) << k.log();
   EXPECT_TRUE(duplicates_reach(k, static_cast<double>(first.size()))) << k.log();
   EXPECT_EQ(static_cast<double>(expect_each_key_once(b)), 5'000 - dropped);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+TEST_P(Park, TheWindowEdgeHoldsToTheMillisecondAcrossParking) {
+  // A 10 s window in event time, in the past (no timestamp is capped):
+  // an identity delivered at t is a duplicate at t + 1 ms, t + window - 1 ms
+  // and t + window, and forgotten by t + window + one tick. The repeats come
+  // to a parked partition, the last one after it parked again, so the
+  // read-back filter's clock moves past the window and expires its entries.
+  const bool compact = GetParam() == "compact";
+  const std::int64_t window = 10'000;
+  const std::int64_t tick = filter::TickScale(window, compact ? 10 : 192).tick_ms_ceil();
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  Instance k(dir, "edge", b.bootstrap(), parking(dir, GetParam(), "1s", "10s"));
+  ASSERT_TRUE(assigned(k, 1)) << k.log();
+  const std::int64_t t = wall_ms() - 60'000;
+  auto record = [](const std::string& key, std::int64_t ts) {
+    return TestRecord{.key = key, .value = key + "@" + std::to_string(ts), .timestamp_ms = ts};
+  };
+  ASSERT_TRUE(
+      b.produce("in", {record("e-0", t), record("e-1", t), record("e-2", t), record("e-3", t)}));
+  ASSERT_TRUE(took(k, 4)) << k.log();
+  ASSERT_TRUE(parked(k, 1)) << k.log();
+  const std::vector<TestRecord> inside = {record("e-0", t + 1), record("e-1", t + window - 1),
+                                          record("e-2", t + window)};
+  ASSERT_TRUE(b.produce("in", inside));
+  ASSERT_TRUE(took(k, 7)) << k.log();
+  EXPECT_TRUE(duplicates_reach(k, 3)) << "a repeat inside the window went out after parking";
+  ASSERT_TRUE(parked(k, 1)) << k.log();
+  const TestRecord past = record("e-3", t + window + tick);
+  ASSERT_TRUE(b.produce("in", {past}));
+  ASSERT_TRUE(took(k, 8)) << k.log();
+  EXPECT_TRUE(k.wait_for_sum("kdedup_records_distinct_total", 5, 10s))
+      << "the repeat past the window and a tick was not emitted";
+  EXPECT_EQ(k.sum("kdedup_filter_unparks_total"), 2);
+  auto out = b.read_topic("out");
+  ASSERT_TRUE(out) << out.error().message;
+  std::set<std::string> values;
+  for (const auto& r : *out) values.insert(r.value);
+  for (const auto& r : inside) EXPECT_FALSE(values.count(r.value)) << r.value;
+  EXPECT_TRUE(values.count(past.value)) << past.value;
+  EXPECT_EQ(out->size(), 5U);
   k.process().signal(SIGTERM);
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
 }
