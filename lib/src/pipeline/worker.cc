@@ -5,14 +5,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <limits>
 
 #include "fatal_error.h"
 #include "kafka_clients.h"
 #include "kafka_errors.h"
+#include "kdedup/pipeline/pipeline.h"
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/state/snapshot.h"
 #include "kdedup/state/snapshot_store.h"
@@ -257,9 +256,8 @@ void Worker::check_slices() {
     slice->counters()->snapshot_current.store(covered, std::memory_order_relaxed);
     parked = (covered && maybe_park(*slice, wall_ms)) || parked;
   }
-  // Filters below glibc's mmap threshold go back to the heap, where freed
-  // pages stay resident until trimmed.
-  if (parked) malloc_trim(0);
+  // Freed filters' pages stay resident until the allocator is told.
+  if (parked) return_freed_memory();
   settle_budget(wall_ms);
 }
 
