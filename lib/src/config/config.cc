@@ -409,16 +409,19 @@ void warn_about_salt(const Document& doc, const Config& c, std::vector<Issue>& w
   }
 }
 
-/// A park_after the user set that cannot take effect: parking reads a
-/// filter back from its snapshot.
+/// A park_after the user set that cannot take full effect: parking reads
+/// a filter back from its snapshot (only a partition that has had no record
+/// needs none).
 void warn_about_parking(const Document& doc, const Config& c, std::vector<Issue>& warnings) {
   auto it = doc.where.find("/state/park_after");
   if (it == doc.where.end() || c.state.park_after.count() == 0) return;
-  const char* why = c.state.dir.empty() ? "state.dir is empty (no snapshots to read back from)"
-                    : !c.filter_enabled ? "the filter is disabled"
-                                        : nullptr;
+  const char* why = !c.filter_enabled ? "has no effect: the filter is disabled"
+                    : c.state.dir.empty()
+                        ? "parks only partitions that have had no record since they were assigned: "
+                          "state.dir is empty (no snapshots to read the others back from)"
+                        : nullptr;
   if (why == nullptr) return;
-  warnings.push_back(Issue{"state.park_after", std::string("has no effect: ") + why, it->second});
+  warnings.push_back(Issue{"state.park_after", why, it->second});
 }
 
 /// The typed Config of a schema-valid document, and the semantic checks the

@@ -85,6 +85,8 @@ Slice::Slice(PartitionId id, const SliceOptions& options,
     : id_(std::move(id)),
       filter_(std::move(filter)),
       memory_(options.memory),
+      filter_config_(options.filter),
+      pristine_(filter_ != nullptr && next_offset < 0),
       clock_(options.max_future_skew_ms, clock_ms),
       scale_(slice_scale(options, filter_.get())),
       refresh_(options.refresh),
@@ -143,6 +145,13 @@ void Slice::unpark(std::unique_ptr<filter::SlidingFilter> restored) {
   counters_->unparks.fetch_add(1, std::memory_order_relaxed);
 }
 
+Status Slice::unpark_new() {
+  auto made = filter::make_filter(filter_config_);
+  if (!made) return fail("cannot create the filter: " + made.error().message);
+  unpark(std::move(*made));
+  return {};
+}
+
 filter::Tick Slice::observe(std::int64_t timestamp_ms, std::int64_t wall_ms) noexcept {
   switch (clock_.observe(timestamp_ms, wall_ms)) {
     case PartitionClock::Reading::kCapped:
@@ -171,6 +180,7 @@ void Slice::decide(std::span<const filter::Fingerprint> fps, std::span<const fil
     std::fill(out.begin(), out.end(), filter::Decision::kDistinct);
     return;
   }
+  if (!fps.empty()) pristine_ = false;
   decide_with_filter(fps, ticks, out, learn);
   if (confirmer_ && !failure_) {
     if (auto settled = confirmer_->settle(*filter_, fps, ticks, offsets, learn, out); !settled) {

@@ -254,7 +254,7 @@ void Worker::check_slices() {
     if (!failed_ && slice->captures().records_since > 0) maybe_capture(*slice, 0);
     const bool covered = snapshot_covers(*slice);
     slice->counters()->snapshot_current.store(covered, std::memory_order_relaxed);
-    parked = (covered && maybe_park(*slice, wall_ms)) || parked;
+    parked = maybe_park(*slice, wall_ms, covered) || parked;
   }
   // Freed filters' pages stay resident until the allocator is told.
   if (parked) return_freed_memory();
@@ -262,16 +262,21 @@ void Worker::check_slices() {
 }
 
 /// Parks a slice quiet for state.park_after whose stored snapshot covers
-/// it (snapshot_covers(): a failed write stops the service first). A
-/// recovering slice parks once its replay is over.
-bool Worker::maybe_park(Slice& slice, std::int64_t wall_ms) {
+/// it (`covered`, snapshot_covers(): a failed write stops the service
+/// first), or that is pristine (nothing to read back: with or without a
+/// state dir). A recovering slice with a snapshot parks once its replay is
+/// over.
+bool Worker::maybe_park(Slice& slice, std::int64_t wall_ms, bool covered) {
   const auto park_after = context_.config.state.park_after.count();
-  if (park_after <= 0 || context_.store == nullptr) return false;
+  if (park_after <= 0) return false;
   // No filter: passthrough, or parked already.
   if (failed_ || slice.filter() == nullptr || context_.fatal.raised()) return false;
   if (slice.quiet_for(wall_ms) < park_after) return false;
   const std::int64_t next = slice.next_offset();
-  if (next < 0 || next < slice.replay().end()) return false;
+  if (!slice.pristine() &&
+      (!covered || context_.store == nullptr || next < 0 || next < slice.replay().end())) {
+    return false;
+  }
   if (!slice.park()) return false;
   spdlog::debug("worker {}: parked {} at offset {} (quiet for {} ms)", index_, slice.id().str(),
                 next, slice.quiet_for(wall_ms));
@@ -286,11 +291,21 @@ bool Worker::snapshot_covers(const Slice& slice) const {
          !context_.snapshotter->busy(slice.id());
 }
 
-/// Reads a parked slice's filter back from its snapshot. A snapshot that
-/// cannot be read, or that no longer matches the slice, stops the service
-/// without committing the records that came (the next start recovers the
-/// partition as after any stop).
+/// Reads a parked slice's filter back from its snapshot, or makes a
+/// pristine one anew. A snapshot that cannot be read, or that no longer
+/// matches the slice, stops the service without committing the records
+/// that came (the next start recovers the partition as after any stop).
 bool Worker::unpark(Slice& slice) {
+  if (slice.pristine()) {
+    if (auto made = slice.unpark_new(); !made) {
+      failed_ = true;
+      context_.fatal.set(slice.id().str() +
+                         ": its parked filter cannot be made anew: " + made.error().message);
+      return false;
+    }
+    spdlog::debug("worker {}: unparked {} (a new filter)", index_, slice.id().str());
+    return true;
+  }
   const auto started = Clock::now();
   const state::PartitionKey key{slice.id().topic, slice.id().partition};
   auto loaded = context_.store->load(key, context_.fingerprint);

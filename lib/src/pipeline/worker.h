@@ -136,8 +136,8 @@ class Worker {
   /// Once a second: quiet spells, due snapshots, parking, the budget vote.
   void check_slices();
   [[nodiscard]] bool snapshot_covers(const Slice& slice) const;
-  /// True when `slice`, covered by its snapshot, was parked now.
-  bool maybe_park(Slice& slice, std::int64_t wall_ms);
+  /// True when `slice` (`covered` by its snapshot, or pristine) was parked now.
+  bool maybe_park(Slice& slice, std::int64_t wall_ms, bool covered);
   [[nodiscard]] bool unpark(Slice& slice);
   void settle_budget(std::int64_t wall_ms);
   void release(Work& work);

@@ -9,6 +9,9 @@
 // - a parked partition survives a stop: the next start restores it;
 // - the window's edge holds to the millisecond across parking (a 10 s
 //   window: the read-back filter expires what the window left);
+// - a thousand partitions that have had no record park without a snapshot
+//   (and without a state dir), and each makes its filter anew for its
+//   first record;
 // - `park_after: 0` never parks.
 
 #include <gtest/gtest.h>
@@ -247,6 +250,113 @@ TEST(RunPark, TwoHundredFiftySixQuietPartitionsGiveBackTheirFiltersAndEachReadsI
   EXPECT_TRUE(duplicates_reach(k, dropped + static_cast<double>(burst.size()))) << k.log();
   EXPECT_EQ(static_cast<double>(expect_each_key_once(b)),
             static_cast<double>(burst.size()) - dropped);
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+/// `per_partition` records for each of `partitions` partitions, keys
+/// "p<partition>-<i>", stamped `at`.
+std::vector<TestRecord> on_every_partition(int partitions, int per_partition, std::int64_t at) {
+  std::vector<TestRecord> out;
+  for (int p = 0; p < partitions; ++p) {
+    for (int i = 0; i < per_partition; ++i) {
+      TestRecord r;
+      r.key = "p" + std::to_string(p) + "-" + std::to_string(i);
+      r.value = "v";
+      r.timestamp_ms = at;
+      r.partition = p;
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+TEST(RunPark, AThousandPartitionsThatHaveHadNoRecordParkWithoutASnapshot) {
+  // 1,024 partitions assigned, no record: each holds its floor until
+  // park_after, then frees it with no snapshot written (an empty filter is
+  // made anew). The first records make each one's filter; once snapshots
+  // hold them they park again, and the same records sent again are each
+  // read back and dropped.
+  constexpr int kPartitions = 1024;
+  const std::string n = std::to_string(kPartitions);
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:" + n, "out:" + n}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  Instance k(dir, "thousand", b.bootstrap(), parking(dir, "timer", "15s"));
+  ASSERT_TRUE(assigned(k, kPartitions)) << k.log();
+  ASSERT_TRUE(
+      k.wait_for([&] { return k.sum("kdedup_filter_bytes") >= kPartitions * 65536.0; }, 30s))
+      << "every partition holds its 64 KiB floor before it parks";
+  const double rss_idle = rss_bytes(k.pid());
+  ASSERT_TRUE(parked(k, kPartitions, 90s)) << k.log();
+  std::this_thread::sleep_for(1500ms);
+  const double rss_parked = rss_bytes(k.pid());
+  std::printf("%d partitions without records: RSS %.0f MiB holding floors, %.0f MiB parked\n",
+              kPartitions, rss_idle / (1 << 20), rss_parked / (1 << 20));
+  EXPECT_EQ(k.sum("kdedup_filter_bytes"), 0);
+  EXPECT_EQ(k.sum("kdedup_memory_used_bytes"), 0);
+  EXPECT_EQ(k.sum("kdedup_snapshots_total"), 0) << "nothing to snapshot: no record came";
+  // 64 MiB of floors freed; the heap is trimmed.
+  EXPECT_LT(rss_parked, rss_idle - 32.0 * (1 << 20));
+
+  const auto records = on_every_partition(kPartitions, 4, wall_ms());
+  ASSERT_TRUE(b.produce("in", records));
+  ASSERT_TRUE(took(k, records.size(), 120s)) << k.log();
+  EXPECT_TRUE(k.wait_for_sum("kdedup_filter_unparks_total", kPartitions, 10s));
+  EXPECT_TRUE(k.wait_for_sum("kdedup_records_distinct_total", records.size(), 10s))
+      << "a new filter for each partition's first records: all four distinct";
+  EXPECT_EQ(k.sum("kdedup_filter_parked"), 0);
+
+  // Snapshots now hold the filters: they park again and are read back.
+  ASSERT_TRUE(parked(k, kPartitions, 90s)) << k.log();
+  EXPECT_GE(k.sum("kdedup_snapshots_total"), kPartitions);
+  ASSERT_TRUE(b.produce("in", records));
+  ASSERT_TRUE(took(k, 2 * records.size(), 120s)) << k.log();
+  EXPECT_TRUE(k.wait_for_sum("kdedup_filter_unparks_total", 2 * kPartitions, 10s));
+  EXPECT_TRUE(duplicates_reach(k, static_cast<double>(records.size()))) << k.log();
+  EXPECT_EQ(expect_each_key_once(b), records.size());
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+TEST(RunPark, WithoutAStateDirOnlyPartitionsThatHaveHadNoRecordPark) {
+  // No snapshots to read a filter back from: a partition that took
+  // records keeps its filter; one that took none parks, and its first
+  // record, later, makes it anew. The start-up warns that park_after acts
+  // on the second kind only.
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:8", "out:8"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  TempDir dir;
+  Instance k(dir, "nodir", b.bootstrap(),
+             "window: 1h\nfilter:\n  type: timer\n  fpp: 0.01\nstate:\n  dir: \"\"\n"
+             "  park_after: 2s\n");
+  ASSERT_TRUE(assigned(k, 8)) << k.log();
+  auto busy = on_every_partition(4, 100, wall_ms());  // partitions 0-3
+  ASSERT_TRUE(b.produce("in", busy));
+  ASSERT_TRUE(took(k, busy.size())) << k.log();
+  ASSERT_TRUE(parked(k, 4)) << k.log();
+  std::this_thread::sleep_for(4s);  // twice park_after more: the busy four stay
+  EXPECT_EQ(k.sum("kdedup_filter_parked"), 4);
+  EXPECT_GE(k.sum("kdedup_filter_bytes"), 4 * 65536.0);
+  EXPECT_NE(k.log().find("parks only partitions that have had no record"), std::string::npos)
+      << k.log();
+
+  // Every partition's records again, and partition 7's first: the busy
+  // four drop theirs, the parked ones make a new filter.
+  auto again = busy;
+  TestRecord first;
+  first.key = "p7-first";
+  first.value = "v";
+  first.timestamp_ms = wall_ms();
+  first.partition = 7;
+  again.push_back(first);
+  ASSERT_TRUE(b.produce("in", again));
+  ASSERT_TRUE(took(k, busy.size() + again.size())) << k.log();
+  EXPECT_TRUE(duplicates_reach(k, static_cast<double>(busy.size())));
+  EXPECT_TRUE(k.wait_for_sum("kdedup_filter_unparks_total", 1, 10s));
+  EXPECT_EQ(expect_each_key_once(b), busy.size() + 1);
   k.process().signal(SIGTERM);
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
 }

@@ -403,8 +403,39 @@ int parked_partitions(RunningPipeline& run) {
                                         [](const PartitionStats& p) { return p.parked; }));
 }
 
-/// `confirmed`: a timer filter in confirmed mode (the store opened with a
-/// confirm store, as `kdedup run` opens it); else the exact filter.
+/// Waits until the pipeline's one partition is parked (false: it did not
+/// within 15 s, or the pipeline stopped).
+bool wait_parked(RunningPipeline& run) {
+  for (int i = 0; i < 300 && !run.finished(); ++i) {
+    if (parked_partitions(run) == 1) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+/// A snapshot store in `dir` and a config that snapshots every 200 ms and
+/// parks after 500 ms. `confirmed`: a timer filter in confirmed mode (the
+/// store opened with a confirm store, as `kdedup run` opens it); else the
+/// exact filter.
+std::pair<config::Config, std::unique_ptr<state::SnapshotStore>> parking(
+    const std::string& bootstrap, const testing::TempDir& dir, bool confirmed) {
+  state::StoreOptions options;
+  if (confirmed) options.confirm = state::ConfirmOptions{};
+  auto store = state::SnapshotStore::open(dir.file("state"), options);
+  EXPECT_TRUE(store) << store.error().message;
+  auto c = base_config(bootstrap);
+  c.on_invalid = config::OnInvalid::kDrop;
+  if (confirmed) {
+    c.filter.type = filter::FilterType::kTimer;
+    c.filter = *filter::normalize(c.filter);
+    c.confirm_store = true;
+  }
+  c.state.dir = dir.file("state");
+  c.state.snapshot_interval = 200ms;
+  c.state.park_after = 500ms;
+  return {std::move(c), store ? std::move(*store) : nullptr};
+}
+
 void park_read_back_then_lose_the_snapshot(bool confirmed) {
   // A partition parks once its snapshot holds its filter; its next records
   // read it back (and it parks again). A snapshot no longer there (erased
@@ -415,40 +446,21 @@ void park_read_back_then_lose_the_snapshot(bool confirmed) {
   ASSERT_TRUE(broker) << broker.error().message;
   TestBroker& b = **broker;
   testing::TempDir dir;
-  state::StoreOptions options;
-  if (confirmed) options.confirm = state::ConfirmOptions{};
-  auto store = state::SnapshotStore::open(dir.file("state"), options);
-  ASSERT_TRUE(store) << store.error().message;
-  auto c = base_config(b.bootstrap());
-  c.on_invalid = config::OnInvalid::kDrop;
-  if (confirmed) {
-    c.filter.type = filter::FilterType::kTimer;
-    c.filter = *filter::normalize(c.filter);
-    c.confirm_store = true;
-  }
-  c.state.dir = dir.file("state");
-  c.state.snapshot_interval = 200ms;
-  c.state.park_after = 500ms;
-  RunningPipeline run(c, store->get());
+  auto [c, store] = parking(b.bootstrap(), dir, confirmed);
+  ASSERT_TRUE(store);
+  RunningPipeline run(c, store.get());
   ASSERT_TRUE(b.produce(
       "in", {{.key = "a", .value = "1"}, {.key = "b", .value = "2"}, {.key = "a", .value = "3"}}));
   ASSERT_EQ(read_until(b, "out", 2).size(), 2u);
-  auto wait_parked = [&] {
-    for (int i = 0; i < 300 && !run.finished(); ++i) {
-      if (parked_partitions(run) == 1) return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return false;
-  };
-  ASSERT_TRUE(wait_parked()) << "the quiet partition never parked";
+  ASSERT_TRUE(wait_parked(run)) << "the quiet partition never parked";
   // Read back for its next records: "a" is still known, "c" is new.
   ASSERT_TRUE(b.produce("in", {{.key = "a", .value = "4"}, {.key = "c", .value = "5"}}));
   const auto out = read_until(b, "out", 3);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out.back().key, "c");
-  ASSERT_TRUE(wait_parked()) << "it did not park again";
+  ASSERT_TRUE(wait_parked(run)) << "it did not park again";
 
-  ASSERT_TRUE((*store)->erase(state::PartitionKey{"in", 0}));
+  ASSERT_TRUE(store->erase(state::PartitionKey{"in", 0}));
   ASSERT_TRUE(b.produce("in", {{.key = "b", .value = "6"}}));
   for (int i = 0; i < 300 && !run.finished(); ++i) std::this_thread::sleep_for(50ms);
   EXPECT_TRUE(run.finished()) << "an unreadable parked filter must stop the pipeline";
@@ -471,6 +483,38 @@ TEST(PipelineIntegration, AParkedFilterIsReadBackAndOneWhoseSnapshotIsGoneStopsW
 
 TEST(PipelineIntegration, AParkedFilterInConfirmedModeIsReadBackAndItsLostSnapshotStops) {
   park_read_back_then_lose_the_snapshot(true);
+}
+
+TEST(PipelineIntegration, APartitionThatHasHadNoRecordParksWithoutASnapshotInConfirmedMode) {
+  // Assigned, no record: it parks with nothing in the store, and its first
+  // records find a filter made anew (the confirm store still bound to the
+  // partition's empty start). Then it parks from its snapshot and reads
+  // that back as any partition does.
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TestBroker& b = **broker;
+  testing::TempDir dir;
+  auto [c, store] = parking(b.bootstrap(), dir, true);
+  ASSERT_TRUE(store);
+  RunningPipeline run(c, store.get());
+  ASSERT_TRUE(wait_parked(run)) << "the partition without records never parked";
+  auto listed = store->list();
+  ASSERT_TRUE(listed) << listed.error().message;
+  EXPECT_TRUE(listed->empty()) << "no snapshot was needed";
+  ASSERT_TRUE(b.produce(
+      "in", {{.key = "a", .value = "1"}, {.key = "b", .value = "2"}, {.key = "a", .value = "3"}}));
+  ASSERT_EQ(read_until(b, "out", 2).size(), 2u);
+  ASSERT_TRUE(wait_parked(run)) << "it did not park again";
+  ASSERT_TRUE(b.produce("in", {{.key = "a", .value = "4"}, {.key = "c", .value = "5"}}));
+  const auto out = read_until(b, "out", 3);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].key, "a");
+  EXPECT_EQ(out[1].key, "b");
+  EXPECT_EQ(out[2].key, "c");
+  const auto stats = run.pipeline().stats();
+  ASSERT_EQ(stats.partitions.size(), 1u);
+  EXPECT_EQ(stats.partitions[0].unparks, 2u);
+  ASSERT_TRUE(run.stop());
 }
 
 TEST(PipelineIntegration, OutputWithTooFewPartitionsIsRejectedAtStartup) {

@@ -478,13 +478,15 @@ TEST(ConfigLoad, AParkAfterThatCannotTakeEffectIsWarnedAbout) {
   ASSERT_TRUE(no_dir.ok()) << errors_of(no_dir);
   ASSERT_EQ(no_dir.warnings.size(), 1u);
   EXPECT_EQ(no_dir.warnings[0].path, "state.park_after");
+  EXPECT_THAT(no_dir.warnings[0].message,
+              HasSubstr("parks only partitions that have had no record since they were assigned"));
   EXPECT_THAT(no_dir.warnings[0].message, HasSubstr("state.dir is empty"));
   EXPECT_THAT(to_string(no_dir.warnings[0]), HasSubstr(":"));  // where it was set
   auto passthrough =
       check(std::string(kMinimal) + "state: {park_after: 1m}\n", {"filter.enabled=false"});
   ASSERT_TRUE(passthrough.ok()) << errors_of(passthrough);
   ASSERT_EQ(passthrough.warnings.size(), 1u);
-  EXPECT_THAT(passthrough.warnings[0].message, HasSubstr("the filter is disabled"));
+  EXPECT_THAT(passthrough.warnings[0].message, HasSubstr("has no effect: the filter is disabled"));
   auto confirmed = check(std::string(kMinimal) + "state: {park_after: 1m}\n",
                          {"filter.type=timer", "filter.confirm_store=true"});
   ASSERT_TRUE(confirmed.ok()) << errors_of(confirmed);

@@ -58,6 +58,15 @@ SliceOptions exact_options(std::int64_t window_ms, std::uint32_t ticks) {
   return o;
 }
 
+/// A timer filter charged to a memory budget of its own (10 s window).
+SliceOptions budgeted_timer_options() {
+  SliceOptions o = exact_options(10'000, 10);
+  o.filter.type = filter::FilterType::kTimer;
+  o.filter = *filter::normalize(o.filter);
+  o.memory = std::make_shared<filter::MemoryBudget>();
+  return o;
+}
+
 TEST(Slice, TickIsClockOverTickLength) {
   auto s = Slice::create({"t", 0}, exact_options(10'000, 10));
   ASSERT_TRUE(s) << s.error().message;
@@ -139,10 +148,7 @@ TEST(Slice, ItsFilterSharesTheProcessMemoryBudget) {
 }
 
 TEST(Slice, AParkedSliceHoldsNoFilterRefusesRecordsAndContinuesWithTheOneItIsGivenBack) {
-  SliceOptions o = exact_options(10'000, 10);
-  o.filter.type = filter::FilterType::kTimer;
-  o.filter = *filter::normalize(o.filter);
-  o.memory = std::make_shared<filter::MemoryBudget>();
+  SliceOptions o = budgeted_timer_options();
   auto made = Slice::create({"t", 2}, o);
   ASSERT_TRUE(made);
   Slice& s = **made;
@@ -185,6 +191,50 @@ TEST(Slice, AParkedSliceHoldsNoFilterRefusesRecordsAndContinuesWithTheOneItIsGiv
   s.decide(both, now, decided);
   EXPECT_FALSE(s.failure());
   EXPECT_EQ(decided, (std::vector<Decision>{Decision::kDuplicate, Decision::kDistinct}));
+}
+
+TEST(Slice, APristineSliceIsMadeAnewAndStopsBeingPristineAtItsFirstRecord) {
+  SliceOptions o = budgeted_timer_options();
+  auto made = Slice::create({"t", 4}, o);
+  ASSERT_TRUE(made);
+  Slice& s = **made;
+  EXPECT_TRUE(s.pristine()) << "a new slice's filter is the one make_filter() gives";
+  const std::string empty = s.filter()->serialize();
+  const std::uint64_t floor = o.memory->used();
+  EXPECT_GT(floor, 0U);
+
+  ASSERT_TRUE(s.park());
+  EXPECT_EQ(o.memory->used(), 0U);
+  ASSERT_TRUE(s.unpark_new());
+  EXPECT_FALSE(s.parked());
+  EXPECT_TRUE(s.pristine()) << "no record yet";
+  EXPECT_EQ(s.counters()->unparks.load(), 1U);
+  EXPECT_EQ(o.memory->used(), floor) << "the new filter is charged as the first was";
+  EXPECT_EQ(s.filter()->serialize(), empty) << "made anew, the same filter";
+
+  // An empty batch changes nothing; the first record ends it.
+  std::vector<Decision> none;
+  s.decide({}, {}, none);
+  EXPECT_TRUE(s.pristine());
+  const Fingerprint a{0x9E3779B97F4A7C15ULL, 0xC2B2AE3D27D4EB4FULL};
+  std::vector<Fingerprint> fps{a};
+  std::vector<Tick> ticks{s.observe(kWall - 1'000, kWall)};
+  std::vector<Decision> out(1);
+  s.decide(fps, ticks, out);
+  EXPECT_EQ(out[0], Decision::kDistinct);
+  EXPECT_FALSE(s.pristine());
+
+  // A learned delivery (recovery) ends it too, and a restored filter never is.
+  auto learner = Slice::create({"t", 5}, o);
+  ASSERT_TRUE(learner);
+  const std::vector<std::uint8_t> learn{1};
+  (*learner)->decide(fps, ticks, out, learn);
+  EXPECT_FALSE((*learner)->pristine());
+  auto restored = filter::restore_filter(s.filter()->serialize());
+  ASSERT_TRUE(restored);
+  auto continued = Slice::create({"t", 4}, o, SliceStart{std::move(*restored), kWall - 1'000, 1});
+  ASSERT_TRUE(continued);
+  EXPECT_FALSE((*continued)->pristine());
 }
 
 TEST(Slice, PassthroughDoesNotPark) {

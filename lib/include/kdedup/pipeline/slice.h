@@ -247,16 +247,23 @@ class Slice {
 
   /// Parking (`state.park_after`, DESIGN.md "Memory follows load"): the
   /// owning worker parks a quiet partition once the snapshot store holds
-  /// its filter exactly as it stands (captured at next_offset(), written).
-  /// park() frees the filter (its memory budget demand leaves with it);
-  /// unpark() takes the filter restored from that snapshot before the next
-  /// record is decided. Until then decide() refuses (failure()). In confirmed
-  /// mode the Confirmer stays attached: the confirm store is bound to that
-  /// snapshot and stages nothing while no record comes. A Slice without a
+  /// its filter exactly as it stands (captured at next_offset(), written),
+  /// or, pristine(), with no snapshot at all. park() frees the filter (its
+  /// memory budget demand leaves with it); before the next record is
+  /// decided, unpark() takes the filter restored from that snapshot, or
+  /// unpark_new() makes a pristine one anew. Until then decide() refuses
+  /// (failure()). In confirmed mode the Confirmer stays attached: the
+  /// confirm store is bound to that snapshot (or to the partition's empty
+  /// start) and stages nothing while no record comes. A Slice without a
   /// filter does not park (returns false).
   bool park();
   void unpark(std::unique_ptr<filter::SlidingFilter> restored);
+  [[nodiscard]] Status unpark_new();
   [[nodiscard]] bool parked() const noexcept { return parked_; }
+  /// The filter is the empty one made for a new Slice (not restored), and
+  /// no record was decided or learned since: a filter made anew from the
+  /// same config is the same filter, so parking it needs no snapshot.
+  [[nodiscard]] bool pristine() const noexcept { return pristine_; }
 
   /// The replay rule of a recovering partition (set before the Slice is
   /// handed to its worker).
@@ -304,7 +311,9 @@ class Slice {
   PartitionId id_;
   std::unique_ptr<filter::SlidingFilter> filter_;
   std::shared_ptr<filter::MemoryBudget> memory_;  // SliceOptions::memory, for unpark()
+  filter::FilterConfig filter_config_;            // SliceOptions::filter, for unpark_new()
   bool parked_ = false;
+  bool pristine_;
   PartitionClock clock_;
   filter::TickScale scale_;
   bool refresh_ = false;
