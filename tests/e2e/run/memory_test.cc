@@ -21,13 +21,17 @@
 //   snapshot, taken while the copies are alive, restores and still finds
 //   the identities held in them;
 // - a 5x burst of repeats grows the timer filter in place once, within 2x
-//   of what its peak needs, and it gives the memory back after the burst.
+//   of what its peak needs, and it gives the memory back after the burst;
+// - jemalloc's background thread, which hands freed pages back by the
+//   clock while the process is quiet, runs in `kdedup run`, and
+//   MALLOC_CONF turns it off.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -139,6 +143,61 @@ TEST(RunMemory, ABurstAcrossTwoHundredFiftySixPartitionsGrowsEachFilterAndEachGi
             static_cast<double>(burst.size() + trickle.size()));
   k.process().signal(SIGTERM);
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+}
+
+/// The names of a process's threads (/proc/PID/task/*/comm).
+std::vector<std::string> thread_names(pid_t pid) {
+  std::vector<std::string> names;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream in(task.path() / "comm");
+    std::string name;
+    if (std::getline(in, name)) names.push_back(name);
+  }
+  return names;
+}
+
+/// Whether the process has libjemalloc mapped (the release binaries link
+/// it; the sanitizer builds run on glibc's allocator).
+bool runs_on_jemalloc(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("libjemalloc") != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool has_thread(pid_t pid, const std::string& name) {
+  const auto names = thread_names(pid);
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+TEST(RunMemory, JemallocsBackgroundThreadHandsFreedPagesBackWhileTheProcessIsQuiet) {
+  // Without it jemalloc purges freed pages only as threads allocate, so
+  // what a burst freed stayed resident in a quiet instance
+  // (docs/performance.md, "Freed memory leaves a quiet process").
+  auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
+  ASSERT_TRUE(broker) << broker.error().message;
+  TempDir dir;
+  Instance k(dir, "allocator", (*broker)->bootstrap(), "window: 1m\nstate:\n  dir: \"\"\n");
+  ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 1, 60s)) << k.log();
+  if (!runs_on_jemalloc(k.pid())) GTEST_SKIP() << "this build runs on glibc's allocator";
+  EXPECT_TRUE(has_thread(k.pid(), "jemalloc_bg_thd"));
+  k.process().signal(SIGTERM);
+  EXPECT_EQ(k.process().wait(30s), 0) << k.log();
+
+  // MALLOC_CONF overrides the binary's choice (the same binary, its
+  // test broker: the allocator's options are the process's, whatever runs).
+  ChildOptions o;
+  o.env = {"MALLOC_CONF=background_thread:false"};
+  o.stderr_file = dir.file("off.log");
+  auto off = ChildProcess::spawn({KDEDUP_BINARY, "testbroker"}, o);
+  ASSERT_TRUE(off) << off.error().message;
+  std::this_thread::sleep_for(2s);
+  ASSERT_FALSE((*off)->poll_exit()) << read_file(dir.file("off.log"));
+  EXPECT_FALSE(has_thread((*off)->pid(), "jemalloc_bg_thd"));
+  (*off)->signal(SIGTERM);
+  static_cast<void>((*off)->wait(30s));
 }
 
 struct BudgetCase {
