@@ -1,7 +1,6 @@
 // The process's memory budget and the log lines of its pressure changes.
 
 #include <fmt/format.h>
-#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <string>
@@ -10,21 +9,7 @@
 #include "kdedup/filter/memory_budget.h"
 #include "kdedup/pipeline/pipeline.h"
 
-// jemalloc's control interface: weak, so null where the binary runs on
-// glibc's allocator (the sanitizer builds, the tests' programs).
-extern "C" int mallctl(const char* name, void* oldp, std::size_t* oldlenp, void* newp,
-                       std::size_t newlen) __attribute__((weak));
-
 namespace kdedup::pipeline {
-
-void return_freed_memory() noexcept {
-  if (mallctl != nullptr) {
-    // "arena.<MALLCTL_ARENAS_ALL>.purge": every arena (jemalloc 5: 4096).
-    static_cast<void>(mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0));
-    return;
-  }
-  malloc_trim(0);
-}
 
 std::shared_ptr<filter::MemoryBudget> make_memory_budget(const config::Config& config) {
   filter::MemoryBudget::Options o;

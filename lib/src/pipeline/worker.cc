@@ -9,9 +9,9 @@
 #include <limits>
 
 #include "fatal_error.h"
+#include "free_memory.h"
 #include "kafka_clients.h"
 #include "kafka_errors.h"
-#include "kdedup/pipeline/pipeline.h"
 #include "kdedup/pipeline/snapshotter.h"
 #include "kdedup/state/snapshot.h"
 #include "kdedup/state/snapshot_store.h"

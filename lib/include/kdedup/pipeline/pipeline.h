@@ -102,12 +102,4 @@ class Pipeline {
 [[nodiscard]] std::shared_ptr<filter::MemoryBudget> make_memory_budget(
     const config::Config& config);
 
-/// Hands the pages of freed memory back to the system now (parked filters):
-/// jemalloc's purge of every arena where the binary runs on jemalloc (it
-/// gives back freed pages only as it is used again, and an idle process is
-/// not), else glibc's malloc_trim(). glibc's malloc_trim() must not run
-/// under jemalloc: it initialises glibc's unused allocator from a worker
-/// thread, whose exit then trips glibc's arena accounting (an abort).
-void return_freed_memory() noexcept;
-
 }  // namespace kdedup::pipeline
