@@ -12,7 +12,7 @@
 // - a thousand partitions that have had no record park without a snapshot
 //   (and without a state dir), and each makes its filter anew for its
 //   first record;
-// - `park_after: 0` never parks.
+// - `park_after: 0` never parks, nor does the largest value.
 
 #include <gtest/gtest.h>
 
@@ -237,9 +237,10 @@ TEST(RunPark, TwoHundredFiftySixQuietPartitionsGiveBackTheirFiltersAndEachReadsI
   EXPECT_GT(busy, 256 * 64 * 1024.0) << "every partition holds at least its floor while busy";
   EXPECT_EQ(k.sum("kdedup_filter_bytes"), 0);
   EXPECT_EQ(k.sum("kdedup_memory_used_bytes"), 0);
-  // The freed filters leave the process too (the heap is trimmed; the
-  // snapshot writes meanwhile grow RocksDB's memtables, so by less).
-  EXPECT_LT(rss, rss_busy);
+  // The RSS is printed, not compared: jemalloc's background thread hands
+  // the burst's buffers back meanwhile, and the snapshot writes grow
+  // RocksDB's memtables, both by more than these 16 MiB of filters. The
+  // 1,024-partition test below checks that parked floors leave the process.
 
   // Every identity sent again (stamped as before): each partition reads
   // its filter back once and drops them all.
@@ -361,12 +362,16 @@ TEST(RunPark, WithoutAStateDirOnlyPartitionsThatHaveHadNoRecordPark) {
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
 }
 
-TEST(RunPark, ParkAfterZeroNeverParks) {
+/// `park_after` 0 turns parking off; the largest value (what int64
+/// milliseconds hold) is never reached.
+class NeverParks : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NeverParks, WithParkAfter) {
   auto broker = TestBroker::start({.brokers = 1, .topics = {"in:1", "out:1"}});
   ASSERT_TRUE(broker) << broker.error().message;
   TestBroker& b = **broker;
   TempDir dir;
-  Instance k(dir, "never", b.bootstrap(), parking(dir, "timer", "0"));
+  Instance k(dir, "never", b.bootstrap(), parking(dir, "timer", GetParam()));
   ASSERT_TRUE(assigned(k, 1)) << k.log();
   ASSERT_TRUE(b.produce("in", keys("k-", 0, 1'000)));
   ASSERT_TRUE(took(k, 1'000)) << k.log();
@@ -378,6 +383,11 @@ TEST(RunPark, ParkAfterZeroNeverParks) {
   k.process().signal(SIGTERM);
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
 }
+
+INSTANTIATE_TEST_SUITE_P(RunPark, NeverParks, ::testing::Values("0", "106751991167d"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param == "0" ? std::string("zero") : std::string("largest");
+                         });
 
 }  // namespace
 }  // namespace kdedup::testing

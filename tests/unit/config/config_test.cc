@@ -188,6 +188,14 @@ TEST(ConfigLoad, StateKeys) {
   EXPECT_TRUE(has_error_at(unitless, "state.park_after", "")) << errors_of(unitless);
   auto word = check(std::string(kMinimal) + "state: {park_after: soon}\n");
   EXPECT_TRUE(has_error_at(word, "state.park_after", "")) << errors_of(word);
+  // The largest: what int64 milliseconds hold (never reached); a day more
+  // is an error naming the key.
+  auto largest = check(std::string(kMinimal) + "state: {park_after: 106751991167d}\n");
+  ASSERT_TRUE(largest.ok()) << errors_of(largest);
+  EXPECT_EQ(largest.config->state.park_after.count(), 106751991167LL * 86'400'000);
+  auto beyond = check(std::string(kMinimal) + "state: {park_after: 106751991168d}\n");
+  EXPECT_TRUE(has_error_at(beyond, "state.park_after", "too large a duration"))
+      << errors_of(beyond);
 }
 
 TEST(ConfigLoad, NumericLookingStringsStayStrings) {
