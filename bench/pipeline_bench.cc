@@ -991,10 +991,14 @@ int memory_main(const Options& opt, const std::string& work, const std::string& 
       "\n| binary | start to all assigned s | idle CPU % of a core | records/s | CPU s per "
       "million | rebalance of half s | longest log line | one /metrics scrape: CPU ms, KiB, "
       "samples |\n|---|---|---|---|---|---|---|---|\n",
-      [](const char* name, const ScaleFigures& f) {
-        std::printf("| %s | %.1f | %.1f | %.0f | %.2f | %.1f | %zu | %.0f, %.0f, %zu |\n", name,
-                    f.ready_s, f.idle_cpu * 100, f.records_per_s, f.cpu_per_million, f.rebalance_s,
-                    f.longest_log_line, f.scrape_cpu_ms, f.scrape_kib, f.scrape_series);
+      [&opt](const char* name, const ScaleFigures& f) {
+        // With --records 0 there is no load to divide by.
+        const std::string load =
+            opt.records == 0 ? std::string("- | -")
+                             : fmt::format("{:.0f} | {:.2f}", f.records_per_s, f.cpu_per_million);
+        std::printf("| %s | %.1f | %.1f | %s | %.1f | %zu | %.0f, %.0f, %zu |\n", name, f.ready_s,
+                    f.idle_cpu * 100, load.c_str(), f.rebalance_s, f.longest_log_line,
+                    f.scrape_cpu_ms, f.scrape_kib, f.scrape_series);
       });
   table(
       "\nthe rebalance of half as the new instance's log tells it: the group protocol (its "
