@@ -296,13 +296,16 @@ bool Worker::snapshot_covers(const Slice& slice) const {
 /// matches the slice, stops the service without committing the records
 /// that came (the next start recovers the partition as after any stop).
 bool Worker::unpark(Slice& slice) {
+  auto stop = [&](const char* how, const std::string& why) {
+    failed_ = true;
+    context_.fatal.set(fmt::format(
+        "{}: its parked filter cannot be {}: {}; stopping without committing its new records "
+        "(the next start recovers the partition)",
+        slice.id().str(), how, why));
+    return false;
+  };
   if (slice.pristine()) {
-    if (auto made = slice.unpark_new(); !made) {
-      failed_ = true;
-      context_.fatal.set(slice.id().str() +
-                         ": its parked filter cannot be made anew: " + made.error().message);
-      return false;
-    }
+    if (auto made = slice.unpark_new(); !made) return stop("made anew", made.error().message);
     spdlog::debug("worker {}: unparked {} (a new filter)", index_, slice.id().str());
     return true;
   }
@@ -318,14 +321,7 @@ bool Worker::unpark(Slice& slice) {
                       loaded->info.next_offset, loaded->info.clock_ms, slice.next_offset(),
                       slice.clock().now_ms());
   }
-  if (!why.empty()) {
-    failed_ = true;
-    context_.fatal.set(slice.id().str() + ": its parked filter cannot be read back from " +
-                       "state.dir: " + why +
-                       "; stopping without committing its new records (the next start "
-                       "recovers the partition)");
-    return false;
-  }
+  if (!why.empty()) return stop("read back from state.dir", why);
   const std::uint64_t bytes = loaded->info.logical_bytes;
   slice.unpark(std::move(loaded->filter));
   spdlog::debug("worker {}: unparked {} ({} bytes in {:.3f} ms)", index_, slice.id().str(), bytes,

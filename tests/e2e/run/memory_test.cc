@@ -145,16 +145,15 @@ TEST(RunMemory, ABurstAcrossTwoHundredFiftySixPartitionsGrowsEachFilterAndEachGi
   EXPECT_EQ(k.process().wait(30s), 0) << k.log();
 }
 
-/// The names of a process's threads (/proc/PID/task/*/comm).
-std::vector<std::string> thread_names(pid_t pid) {
-  std::vector<std::string> names;
+/// Whether one of a process's threads is named `name` (/proc/PID/task/*/comm).
+bool has_thread(pid_t pid, const std::string& name) {
   const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
   for (const auto& task : std::filesystem::directory_iterator(tasks)) {
     std::ifstream in(task.path() / "comm");
-    std::string name;
-    if (std::getline(in, name)) names.push_back(name);
+    std::string comm;
+    if (std::getline(in, comm) && comm == name) return true;
   }
-  return names;
+  return false;
 }
 
 /// Whether the process has libjemalloc mapped (the release binaries link
@@ -165,11 +164,6 @@ bool runs_on_jemalloc(pid_t pid) {
     if (line.find("libjemalloc") != std::string::npos) return true;
   }
   return false;
-}
-
-bool has_thread(pid_t pid, const std::string& name) {
-  const auto names = thread_names(pid);
-  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 TEST(RunMemory, JemallocsBackgroundThreadHandsFreedPagesBackWhileTheProcessIsQuiet) {
