@@ -155,7 +155,8 @@ struct Metrics::Families {
   Family<Counter>& unparks =
       counter("kdedup_filter_unparks_total",
               "Parked filters (state.park_after) brought back for new records: read back from "
-              "their snapshot, or made anew for a partition that had had no record.");
+              "their snapshot, or made for a partition's first record (parked from its "
+              "assignment on).");
   Family<Counter>& rebuilds = counter(
       "kdedup_rebuilds_total", "Partitions rebuilt by replaying input (no usable snapshot).");
   Family<Counter>& replayed =
@@ -671,7 +672,8 @@ std::vector<prometheus::MetricFamily> Metrics::collect_gauges() {
   auto parked = gauge_family("kdedup_filter_parked",
                              "1 while the partition's filter is parked (state.park_after): "
                              "in the snapshot store only, or none yet for a partition that "
-                             "has had no record; no memory held (sum when aggregated).");
+                             "has had no record since it was assigned; no memory held (sum "
+                             "when aggregated).");
   auto confirm_bytes = gauge_family("kdedup_confirm_store_bytes",
                                     "Confirmed mode: approximate bytes of the partition's "
                                     "entries in the confirm store on disk (sum when "
