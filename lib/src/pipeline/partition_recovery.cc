@@ -286,12 +286,12 @@ Result<std::unique_ptr<Slice>> Recovery::build_slice(const PartitionId& id,
                                 : Slice::create(id, setup_.options, std::move(start));
   if (!slice) return fail("cannot set up partition " + id.str() + ": " + slice.error().message);
   const std::size_t learned = plan_restores(plan) ? 0 : learn_from_output(id, **slice);
+  const auto& config = setup_.config;
   // Where quiet partitions park, one that has had no record holds no filter
   // until its first record makes it (Slice::pristine(): the filter is the
   // one make_filter() gives, made anew then), so assigning many partitions
   // does not hold a floor for each until park_after has passed.
-  if (setup_.config.state.park_after.count() > 0 && (*slice)->pristine()) (*slice)->park();
-  const auto& config = setup_.config;
+  if (config.state.park_after.count() > 0 && (*slice)->pristine()) (*slice)->park();
   ReplayRule rule(
       plan_restores(plan) ? ReplayRule::Below::kSnapshot : ReplayRule::Below::kDelivered,
       plan.committed_until, plan.rebuild_until, tail_.emitted(id),
