@@ -70,6 +70,29 @@ double duplicates_once_taken(Instance& k, std::size_t n) {
   return k.sum("kdedup_records_duplicate_total");
 }
 
+/// A first instance of `config` takes `records` and stops cleanly, parked
+/// first when `park` (its snapshot then holds the filter). Returns the
+/// records it dropped (false positives), or -1 when a step failed.
+double take_then_stop(TempDir& dir, TestBroker& b, const std::string& config,
+                      const std::vector<TestRecord>& records, bool park) {
+  Instance k(dir, "first", b.bootstrap(), config);
+  if (!assigned(k, 1) || !b.produce("in", records)) {
+    ADD_FAILURE() << k.log();
+    return -1;
+  }
+  const double dropped = duplicates_once_taken(k, records.size());
+  if (dropped < 0 || (park && !parked(k, 1))) {
+    ADD_FAILURE() << k.log();
+    return -1;
+  }
+  k.process().signal(SIGTERM);
+  if (k.process().wait(30s) != 0) {
+    ADD_FAILURE() << k.log();
+    return -1;
+  }
+  return dropped;
+}
+
 class Park : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Park, AQuietPartitionFreesItsFilterAndReadsItBackForItsNextRecord) {
@@ -136,17 +159,8 @@ TEST_P(Park, AParkedPartitionIsRestoredByTheNextStart) {
   const std::string config = parking(dir, GetParam(), "1s");
   const std::int64_t at = wall_ms();
   const auto first = keys("first-", 0, 5'000, at);
-  double dropped = 0;
-  {
-    Instance k(dir, "first", b.bootstrap(), config);
-    ASSERT_TRUE(assigned(k, 1)) << k.log();
-    ASSERT_TRUE(b.produce("in", first));
-    dropped = duplicates_once_taken(k, first.size());
-    ASSERT_GE(dropped, 0) << k.log();
-    ASSERT_TRUE(parked(k, 1)) << k.log();
-    k.process().signal(SIGTERM);
-    ASSERT_EQ(k.process().wait(30s), 0) << k.log();
-  }
+  const double dropped = take_then_stop(dir, b, config, first, true);
+  ASSERT_GE(dropped, 0);
   Instance k(dir, "second", b.bootstrap(), config);
   ASSERT_TRUE(k.wait_for_sum("kdedup_restores_total", 1, 60s)) << k.log();
   EXPECT_EQ(k.sum("kdedup_snapshot_refusals_total"), 0) << k.log();
@@ -385,16 +399,8 @@ TEST(RunPark, APartitionRebuiltWithoutASnapshotStartsParkedAndLearnsItsWindowFro
       "  park_after: 1h\n";
   const std::int64_t at = wall_ms();
   const auto first = keys("first-", 0, 5'000, at);
-  double dropped = 0;
-  {
-    Instance k(dir, "first", b.bootstrap(), config);
-    ASSERT_TRUE(assigned(k, 1)) << k.log();
-    ASSERT_TRUE(b.produce("in", first));
-    dropped = duplicates_once_taken(k, first.size());
-    ASSERT_GE(dropped, 0) << k.log();
-    k.process().signal(SIGTERM);
-    ASSERT_EQ(k.process().wait(30s), 0) << k.log();
-  }
+  const double dropped = take_then_stop(dir, b, config, first, false);
+  ASSERT_GE(dropped, 0);
   Instance k(dir, "second", b.bootstrap(), config);
   ASSERT_TRUE(assigned(k, 1)) << k.log();
   ASSERT_TRUE(k.wait_for_sum("kdedup_rebuilds_total", 1, 60s)) << k.log();
