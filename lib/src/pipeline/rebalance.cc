@@ -11,6 +11,7 @@
 #include "commit_protocol.h"
 #include "fatal_error.h"
 #include "kafka_errors.h"
+#include "memory_floors.h"
 #include "partition_log.h"
 #include "partition_recovery.h"
 #include "worker.h"
@@ -98,6 +99,7 @@ void Rebalance::assign(RdKafka::KafkaConsumer& consumer,
   }
   spdlog::info("assigned {} partition(s): {} (now {} in total)", ids.size(), join_partitions(ids),
                partitions_.size());
+  if (!ids.empty()) warn_if_floors_exceed_budget(recovery_.config, partitions_.size());
   ready_.store(true, std::memory_order_relaxed);
 }
 

@@ -374,9 +374,10 @@ INSTANTIATE_TEST_SUITE_P(RunMemory, UnderABudget,
 
 TEST(RunMemory, ABudgetSmallerThanTheFloorsSaysSoOnce) {
   // 32 partitions hold at least filter.min_bytes (4 KiB) each once they
-  // take records: 128 KiB, twice the 64 KiB budget. No fpp makes that fit: the level climbs to
-  // the top (0.25), the log says once why it cannot do more and what to
-  // change, and every record still goes through without a duplicate out.
+  // take records: 128 KiB, twice the 64 KiB budget. The log says so at the
+  // assignment; no fpp makes that fit: the level climbs to the top (0.25),
+  // the log says once why it cannot do more and what to change, and every
+  // record still goes through without a duplicate out.
   auto broker = TestBroker::start({.brokers = 1, .topics = {"in:32", "out:32"}});
   ASSERT_TRUE(broker) << broker.error().message;
   TestBroker& b = **broker;
@@ -385,6 +386,14 @@ TEST(RunMemory, ABudgetSmallerThanTheFloorsSaysSoOnce) {
              "window: 10s\nfilter:\n  type: timer\n  fpp: 0.01\n  min_bytes: 4KiB\n"
              "memory:\n  max_bytes: 64KiB\nstate:\n  dir: \"\"\n");
   ASSERT_TRUE(k.wait_for_sum("kdedup_consumer_assigned_partitions", 32, 60s)) << k.log();
+  // Said at the assignment, before any partition has a filter: the floors
+  // of every assigned partition against the budget.
+  const std::string floors =
+      "the 32 assigned partitions need at least filter.min_bytes (4096 bytes) each once they "
+      "have had a record, 128.0 KiB together, more than memory.max_bytes (64.0 KiB)";
+  ASSERT_TRUE(k.wait_for([&] { return k.log().find(floors) != std::string::npos; }, 10s))
+      << k.log();
+  EXPECT_EQ(k.sum("kdedup_filter_parked"), 32) << k.log();
   // A few rounds on every partition, so that each filter's clock ticks and
   // it publishes what it needs.
   int total = 0;
@@ -401,7 +410,9 @@ TEST(RunMemory, ABudgetSmallerThanTheFloorsSaysSoOnce) {
   ASSERT_TRUE(k.wait_for_sum("kdedup_records_in_total", total, 60s)) << k.log();
   EXPECT_TRUE(k.wait_for_sum("kdedup_filter_fpp_effective_target", 0.25, 30s)) << k.log();
   const std::string log = k.log();
-  EXPECT_EQ(count_lines(log, "raise memory.max_bytes or lower filter.min_bytes"), 1U) << log;
+  EXPECT_EQ(count_lines(log, floors), 1U) << log;
+  EXPECT_EQ(count_lines(log, " partitions' filters need"), 1U) << log;
+  EXPECT_EQ(count_lines(log, "raise memory.max_bytes or lower filter.min_bytes"), 2U) << log;
   // The partitions holding a filter when it was said: each makes its
   // filter at its first record (parked until then), and more than 16
   // floors pass the budget.
