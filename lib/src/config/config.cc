@@ -18,6 +18,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "confirm_check.h"
+#include "kdedup/common/byte_size.h"
 #include "kdedup/common/duration.h"
 #include "kdedup/filter/fingerprint.h"
 #include "schema_check.h"
@@ -220,6 +221,19 @@ filter::FilterConfig read_filter(Builder& b) {
                                                                      : filter::Growth::kDensity;
   f.min_bytes = b.bytes({"filter", "min_bytes"}, f.min_bytes);
   f.max_bytes = b.bytes({"filter", "max_bytes"}, f.max_bytes);
+  if (f.min_bytes > f.max_bytes) {
+    // Named at the key the file sets (max_bytes when both are), with both
+    // values: one of them may be the default.
+    const bool max_set = b.at({"filter", "max_bytes"}) != nullptr;
+    const bool min_set = b.at({"filter", "min_bytes"}) != nullptr;
+    b.error(max_set ? KeyPath{"filter", "max_bytes"} : KeyPath{"filter", "min_bytes"},
+            "filter.min_bytes (" + format_bytes(f.min_bytes) + (min_set ? "" : ", the default") +
+                ") is more than filter.max_bytes (" + format_bytes(f.max_bytes) +
+                (max_set ? "" : ", the default") +
+                "): the floor every filter starts at cannot pass the largest part it may add; "
+                "lower filter.min_bytes or raise filter.max_bytes");
+    return f;
+  }
   auto normalized = filter::normalize(f);
   if (normalized) return *normalized;
   // normalize() names the field first ("fpp must be ...").

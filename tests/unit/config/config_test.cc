@@ -272,13 +272,35 @@ kafka: {other: x}
   EXPECT_TRUE(has_error_at(r, "output.topic", "input topic")) << errors_of(r);
   EXPECT_TRUE(has_error_at(r, "dlq_topic", "required when on_invalid is dlq")) << errors_of(r);
   EXPECT_TRUE(has_error_at(r, "duplicates_topic")) << errors_of(r);
-  EXPECT_TRUE(has_error_at(r, "filter.max_bytes")) << errors_of(r);
+  EXPECT_TRUE(has_error_at(r, "filter.max_bytes",
+                           "filter.min_bytes (2.0 MiB) is more than filter.max_bytes (1.0 MiB)"))
+      << errors_of(r);
   EXPECT_TRUE(has_error_at(r, "kafka.bootstrap.servers", "required")) << errors_of(r);
 
   // Ticks shorter than a millisecond are fine: the mapping is exact.
   auto ticks = check(std::string(kMinimal) + "filter: {ticks_per_window: 1000, timer_bits: 16}\n",
                      {"window=500ms"});
   EXPECT_TRUE(ticks.ok()) << errors_of(ticks);
+}
+
+TEST(ConfigLoad, AFloorAboveTheLargestPartNamesTheKeySetAndBothValues) {
+  // Only min_bytes set, above the default max_bytes (1 GiB): said at min_bytes.
+  auto min = check(std::string(kMinimal) + "filter: {min_bytes: 2GiB}\n");
+  EXPECT_TRUE(has_error_at(min, "filter.min_bytes",
+                           "filter.min_bytes (2.00 GiB) is more than filter.max_bytes (1.00 GiB, "
+                           "the default): the floor every filter starts at cannot pass the "
+                           "largest part it may add; lower filter.min_bytes or raise "
+                           "filter.max_bytes"))
+      << errors_of(min);
+  // Only max_bytes set, below the default floor (64 KiB): said at max_bytes.
+  auto max = check(std::string(kMinimal) + "filter: {max_bytes: 32KiB}\n");
+  EXPECT_TRUE(has_error_at(max, "filter.max_bytes",
+                           "filter.min_bytes (64.0 KiB, the default) is more than "
+                           "filter.max_bytes (32.0 KiB)"))
+      << errors_of(max);
+  // The edge: equal is a filter that never grows past its floor.
+  auto equal = check(std::string(kMinimal) + "filter: {min_bytes: 32KiB, max_bytes: 32KiB}\n");
+  EXPECT_TRUE(equal.ok()) << errors_of(equal);
 }
 
 TEST(ConfigLoad, CompactFilterTypeAndItsLimits) {
