@@ -174,21 +174,26 @@ std::vector<Event> on_ticks(const std::vector<Event>& fine, std::uint32_t window
   return out;
 }
 
+// True when events[i] is the last event of its tick.
+bool closes_tick(const std::vector<Event>& events, std::size_t i) {
+  return i + 1 == events.size() || events[i + 1].tick != events[i].tick;
+}
+
 // Memory against the load, tick by tick from the end of the first window
 // on (section 3's measures): the peak (the largest bytes of the run over its
 // largest in-window count) and the worst moment (the largest ratio at one
 // tick), where the in-window count is the identities the filter delivered
-// in the last window.
+// in the last window. Sampled as each tick closes: what the filter holds
+// between a tick's last event and the next tick's first.
+
 class LoadTrack {
  public:
   LoadTrack(Tick window, Tick start)
       : window_(window), per_tick_(window + 1, 0), clock_(start), start_(start) {}
 
-  /// An event of tick `tick` was decided: the ticks before it end (each
-  /// sampled first).
-  void observe(Tick tick, bool delivered, const SlidingFilter& f) {
+  /// An event of tick `tick` was decided: the ticks before it have ended.
+  void observe(Tick tick, bool delivered) {
     while (clock_ < tick) {
-      sample(f);
       ++clock_;
       std::uint64_t& slot = per_tick_[clock_ % (window_ + 1)];
       in_window_ -= slot;
@@ -199,6 +204,8 @@ class LoadTrack {
       ++in_window_;
     }
   }
+  /// The filter as the current tick closes (after its last event, before
+  /// the next tick's first: run_against_oracle() with tick_chunks).
   void sample(const SlidingFilter& f) {
     if (clock_ - start_ <= window_ || in_window_ == 0) return;  // the first window fills
     const FilterStats st = f.stats();
@@ -276,9 +283,10 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
   std::unordered_set<Fingerprint, FingerprintHash> asked;  // queried since the last delivery
   const double beyond = 1.1 * static_cast<double>(config.ticks_per_window);
   LoadTrack load(config.ticks_per_window, events.front().tick);
-  auto observe = [&](std::size_t, const Event& e, Decision d, bool in_window) {
+  auto observe = [&](std::size_t i, const Event& e, Decision d, bool in_window) {
     const bool duplicate = d == Decision::kDuplicate;
-    load.observe(e.tick, !duplicate, *f);
+    load.observe(e.tick, !duplicate);
+    if (closes_tick(events, i)) load.sample(*f);
     if (!in_window) {
       auto last = delivered.find(e.fp);
       if (last == delivered.end()) {
@@ -302,8 +310,7 @@ StreamResult run_stream(const FilterConfig& config, const std::vector<Event>& ev
       asked.erase(e.fp);
     }
   };
-  const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
-  load.sample(*f);
+  const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe, true);
   r.peak_bits = load.peak_bits();
   r.peak_in_window = load.peak_in_window();
   r.worst_estimate = load.worst_estimate();
@@ -578,11 +585,11 @@ struct MissetResult {
 MissetResult run_misset(const FilterConfig& config, const std::vector<Event>& events) {
   auto f = build(config);
   LoadTrack load(config.ticks_per_window, events.front().tick);
-  auto observe = [&](std::size_t, const Event& e, Decision d, bool) {
-    load.observe(e.tick, d == Decision::kDistinct, *f);
+  auto observe = [&](std::size_t i, const Event& e, Decision d, bool) {
+    load.observe(e.tick, d == Decision::kDistinct);
+    if (closes_tick(events, i)) load.sample(*f);
   };
-  const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe);
-  load.sample(*f);
+  const auto counts = kdedup::testing::run_against_oracle(*f, events, kBatch, observe, true);
   MissetResult r;
   r.peak_bytes = load.peak_bytes();
   r.peak_bits = load.peak_bits();

@@ -159,7 +159,8 @@ double OracleCounts::first_query_fp_rate() const {
 }
 
 OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event> events,
-                                std::size_t batch, const OracleObserver& observer) {
+                                std::size_t batch, const OracleObserver& observer,
+                                bool tick_chunks) {
   filter::FilterConfig oracle_config;
   oracle_config.type = filter::FilterType::kExact;
   oracle_config.ticks_per_window = f.config().ticks_per_window;
@@ -172,8 +173,16 @@ OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event>
   std::vector<Fingerprint> fps;
   std::vector<Tick> ticks;
   std::vector<filter::Decision> decisions;
-  for (std::size_t start = 0; start < events.size(); start += batch) {
-    const std::size_t n = std::min(batch, events.size() - start);
+  for (std::size_t start = 0, n = 0; start < events.size(); start += n) {
+    n = std::min(batch, events.size() - start);
+    if (tick_chunks) {
+      for (std::size_t j = 1; j < n; ++j) {
+        if (events[start + j].tick != events[start].tick) {
+          n = j;
+          break;
+        }
+      }
+    }
     decisions.resize(n);
     if (n == 1 && batch == 1) {
       decisions[0] = f.test_and_insert(events[start].fp, events[start].tick);

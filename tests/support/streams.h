@@ -146,8 +146,14 @@ using OracleObserver = std::function<void(std::size_t index, const Event& event,
 ///
 /// batch > 1 feeds the filter through test_and_insert_batch in chunks of that
 /// size; truth is still evaluated event by event in order, which is exact
-/// because the oracle only changes on the filter's own decisions.
+/// because the oracle only changes on the filter's own decisions. The
+/// observer runs once a chunk is decided, so it sees the filter up to
+/// batch - 1 events ahead; with `tick_chunks` a chunk also ends at every
+/// change of tick, so that the observer of a tick's last event sees the
+/// filter as that tick closes (before the next tick's first event, which
+/// may free or add a part).
 OracleCounts run_against_oracle(filter::SlidingFilter& filter, std::span<const Event> events,
-                                std::size_t batch = 1, const OracleObserver& observer = {});
+                                std::size_t batch = 1, const OracleObserver& observer = {},
+                                bool tick_chunks = false);
 
 }  // namespace kdedup::testing

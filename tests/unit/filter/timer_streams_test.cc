@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <unordered_set>
 
@@ -137,6 +138,55 @@ TEST(Streams, OracleCountsWrongAnswers) {
   EXPECT_EQ(c.false_negatives, 1U);
   EXPECT_EQ(c.true_negatives, 3U);
   EXPECT_EQ(c.false_positives, 0U);
+}
+
+// A filter that remembers the latest tick it was asked about: what the
+// observer may see of the stream ahead of the event it is told about.
+class TickSpy final : public filter::SlidingFilter {
+ public:
+  TickSpy() { config_.ticks_per_window = 10; }
+  filter::FilterType type() const noexcept override { return filter::FilterType::kExact; }
+  const filter::FilterConfig& config() const noexcept override { return config_; }
+  filter::Decision test_and_insert(const Fingerprint&, Tick now) override {
+    seen = std::max(seen, now);
+    return filter::Decision::kDistinct;
+  }
+  void insert(const Fingerprint&, Tick) override {}
+  void advance(Tick) override {}
+  filter::FilterStats stats() const override { return {}; }
+  std::string serialize() const override { return {}; }
+
+  Tick seen = 0;
+
+ private:
+  filter::FilterConfig config_;
+};
+
+TEST(Streams, TickChunksShowTheObserverEachTickAsItCloses) {
+  StreamSpec spec;
+  spec.ticks = 40;
+  spec.base_rate = 20;
+  const auto events = generate_stream(spec);
+  for (const bool tick_chunks : {false, true}) {
+    TickSpy spy;
+    std::size_t ahead = 0, closes = 0;
+    const auto counts = run_against_oracle(
+        spy, events, 64,
+        [&](std::size_t i, const Event& e, filter::Decision, bool) {
+          ahead += spy.seen > e.tick ? 1 : 0;
+          closes += i + 1 == events.size() || events[i + 1].tick != e.tick ? 1 : 0;
+        },
+        tick_chunks);
+    EXPECT_EQ(counts.events, events.size());
+    EXPECT_EQ(closes, 40U);
+    // Chunks of 64 over 20 events a tick reach into the next tick, unless
+    // they end at each change of tick.
+    if (tick_chunks) {
+      EXPECT_EQ(ahead, 0U);
+    } else {
+      EXPECT_GT(ahead, 0U);
+    }
+  }
 }
 
 }  // namespace
