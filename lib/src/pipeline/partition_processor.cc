@@ -31,10 +31,8 @@ ProcessorOptions ProcessorOptions::of(const config::Config& config) {
 
 PartitionProcessor::PartitionProcessor(ProcessorOptions options,
                                        identity::IdentityExtractor extractor,
-                                       filter::Fingerprinter fingerprinter)
-    : options_(options),
-      extractor_(std::move(extractor)),
-      fingerprinter_(std::move(fingerprinter)) {}
+                                       const filter::Fingerprinter& fingerprinter)
+    : options_(options), extractor_(std::move(extractor)), fingerprinter_(fingerprinter) {}
 
 BatchResult PartitionProcessor::process(Slice& slice, std::span<const RecordIn> records,
                                         std::int64_t wall_ms, RecordSinks& sinks) {

@@ -99,8 +99,10 @@ struct BatchResult {
 
 class PartitionProcessor {
  public:
+  /// `fingerprinter` is taken by reference and copied: its key is 64-byte
+  /// aligned, and passed by value GCC notes an ABI change at every call.
   PartitionProcessor(ProcessorOptions options, identity::IdentityExtractor extractor,
-                     filter::Fingerprinter fingerprinter);
+                     const filter::Fingerprinter& fingerprinter);
 
   /// Processes `records` (offsets increasing, all of `slice`'s partition).
   /// `wall_ms` is the wall clock for the clock's future cap.
