@@ -428,7 +428,7 @@ Status write_stats(const std::string& path, const Counters& c, double elapsed_s,
       "\"subfilters_final\":{},"
       "\"fpp_estimate\":{},\"vector_instructions\":\"{}\"}}{}}}\n",
       c.records_in, c.distinct, c.duplicates, c.invalid, elapsed_s, filter::to_string(f.type()),
-      std::max(c.bytes_peak, s.bytes), s.bytes, std::max(c.subfilters_peak, s.subfilters),
+      std::max(c.bytes_peak, s.bytes_peak), s.bytes, std::max(c.subfilters_peak, s.subfilters),
       s.subfilters, s.fpp_estimate, filter::to_string(filter::simd_in_use()), confirm_json);
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (!file) return fail("--stats: cannot open '" + path + "': " + errno_text(errno));
@@ -577,7 +577,7 @@ void FilterStream::process_batch(const std::vector<std::string_view>& lines, std
     }
   }
   const filter::FilterStats s = run_.slice->filter()->stats();
-  bytes_peak_ = std::max(bytes_peak_, s.bytes);
+  bytes_peak_ = std::max(bytes_peak_, s.bytes_peak);
   subfilters_peak_ = std::max(subfilters_peak_, s.subfilters);
 }
 
@@ -651,7 +651,7 @@ void FilterStream::report(const Counters& c, double elapsed_s) {
       static_cast<unsigned long long>(c.records_in), static_cast<unsigned long long>(c.distinct),
       static_cast<unsigned long long>(c.duplicates), static_cast<unsigned long long>(c.invalid),
       elapsed_s, filter::to_string(f.type()), format_bytes(s.bytes).c_str(),
-      format_bytes(std::max(c.bytes_peak, s.bytes)).c_str());
+      format_bytes(std::max(c.bytes_peak, s.bytes_peak)).c_str());
   const std::optional<ConfirmFigures> confirm = finish_confirmed();
   if (!o_.stats.empty()) {
     if (auto written = write_stats(o_.stats, c, elapsed_s, f, confirm); !written) {

@@ -168,6 +168,7 @@ void AgingFilter::start(Tick now) {
 void AgingFilter::move_clock(Tick now) {
   if (!started_) start(now);
   if (now > clock_) {
+    close_tick(state_bytes());
     clock_ = now;
     tick_base_ = insertions_;
     observe_budget();
@@ -491,11 +492,17 @@ double AgingFilter::fpp_now() const {
   return run_probability(fill, shape_.k);
 }
 
+std::uint64_t AgingFilter::state_bytes() const {
+  std::uint64_t bytes = sizeof(*this) + slices_.capacity() * sizeof(Slice);
+  for (const Slice& s : slices_) bytes += s.words.size() * sizeof(std::uint64_t);
+  return bytes;
+}
+
 FilterStats AgingFilter::stats() const {
   FilterStats st;
-  st.bytes = sizeof(*this) + slices_.capacity() * sizeof(Slice);
+  st.bytes = state_bytes();
+  st.bytes_peak = peak_with(st.bytes);
   for (const Slice& s : slices_) {
-    st.bytes += s.words.size() * sizeof(std::uint64_t);
     st.cells += s.bits;
     st.live_cells += s.ones;
   }

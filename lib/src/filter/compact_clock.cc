@@ -111,6 +111,7 @@ void CompactFilter::drop_expired() {
 }
 
 [[gnu::noinline]] void CompactFilter::move_clock(Tick now) {
+  close_tick(state_bytes());
   if (seal_due_) {
     seal_due_ = false;
     (void)seal_and_grow(Seal::kFull);

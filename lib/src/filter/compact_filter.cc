@@ -561,12 +561,20 @@ std::uint64_t CompactFilter::rejected_in_window() const {
   return n;
 }
 
+std::uint64_t CompactFilter::state_bytes() const {
+  std::uint64_t bytes =
+      overflow_.size() * sizeof(Overflow) + rejected_.size() * sizeof(std::uint32_t);
+  for (const auto& t : tables_) bytes += t->bytes() + t->alive.ring.size() * sizeof(std::uint32_t);
+  return bytes;
+}
+
 FilterStats CompactFilter::stats() const {
   FilterStats st;
+  st.bytes = state_bytes();
+  st.bytes_peak = peak_with(st.bytes);
   double none = 1.0;
   std::uint64_t delivered = 0;
   for (const auto& t : tables_) {
-    st.bytes += t->bytes() + t->alive.ring.size() * sizeof(std::uint32_t);
     st.cells += t->slots();
     st.live_cells += t->nonempty;
     none *= 1.0 - table_fpp(*t);
@@ -576,7 +584,6 @@ FilterStats CompactFilter::stats() const {
   // identities that arrived in the window is a false-positive rate too.
   const auto rejected = static_cast<double>(rejected_in_window());
   if (rejected > 0) none *= 1.0 - rejected / (rejected + static_cast<double>(delivered));
-  st.bytes += overflow_.size() * sizeof(Overflow) + rejected_.size() * sizeof(std::uint32_t);
   st.live_cells += overflow_.size();
   st.subfilters = static_cast<std::uint32_t>(tables_.size());
   st.insertions = insertions_;

@@ -30,11 +30,12 @@ void ExactFilter::expire(Tick now) {
 
 void ExactFilter::advance(Tick now) {
   if (now > clock_) {
+    close_tick(state_bytes());
     clock_ = now;
     // Once per tick, not per record: the table's bytes into the budget, and
     // as its demand at every level (an exact set cannot trade accuracy).
     if (budget_) {
-      const std::uint64_t bytes = stats().bytes;
+      const std::uint64_t bytes = state_bytes();
       charge_.resize(bytes);
       if (demand_.levels() != 0) {
         const std::vector<std::uint64_t> each(demand_.levels(), bytes);
@@ -79,12 +80,17 @@ void ExactFilter::insert(const Fingerprint& fp, Tick now) {
   ++insertions_;
 }
 
-FilterStats ExactFilter::stats() const {
-  FilterStats s;
+std::uint64_t ExactFilter::state_bytes() const {
   // Node-based map: key + value + next pointer + cached hash, plus buckets.
   constexpr std::uint64_t kNodeBytes = sizeof(Fingerprint) + sizeof(Tick) + 2 * sizeof(void*);
-  s.bytes = last_.size() * kNodeBytes + last_.bucket_count() * sizeof(void*) +
-            order_.size() * sizeof(Entry);
+  return last_.size() * kNodeBytes + last_.bucket_count() * sizeof(void*) +
+         order_.size() * sizeof(Entry);
+}
+
+FilterStats ExactFilter::stats() const {
+  FilterStats s;
+  s.bytes = state_bytes();
+  s.bytes_peak = peak_with(s.bytes);
   s.cells = last_.size();
   s.live_cells = last_.size();
   s.subfilters = 1;

@@ -96,6 +96,7 @@ void TimerFilter::clear_all(Tick now) {
 
 // noinline: kept out of the flattened vector batch loops (vector_probe).
 [[gnu::noinline]] void TimerFilter::move_clock(Tick now) {
+  close_tick(state_bytes());
   const Tick old = clock_;
   const std::uint32_t window = config_.ticks_per_window;
   if (now - old > window) {

@@ -606,11 +606,18 @@ double TimerFilter::reported_fpp(const SubFilter& s) const {
   }
 }
 
+std::uint64_t TimerFilter::state_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& s : subs_) bytes += s->bytes() + s->alive.ring.size() * sizeof(std::uint32_t);
+  return bytes;
+}
+
 FilterStats TimerFilter::stats() const {
   FilterStats st;
+  st.bytes = state_bytes();
+  st.bytes_peak = peak_with(st.bytes);
   double none = 1.0;
   for (const auto& s : subs_) {
-    st.bytes += s->bytes() + s->alive.ring.size() * sizeof(std::uint32_t);
     st.cells += s->lines * cells_per_line_;
     st.live_cells += s->nonempty;
     none *= 1.0 - reported_fpp(*s);

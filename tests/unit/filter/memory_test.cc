@@ -508,6 +508,36 @@ auto at_each_close(const std::vector<Event>& events, Fn at) {
   };
 }
 
+TEST(MemoryFollowsLoad, BytesPeakIsTheMostHeldAtAnyTicksClose) {
+  // A step to 3x for two windows, then back: parts are added and freed.
+  // stats().bytes_peak is the most stats().bytes read after any tick's last
+  // element (before the next tick's first frees or folds a part), whatever
+  // the chunks the batch path takes, and at least what is held now.
+  for (const auto& [type, bits] : {std::pair{FilterType::kTimer, std::uint8_t{4}},
+                                   std::pair{FilterType::kTimer, std::uint8_t{8}},
+                                   std::pair{FilterType::kCompact, std::uint8_t{8}},
+                                   std::pair{FilterType::kAging, std::uint8_t{8}},
+                                   std::pair{FilterType::kExact, std::uint8_t{8}}}) {
+    SCOPED_TRACE(std::string(to_string(type)) + " " + std::to_string(bits));
+    const FilterConfig c = config_of(type, 1'000'000, bits, 0.01, 4 * 1024);
+    const std::uint32_t window = c.ticks_per_window;
+    const auto events =
+        testing::short_burst_stream(window, 8'000, 2 * 2 * 8'000, 2 * (std::uint64_t{window} + 1));
+    auto one = make(c);
+    std::uint64_t most = 0;
+    run_against_oracle(*one, events, 1, at_each_close(events, [&](Tick) {
+      most = std::max(most, one->stats().bytes);
+    }));
+    EXPECT_EQ(one->stats().bytes_peak, most);
+    EXPECT_GT(most, 2 * one->stats().bytes) << "the step must have grown the filter";
+    for (const std::size_t chunk : {std::size_t{7}, std::size_t{4096}}) {
+      auto batch = make(c);
+      run_against_oracle(*batch, events, chunk);
+      EXPECT_EQ(batch->stats().bytes_peak, most) << chunk;
+    }
+  }
+}
+
 TEST(MemoryFollowsLoad, TimerGrowsUnderABurstAndFoldsBackAfterIt) {
   KDEDUP_FIGURES_TEST();
   for (std::uint8_t bits : {4, 8, 16}) {

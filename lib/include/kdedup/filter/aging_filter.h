@@ -201,6 +201,8 @@ class AgingFilter final : public SlidingFilter {
     std::uint64_t seq = 0;         // creation number; hash function seq mod k
     MemoryCharge charge;           // its bits in the MemoryBudget, if any
   };
+  /// stats().bytes: the filter and its slices' bits.
+  [[nodiscard]] std::uint64_t state_bytes() const;
 
   // Position p (0 = newest) in slices_, which keeps the newest at the back.
   Slice& at(std::size_t p) { return slices_[slices_.size() - 1 - p]; }

@@ -374,6 +374,9 @@ class CompactFilter final : public SlidingFilter {
   /// Bytes and remainder bits of each live table, oldest first (the last
   /// one is active).
   [[nodiscard]] std::vector<std::uint64_t> table_bytes() const;
+  /// stats().bytes: the tables, their rings of counts, the overflow entries
+  /// and the ring of rejections.
+  [[nodiscard]] std::uint64_t state_bytes() const;
   [[nodiscard]] std::vector<unsigned> table_fingerprint_bits() const;
   /// Bytes of the table a fresh filter starts with (create()).
   [[nodiscard]] std::uint64_t initial_bytes() const noexcept;

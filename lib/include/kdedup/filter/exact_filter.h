@@ -47,6 +47,8 @@ class ExactFilter final : public SlidingFilter {
     Tick tick;
     Fingerprint fp;
   };
+  /// stats().bytes: the map's nodes and buckets and the expiry queue.
+  [[nodiscard]] std::uint64_t state_bytes() const;
   void expire(Tick now);
 
   FilterConfig config_;

@@ -16,6 +16,7 @@
 // its Slice). No method is thread-safe; stats() and serialize() must be
 // called from the owning thread too.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -72,6 +73,10 @@ struct FilterStats {
   std::uint64_t insertions = 0;   ///< distinct decisions since creation
   double fpp_estimate = 0.0;      ///< estimated false-positive probability now
   std::uint64_t slice0_bits = 0;  ///< aging: size of the newest slice; 0 otherwise
+  /// The most `bytes` held as a tick closed (from a tick's last element to
+  /// the next tick's first, which may free or fold a part), since the filter
+  /// was made or restored; at least `bytes`.
+  std::uint64_t bytes_peak = 0;
 };
 
 class SlidingFilter {
@@ -140,6 +145,18 @@ class SlidingFilter {
   virtual std::unique_ptr<SlidingFilter> exchange_wrapped(std::unique_ptr<SlidingFilter> inner) {
     return inner;
   }
+
+ protected:
+  /// A filter calls this as its clock leaves a tick, with the bytes its
+  /// stats() would give then, before it frees or folds anything.
+  void close_tick(std::uint64_t bytes) noexcept { closed_peak_ = std::max(closed_peak_, bytes); }
+  /// FilterStats::bytes_peak for `bytes` held now.
+  [[nodiscard]] std::uint64_t peak_with(std::uint64_t bytes) const noexcept {
+    return std::max(closed_peak_, bytes);
+  }
+
+ private:
+  std::uint64_t closed_peak_ = 0;
 };
 
 /// `on_duplicate: refresh`: the decisions test_and_insert makes, with every

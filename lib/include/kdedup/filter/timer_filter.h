@@ -514,6 +514,8 @@ class TimerFilter final : public SlidingFilter {
   [[nodiscard]] double budget_part() const;
   /// Cell bytes of all sub-filters.
   [[nodiscard]] std::uint64_t held_bytes() const;
+  /// stats().bytes: the cells and each sub-filter's ring of counts.
+  [[nodiscard]] std::uint64_t state_bytes() const;
   /// Ticks (kFoldHorizonShare of the window, at least one) whose rate a
   /// fold keeps.
   [[nodiscard]] Tick fold_horizon() const;
