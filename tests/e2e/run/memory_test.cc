@@ -767,7 +767,15 @@ TEST(RunMemory, ABurstOfRepeatsGrowsTheTimerFilterOnceWithinTwiceWhatItsPeakNeed
   std::printf("peak %.0f bytes: %.2fx the pre-sized figure for %zu; end %.2fx for %zu\n", peak,
               peak / presized, most, last / presized_run_timer_bytes(end), end);
   EXPECT_GT(peak, presized) << "the burst must grow the filter";
-  EXPECT_LE(peak, 2.0 * presized) << peak / presized << "x";
+  // A rebuild along the burst (a rebalance hands the partition back without
+  // a state dir) grows a filter from the floor again: up to 3.9x in the
+  // library (docs/performance.md, "A rebuild along a burst of repeats").
+  // Said with the figure, so that a failure tells the two apart.
+  EXPECT_LE(peak, 2.0 * presized) << peak / presized << "x, after "
+                                  << k.sum("kdedup_consumer_rebalances_total")
+                                  << " rebalance(s) and " << k.sum("kdedup_rebuilds_total")
+                                  << " rebuild(s)\n"
+                                  << k.log();
   EXPECT_EQ(most_subfilters, 1) << "a sub-filter was sealed beside a new one";
   EXPECT_LE(last, 1.5 * presized_run_timer_bytes(end)) << last << " bytes at the end";
   EXPECT_EQ(k.sum("kdedup_audit_false_negatives_total"), 0);
