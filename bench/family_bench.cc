@@ -130,6 +130,7 @@ using kdedup::filter::Fingerprint;
 using kdedup::filter::FingerprintHash;
 using kdedup::filter::SlidingFilter;
 using kdedup::filter::Tick;
+using kdedup::testing::closes_tick;
 using kdedup::testing::Distribution;
 using kdedup::testing::Event;
 using kdedup::testing::StreamSpec;
@@ -174,18 +175,12 @@ std::vector<Event> on_ticks(const std::vector<Event>& fine, std::uint32_t window
   return out;
 }
 
-// True when events[i] is the last event of its tick.
-bool closes_tick(const std::vector<Event>& events, std::size_t i) {
-  return i + 1 == events.size() || events[i + 1].tick != events[i].tick;
-}
-
 // Memory against the load, tick by tick from the end of the first window
 // on (section 3's measures): the peak (the largest bytes of the run over its
 // largest in-window count) and the worst moment (the largest ratio at one
 // tick), where the in-window count is the identities the filter delivered
 // in the last window. Sampled as each tick closes: what the filter holds
 // between a tick's last event and the next tick's first.
-
 class LoadTrack {
  public:
   LoadTrack(Tick window, Tick start)

@@ -158,6 +158,10 @@ double OracleCounts::first_query_fp_rate() const {
                                   static_cast<double>(first_queries);
 }
 
+bool closes_tick(std::span<const Event> events, std::size_t i) {
+  return i + 1 == events.size() || events[i + 1].tick != events[i].tick;
+}
+
 OracleCounts run_against_oracle(filter::SlidingFilter& f, std::span<const Event> events,
                                 std::size_t batch, const OracleObserver& observer,
                                 bool tick_chunks) {

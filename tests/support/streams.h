@@ -125,6 +125,11 @@ struct OracleCounts {
   [[nodiscard]] double first_query_fp_rate() const;
 };
 
+/// True when events[i] is the last event of its tick (events in tick order):
+/// an observer of run_against_oracle() with `tick_chunks`, or one event at a
+/// time, sees there the filter as that tick closes.
+[[nodiscard]] bool closes_tick(std::span<const Event> events, std::size_t i);
+
 /// Called after each event: index in the stream, the event, the filter's
 /// decision and the oracle's truth (true = delivered within the window).
 using OracleObserver = std::function<void(std::size_t index, const Event& event,

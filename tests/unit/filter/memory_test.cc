@@ -31,6 +31,7 @@
 namespace kdedup::filter {
 namespace {
 
+using testing::closes_tick;
 using testing::Event;
 using testing::generate_stream;
 using testing::identity_fingerprint;
@@ -333,11 +334,6 @@ std::vector<Event> burst_stream(std::uint32_t window, double base, std::uint64_t
 /// Identities delivered within the last `window` ticks, for events fed in
 /// tick order, and the most it held at a tick's close from the end of the
 /// first window on.
-// True when events[i] is the last event of its tick.
-bool closes_tick(const std::vector<Event>& events, std::size_t i) {
-  return i + 1 == events.size() || events[i + 1].tick != events[i].tick;
-}
-
 struct InWindowCount {
   explicit InWindowCount(std::uint32_t w) : window(w), delivered(w + 1, 0) {}
   /// An event of `tick` was decided (`delivered`: the filter let it
