@@ -244,6 +244,11 @@ TEST(RunPark, TwoHundredFiftySixQuietPartitionsGiveBackTheirFiltersAndEachReadsI
   std::this_thread::sleep_for(1500ms);
   const double dropped = k.sum("kdedup_records_duplicate_total");
   const double busy = k.sum("kdedup_filter_bytes");
+  // Read after the bytes: a partition whose records came first may have
+  // parked already (park_after 2 s; on a loaded machine the burst takes
+  // longer than that to go through), and one that parks between the two
+  // readings is counted here, never missing from both.
+  const double parked_busy = k.sum("kdedup_filter_parked");
   const double used = k.sum("kdedup_memory_used_bytes");
   const double rss_busy = rss_bytes(k.pid());
   ASSERT_TRUE(parked(k, 256, 120s)) << k.log();
@@ -254,7 +259,10 @@ TEST(RunPark, TwoHundredFiftySixQuietPartitionsGiveBackTheirFiltersAndEachReadsI
       "RSS %.0f MiB busy, %.0f MiB parked\n",
       busy / 1024, used / 1024, k.sum("kdedup_filter_bytes") / 1024, rss_busy / (1 << 20),
       rss / (1 << 20));
-  EXPECT_GT(busy, 256 * 64 * 1024.0) << "every partition holds at least its floor while busy";
+  EXPECT_LT(parked_busy, 256) << "no partition was busy when read";
+  EXPECT_GT(busy, (256 - parked_busy) * 64 * 1024.0)
+      << "every partition not parked holds at least its floor while busy (" << parked_busy
+      << " parked)";
   EXPECT_EQ(k.sum("kdedup_filter_bytes"), 0);
   EXPECT_EQ(k.sum("kdedup_memory_used_bytes"), 0);
   // The RSS is printed, not compared: jemalloc's background thread hands
